@@ -1,0 +1,43 @@
+# Two entry points: `make demo` (set up, then a short RL run on CPU) and `make test`
+# (set up, then lint, type-check and run every test). Both create .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# An editable install in strict mode maps files one by one: reinstall when the set changes.
+FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(FILESET)
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch's CPU build first, so nothing pulls in gigabytes of CUDA wheels
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/arthex demo
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: setup
+	$(BIN)/mypy --strict
+
+unit: setup
+	$(BIN)/pytest -q tests/unit
+
+test: lint typecheck
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,89 @@
+"""arthex: train LLM agents with reinforcement learning from their own rollouts.
+
+Importing arthex is light: names are resolved on first use, so torch, wandb, vllm and tinker
+are imported only by the adapter that needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "Model": "arthex.api",
+    "TrainableModel": "arthex.api",
+    "TrainResult": "arthex.core.model",
+    "TrainConfig": "arthex.core.config",
+    "Trajectory": "arthex.core.trajectories",
+    "TrajectoryGroup": "arthex.core.trajectories",
+    "History": "arthex.core.trajectories",
+    "CapturedException": "arthex.core.trajectories",
+    "trajectory_group": "arthex.core.trajectories",
+    "gather_trajectory_groups": "arthex.core.gather",
+    "RunRef": "arthex.core.identity",
+    "ModelSpec": "arthex.core.identity",
+    "MetricsRow": "arthex.core.metrics",
+    "RetentionDecision": "arthex.core.retention",
+    "group_advantages": "arthex.core.advantages",
+    "ArthexError": "arthex.core.errors",
+    "InvalidInputError": "arthex.core.errors",
+    "InvalidNameError": "arthex.core.errors",
+    "NotRegisteredError": "arthex.core.errors",
+    "UnsupportedCapability": "arthex.core.errors",
+    "CorruptDataError": "arthex.core.errors",
+    "BackendError": "arthex.core.errors",
+    "TooManyExceptionsError": "arthex.core.errors",
+    "MissingExtraError": "arthex.core.errors",
+    "LocalBackend": "arthex.adapters.local",
+    "ParquetTrajectoryStore": "arthex.adapters.parquet_store",
+    "JsonlHistory": "arthex.adapters.jsonl_history",
+    "WandbReporter": "arthex.adapters.wandb_reporter",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'arthex' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:
+    from .adapters.jsonl_history import JsonlHistory as JsonlHistory
+    from .adapters.local import LocalBackend as LocalBackend
+    from .adapters.parquet_store import ParquetTrajectoryStore as ParquetTrajectoryStore
+    from .adapters.wandb_reporter import WandbReporter as WandbReporter
+    from .api import Model as Model
+    from .api import TrainableModel as TrainableModel
+    from .core.advantages import group_advantages as group_advantages
+    from .core.config import TrainConfig as TrainConfig
+    from .core.errors import ArthexError as ArthexError
+    from .core.errors import BackendError as BackendError
+    from .core.errors import CorruptDataError as CorruptDataError
+    from .core.errors import InvalidInputError as InvalidInputError
+    from .core.errors import InvalidNameError as InvalidNameError
+    from .core.errors import MissingExtraError as MissingExtraError
+    from .core.errors import NotRegisteredError as NotRegisteredError
+    from .core.errors import TooManyExceptionsError as TooManyExceptionsError
+    from .core.errors import UnsupportedCapability as UnsupportedCapability
+    from .core.gather import gather_trajectory_groups as gather_trajectory_groups
+    from .core.identity import ModelSpec as ModelSpec
+    from .core.identity import RunRef as RunRef
+    from .core.metrics import MetricsRow as MetricsRow
+    from .core.model import TrainResult as TrainResult
+    from .core.retention import RetentionDecision as RetentionDecision
+    from .core.trajectories import CapturedException as CapturedException
+    from .core.trajectories import History as History
+    from .core.trajectories import Trajectory as Trajectory
+    from .core.trajectories import TrajectoryGroup as TrajectoryGroup
+    from .core.trajectories import trajectory_group as trajectory_group

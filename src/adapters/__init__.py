@@ -1,0 +1,1 @@
+"""Adapters: one technology behind each port. Each imports its heavy dependency lazily."""

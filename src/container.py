@@ -1,0 +1,93 @@
+"""The composition root: the only module that names concrete adapters.
+
+Factories import their adapter inside their body, so building the container imports nothing
+heavy; tests override providers (`container.trajectory_store.override(...)`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, cast
+
+from dependency_injector import containers, providers
+
+from .core.errors import InvalidInputError
+from .ports.metrics_reporter import MetricsHistory, MetricsReporter
+from .ports.training_backend import TrainingBackend
+from .ports.trajectory_store import TrajectoryStore
+
+MIRRORS = ("wandb",)
+
+
+def parquet_store(base_path: str) -> TrajectoryStore:
+    from .adapters.parquet_store import ParquetTrajectoryStore
+
+    return ParquetTrajectoryStore(base_path)
+
+
+def jsonl_history(base_path: str) -> MetricsHistory:
+    from .adapters.jsonl_history import JsonlHistory
+
+    return JsonlHistory(base_path)
+
+
+def wandb_wanted(report_metrics: Sequence[str] | None) -> bool:
+    """`report_metrics` names wandb; or it is None and wandb has credentials or a local mode."""
+    if report_metrics is not None:
+        return "wandb" in report_metrics
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled"):
+        return True
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+def mirrors(base_path: str, report_metrics: Sequence[str] | None) -> list[MetricsReporter]:
+    if isinstance(report_metrics, str):
+        report_metrics = [report_metrics]
+    unknown = sorted(set(report_metrics or ()) - set(MIRRORS))
+    if unknown:
+        raise InvalidInputError(
+            f"report_metrics names unknown reporters {unknown}; known: {list(MIRRORS)}"
+        )
+    chosen: list[MetricsReporter] = []
+    if wandb_wanted(report_metrics):
+        from .adapters.wandb_reporter import WandbReporter
+
+        reporter = WandbReporter(base_path)
+        reporter.check_ready()  # fail fast, before any training work
+        chosen.append(reporter)
+    return chosen
+
+
+def backend(kind: str, **kwargs: Any) -> TrainingBackend:
+    """A backend by name: the built-ins, then the `arthex.backends` entry points."""
+    if kind == "local":
+        from .adapters.local import LocalBackend
+
+        return LocalBackend(**kwargs)
+    if kind == "inmemory":
+        from .testing.fake_backend import InMemoryBackend
+
+        return InMemoryBackend(**kwargs)
+    for entry in entry_points(group="arthex.backends"):
+        if entry.name == kind:
+            return cast(TrainingBackend, entry.load()(**kwargs))
+    raise InvalidInputError(f"unknown backend kind {kind!r}; built-in: 'local', 'inmemory'")
+
+
+class Container(containers.DeclarativeContainer):
+    trajectory_store = providers.Factory(parquet_store)
+    history = providers.Factory(jsonl_history)
+    mirrors = providers.Factory(mirrors)
+    backend = providers.Factory(backend)
+
+
+container = Container()

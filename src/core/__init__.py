@@ -1,0 +1,1 @@
+"""The domain: values, metric rules, policies and the use cases. No adapter, no heavy library."""

@@ -1,0 +1,122 @@
+"""The training configuration a user passes to `model.train`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import attrs
+
+from .errors import InvalidInputError
+
+LossName = Literal["cispo", "ppo", "importance_sampling"]
+LOSSES: tuple[str, ...] = ("cispo", "ppo", "importance_sampling")
+
+
+def _positive_finite(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidInputError(
+            f"TrainConfig.{attribute.name} must be a finite number > 0, got {value!r}"
+        )
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidInputError(
+            f"TrainConfig.{attribute.name} must be a finite number >= 0, got {value!r}"
+        )
+
+
+def _optional(check: Any) -> Any:
+    def run(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None:
+            check(instance, attribute, value)
+
+    return run
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(
+            f"TrainConfig.{attribute.name} must be an integer >= 1, got {value!r}"
+        )
+
+
+def _non_negative_int(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(
+            f"TrainConfig.{attribute.name} must be an integer >= 0, got {value!r}"
+        )
+
+
+def _loss(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in LOSSES:
+        raise InvalidInputError(f"TrainConfig.loss_fn must be one of {LOSSES}, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class TrainConfig:
+    """How one `train` call updates the policy. Every value is checked on construction.
+
+    Defaults follow ART: learning rate 5e-6, CISPO loss with clip [1-1, 1+4] (PPO: 0.2),
+    group-relative advantages scaled by the group's std, no KL penalty.
+    """
+
+    learning_rate: float = attrs.field(default=5e-6, validator=_positive_finite)
+    loss_fn: LossName = attrs.field(default="cispo", validator=_loss)
+    epsilon: float | None = attrs.field(default=None, validator=_optional(_non_negative))
+    epsilon_high: float | None = attrs.field(default=None, validator=_optional(_non_negative))
+    scale_rewards: bool = True
+    kl_penalty_coef: float = attrs.field(default=0.0, validator=_non_negative)
+    kl_penalty_reference_step: int | None = attrs.field(
+        default=None, validator=_optional(_non_negative_int)
+    )
+    max_grad_norm: float | None = attrs.field(default=1.0, validator=_optional(_positive_finite))
+    grad_accumulation_sequences: int | None = attrs.field(
+        default=None, validator=_optional(_positive_int)
+    )
+    packed_sequence_length: int | None = attrs.field(
+        default=None, validator=_optional(_positive_int)
+    )
+    allow_training_without_logprobs: bool = False
+    scale_learning_rate_by_reward_std_dev: bool = False
+    lr_multiplier_window: int | None = attrs.field(default=None, validator=_optional(_positive_int))
+    min_lr_multiplier: float = attrs.field(default=0.1, validator=_positive_finite)
+    max_lr_multiplier: float = attrs.field(default=10.0, validator=_positive_finite)
+
+    def __attrs_post_init__(self) -> None:
+        if self.min_lr_multiplier > self.max_lr_multiplier:
+            raise InvalidInputError(
+                f"TrainConfig.min_lr_multiplier ({self.min_lr_multiplier}) is above "
+                f"max_lr_multiplier ({self.max_lr_multiplier})"
+            )
+
+    @property
+    def clip_low(self) -> float:
+        """The ratio's lower clip offset: 1.0 for CISPO, 0.2 for PPO, unless `epsilon` is set."""
+        if self.epsilon is not None:
+            return self.epsilon
+        return 1.0 if self.loss_fn == "cispo" else 0.2
+
+    @property
+    def clip_high(self) -> float:
+        """The ratio's upper clip offset: 4.0 for CISPO, `clip_low` for PPO, unless set."""
+        if self.epsilon_high is not None:
+            return self.epsilon_high
+        return 4.0 if self.loss_fn == "cispo" else self.clip_low
+
+    def with_learning_rate(self, learning_rate: float) -> TrainConfig:
+        return attrs.evolve(self, learning_rate=learning_rate)
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)

@@ -1,0 +1,52 @@
+"""One root error and a few meaningful subclasses; messages say what, which value, what to do."""
+
+from __future__ import annotations
+
+
+class ArthexError(Exception):
+    """Root of every error arthex raises on purpose."""
+
+
+class InvalidInputError(ArthexError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class InvalidNameError(InvalidInputError):
+    """A name that becomes a path segment is not a safe one."""
+
+
+class NotRegisteredError(ArthexError, RuntimeError):
+    """A model needs a backend for this call; `await model.register(backend)` first."""
+
+
+class UnsupportedCapability(ArthexError, NotImplementedError):
+    """The backend cannot do what was asked. It never silently does nothing instead."""
+
+    def __init__(self, capability: str, backend: str, hint: str = "") -> None:
+        self.capability = capability
+        self.backend = backend
+        message = f"{backend} does not support {capability!r}"
+        super().__init__(f"{message}. {hint}".strip() if hint else message)
+
+
+class CorruptDataError(ArthexError):
+    """A file on disk cannot be read as what it claims to be."""
+
+
+class BackendError(ArthexError, RuntimeError):
+    """A training backend failed, or disagreed with the frontend about the state of a run."""
+
+
+class TooManyExceptionsError(ArthexError):
+    """More rollouts failed while gathering than `max_exceptions` allows."""
+
+
+class MissingExtraError(ArthexError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f'{package} is not installed; install it with: pip install "arthex[{extra}]"'
+        )
+        self.package = package
+        self.extra = extra

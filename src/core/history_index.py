@@ -1,0 +1,55 @@
+"""Per-step means of every metric, kept up to date row by row.
+
+The policies (learning rate, retention) read per-step means. Re-reading history.jsonl for each
+decision costs O(history); this index is built once from the ledger and then updated with each
+row the model reports, so a decision costs O(steps of one metric) at most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .metrics import MetricsRow
+
+
+class HistoryIndex:
+    def __init__(self, rows: Iterable[MetricsRow] = ()) -> None:
+        # key -> step -> [sum, count]
+        self._sums: dict[str, dict[int, list[float]]] = {}
+        self._listeners: dict[str, list[StepMeanListener]] = {}
+        for row in rows:
+            self.observe(row)
+
+    def observe(self, row: MetricsRow) -> None:
+        for key, value in row.values.items():
+            if value is None:
+                continue
+            per_step = self._sums.setdefault(key, {})
+            cell = per_step.get(row.step)
+            old = None if cell is None else cell[0] / cell[1]
+            if cell is None:
+                per_step[row.step] = [value, 1.0]
+            else:
+                cell[0] += value
+                cell[1] += 1.0
+            cell = per_step[row.step]
+            for listener in self._listeners.get(key, ()):
+                listener.step_mean_changed(row.step, old, cell[0] / cell[1])
+
+    def has(self, key: str) -> bool:
+        return key in self._sums
+
+    def step_means(self, key: str) -> dict[int, float]:
+        """Mean of `key` per step over every row that has it (nulls excluded)."""
+        return {step: total / count for step, (total, count) in self._sums.get(key, {}).items()}
+
+    def subscribe(self, key: str, listener: StepMeanListener) -> None:
+        """Tell `listener` about every current and future change of a per-step mean of `key`."""
+        self._listeners.setdefault(key, []).append(listener)
+        for step, (total, count) in sorted(self._sums.get(key, {}).items()):
+            listener.step_mean_changed(step, None, total / count)
+
+
+class StepMeanListener:
+    def step_mean_changed(self, step: int, old: float | None, new: float) -> None:
+        raise NotImplementedError

@@ -1,0 +1,204 @@
+"""Metric rows: how one logged batch becomes one history row, and how keys are named."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from .errors import InvalidInputError
+from .trajectories import TrajectoryGroup
+
+SECTIONS: frozenset[str] = frozenset(
+    {
+        "loss",
+        "data",
+        "time",
+        "costs",
+        "throughput",
+        "objective",
+        "offpolicy",
+        "optim",
+        "train",
+        "val",
+        "test",
+    }
+)
+ZERO_VARIANCE_TOLERANCE = 1e-12
+RESERVED_KEYS: frozenset[str] = frozenset({"step", "training_step", "recorded_at"})
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _normalise_values(values: Mapping[str, Any]) -> dict[str, float | None]:
+    clean: dict[str, float | None] = {}
+    for key, value in values.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError(f"metric keys must be non-empty strings, got {key!r}")
+        if key in RESERVED_KEYS:
+            raise InvalidInputError(f"metric key {key!r} is reserved for the row itself")
+        if value is not None and (isinstance(value, str) or not isinstance(value, int | float)):
+            raise InvalidInputError(f"metric {key!r} must be a number, got {value!r}")
+        clean[key] = _finite_or_none(value)
+    return clean
+
+
+def _as_utc(when: datetime) -> datetime:
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+@attrs.frozen
+class MetricsRow:
+    """One history row: qualified metric keys at a step. Non-finite values are stored as None
+    (they are not valid JSON), so a row reads back exactly as it was reported."""
+
+    step: int = attrs.field()
+    values: Mapping[str, float | None] = attrs.field(converter=_normalise_values)
+    recorded_at: datetime = attrs.field(factory=lambda: datetime.now(UTC), converter=_as_utc)
+
+    @step.validator
+    def _check_step(self, _attribute: object, step: int) -> None:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidInputError(f"step must be an integer >= 0, got {step!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The history.jsonl object, in ART's row format."""
+        return {
+            **self.values,
+            "step": self.step,
+            "training_step": self.step,
+            "recorded_at": self.recorded_at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> MetricsRow:
+        """Read an ART or arthex row. Non-numeric values (none are written) are skipped."""
+        step = obj.get("step", obj.get("training_step"))
+        if isinstance(step, float) and step.is_integer():
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise InvalidInputError(f"history row has no integer 'step': {dict(obj)!r:.200}")
+        recorded = obj.get("recorded_at")
+        when = datetime.now(UTC)
+        if isinstance(recorded, str):
+            try:
+                when = datetime.fromisoformat(recorded)
+            except ValueError:
+                pass
+        values = {
+            key: (float(value) if value is not None else None)
+            for key, value in obj.items()
+            if key not in RESERVED_KEYS
+            and (value is None or (isinstance(value, int | float) and not isinstance(value, bool)))
+        }
+        return cls(step=step, values=values, recorded_at=when)
+
+
+def qualify_key(key: str, split: str) -> str:
+    """`reward` -> `{split}/reward`; keys already under the split or a known section are kept.
+
+    A custom split is prefixed once: `eval2/reward` stays `eval2/reward`.
+    """
+    head, sep, _ = key.partition("/")
+    if sep and (head == split or head in SECTIONS):
+        return key
+    return f"{split}/{key}"
+
+
+def qualify(metrics: Mapping[str, Any], split: str) -> dict[str, Any]:
+    return {qualify_key(key, split): value for key, value in metrics.items()}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _population_std(values: Sequence[float]) -> float:
+    mean = _mean(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+
+
+def is_trainable_group(group: TrajectoryGroup) -> bool:
+    """At least two trajectories whose rewards are not all equal (within 1e-12)."""
+    rewards = [t.reward for t in group.trajectories]
+    return len(rewards) >= 2 and any(
+        abs(r - rewards[0]) > ZERO_VARIANCE_TOLERANCE for r in rewards[1:]
+    )
+
+
+def _metric_means(sources: Iterable[Mapping[str, float | int | bool]]) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for metrics in sources:
+        for key, value in metrics.items():
+            sums.setdefault(key, []).append(float(value))
+    return {key: _mean(values) for key, values in sums.items()}
+
+
+def summarize(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
+    """The metrics of one logged batch, qualified with `split` (BEHAVIOUR.md, one history row)."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    n_exceptions = sum(len(g.exceptions) for g in groups)
+    row: dict[str, float] = {}
+    if trajectories:
+        row["reward"] = _mean([t.reward for t in trajectories])
+    stds = [
+        _population_std([t.reward for t in g.trajectories])
+        for g in groups
+        if len(g.trajectories) >= 2
+    ]
+    row["reward_std_dev"] = _mean(stds) if stds else 0.0
+    if trajectories or n_exceptions:
+        row["exception_rate"] = n_exceptions / (len(trajectories) + n_exceptions)
+    row.update(_metric_means(t.metrics for t in trajectories))
+    row.update(
+        {
+            f"group/{k}": v
+            for k, v in _metric_means(g.metrics for g in groups if g.trajectories).items()
+        }
+    )
+    row["data/step_num_groups"] = float(len(groups))
+    row["data/step_num_trajectories"] = float(len(trajectories) + n_exceptions)
+    if split == "train":
+        row["data/step_num_groups_trainable"] = float(sum(is_trainable_group(g) for g in groups))
+    return {_qualify_summary_key(key, split): value for key, value in row.items()}
+
+
+def _qualify_summary_key(key: str, split: str) -> str:
+    # Data counts belong to the split's namespace (`train/data/...`), like everything computed
+    # from the split's trajectories; custom metric keys follow the general rule.
+    if key.startswith("data/") or key.startswith("group/"):
+        return f"{split}/{key}"
+    return qualify_key(key, split)
+
+
+CANONICAL_TRAINING_KEYS: Mapping[str, str] = {
+    "loss": "loss/train",
+    "grad_norm": "loss/grad_norm",
+    "learning_rate": "loss/learning_rate",
+    "entropy": "loss/entropy",
+}
+
+
+def aggregate_training_metrics(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Average the backend's per-gradient-step dicts per key (over the samples that have it),
+    with canonical names: `loss` -> `loss/train`, `grad_norm` -> `loss/grad_norm`, ..."""
+    sums: dict[str, list[float]] = {}
+    for sample in samples:
+        for key, value in sample.items():
+            name = CANONICAL_TRAINING_KEYS.get(key, key)
+            if "/" not in name:
+                name = f"loss/{name}"
+            number = float(value)
+            if math.isfinite(number):
+                sums.setdefault(name, []).append(number)
+            else:
+                sums.setdefault(name, [])
+    return {key: (_mean(values) if values else math.nan) for key, values in sums.items()}

@@ -1,0 +1,221 @@
+"""Trajectories (one rollout) and groups (rollouts of one scenario), as users build them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import traceback as traceback_module
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from typing import Annotated, Any, TypeAlias
+
+from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.functional_validators import BeforeValidator
+
+Message: TypeAlias = dict[str, Any]
+MetricValue: TypeAlias = float | int | bool
+MetadataValue: TypeAlias = str | int | float | bool | None
+
+
+def _as_choice_or_message(item: object) -> object:
+    """A Choice stays a Choice; a dict shaped like a Choice (it has `finish_reason`) becomes one,
+    so trajectories read back from JSON are trainable again; other dicts are context messages."""
+    if isinstance(item, Choice):
+        return item
+    if isinstance(item, dict):
+        if "finish_reason" in item and "message" in item:
+            return Choice.model_validate(item)
+        return item
+    if isinstance(item, BaseModel) and hasattr(item, "finish_reason"):
+        return Choice.model_validate(item.model_dump())
+    raise TypeError(
+        f"messages_and_choices items must be chat message dicts or openai Choice objects, "
+        f"got {type(item).__name__}"
+    )
+
+
+def _items(value: object) -> object:
+    if isinstance(value, list | tuple):
+        return [_as_choice_or_message(item) for item in value]
+    return value
+
+
+MessageOrChoice: TypeAlias = Choice | Message
+MessagesAndChoices: TypeAlias = Annotated[list[MessageOrChoice], BeforeValidator(_items)]
+
+
+class History(BaseModel):
+    """An extra conversation inside a trajectory, e.g. a sub-agent's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages_and_choices: MessagesAndChoices = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+
+
+class Trajectory(BaseModel):
+    """One rollout: the conversation (dict messages and the model's Choices), tools, a reward.
+
+    Only `Choice` items are trained: they carry the sampled tokens and logprobs.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    messages_and_choices: MessagesAndChoices = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    additional_histories: list[History] = Field(default_factory=list)
+    reward: float = 0.0
+    metrics: dict[str, MetricValue] = Field(default_factory=dict)
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    logs: list[str] = Field(default_factory=list)
+
+    @field_validator("reward")
+    @classmethod
+    def _finite_reward(cls, reward: float) -> float:
+        if not math.isfinite(reward):
+            raise ValueError(f"reward must be a finite number, got {reward!r}")
+        return reward
+
+    def log(self, message: str) -> None:
+        self.logs.append(message)
+
+    def choices(self) -> Iterator[Choice]:
+        """Every Choice, in the main conversation and then in the additional histories."""
+        for item in self.messages_and_choices:
+            if isinstance(item, Choice):
+                yield item
+        for history in self.additional_histories:
+            for item in history.messages_and_choices:
+                if isinstance(item, Choice):
+                    yield item
+
+    def messages(self) -> list[Message]:
+        """The conversation as plain chat messages (Choices become assistant messages)."""
+        return [_as_message(item) for item in self.messages_and_choices]
+
+
+def _as_message(item: MessageOrChoice) -> Message:
+    if isinstance(item, Choice):
+        message: Message = {"role": "assistant", "content": item.message.content or ""}
+        if item.message.tool_calls:
+            message["tool_calls"] = [
+                call.model_dump(mode="json") for call in item.message.tool_calls
+            ]
+        return message
+    copy = dict(item)
+    if copy.get("content") is None:
+        copy["content"] = ""
+    return copy
+
+
+class CapturedException(BaseModel):
+    """A rollout that raised: its qualified class name, message and formatted traceback."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, error: BaseException) -> CapturedException:
+        kind = type(error)
+        name = (
+            kind.__qualname__
+            if kind.__module__ == "builtins"
+            else f"{kind.__module__}.{kind.__qualname__}"
+        )
+        formatted = "".join(traceback_module.format_exception(kind, error, error.__traceback__))
+        return cls(type=name, message=str(error), traceback=formatted)
+
+    @field_validator("type")
+    @classmethod
+    def _qualified_name(cls, value: str) -> str:
+        if value.startswith("<class '") and value.endswith("'>"):
+            return value[len("<class '") : -2]
+        return value
+
+
+class TrajectoryGroup(BaseModel):
+    """Rollouts of one scenario, trained relative to each other, plus the rollouts that failed.
+
+    `TrajectoryGroup([t1, t2, error])` and `TrajectoryGroup(trajectories=[t1, t2])` both work;
+    input order is kept and exceptions become `CapturedException` entries.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    exceptions: list[CapturedException] = Field(default_factory=list)
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    metrics: dict[str, MetricValue] = Field(default_factory=dict)
+    logs: list[str] = Field(default_factory=list)
+
+    def __init__(
+        self,
+        trajectories: Iterable[Trajectory | BaseException | dict[str, Any]] = (),
+        *,
+        exceptions: Iterable[BaseException | CapturedException | dict[str, Any]] = (),
+        metadata: dict[str, MetadataValue] | None = None,
+        metrics: dict[str, MetricValue] | None = None,
+        logs: list[str] | None = None,
+    ) -> None:
+        items = list(trajectories)
+        if any(inspect.isawaitable(item) for item in items):
+            raise TypeError(
+                "TrajectoryGroup takes finished trajectories; to await rollouts use "
+                "`await arthex.trajectory_group(rollouts)`"
+            )
+        kept: list[Trajectory | dict[str, Any]] = []
+        captured: list[CapturedException | dict[str, Any]] = []
+        for item in items:
+            if isinstance(item, BaseException):
+                captured.append(CapturedException.from_exception(item))
+            else:
+                kept.append(item)
+        for error in exceptions:
+            captured.append(
+                CapturedException.from_exception(error)
+                if isinstance(error, BaseException)
+                else error
+            )
+        super().__init__(
+            trajectories=kept,
+            exceptions=captured,
+            metadata=metadata or {},
+            metrics=metrics or {},
+            logs=logs or [],
+        )
+
+    def __iter__(self) -> Iterator[Trajectory]:  # type: ignore[override]
+        return iter(self.trajectories)
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+
+async def trajectory_group(
+    rollouts: Iterable[Awaitable[Trajectory]],
+    *,
+    metadata: dict[str, MetadataValue] | None = None,
+    metrics: dict[str, MetricValue] | None = None,
+    logs: list[str] | None = None,
+) -> TrajectoryGroup:
+    """Await rollouts concurrently; keep input order; a rollout that raises an `Exception`
+    becomes an exception entry (a `BaseException` such as cancellation propagates)."""
+    awaitables = list(rollouts)
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    items: list[Trajectory | BaseException] = []
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result
+        if not isinstance(result, Trajectory | BaseException):
+            raise TypeError(f"a rollout returned {type(result).__name__}, expected a Trajectory")
+        items.append(result)
+    return TrajectoryGroup(items, metadata=metadata, metrics=metrics, logs=logs)
+
+
+def count_rollouts(groups: Sequence[TrajectoryGroup]) -> tuple[int, int]:
+    """(successful trajectories, captured exceptions) over all groups."""
+    return sum(len(g.trajectories) for g in groups), sum(len(g.exceptions) for g in groups)

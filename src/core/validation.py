@@ -1,0 +1,75 @@
+"""Checks on what users pass to `log` and `train`, done before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from openai.types.chat.chat_completion import Choice
+
+from .config import TrainConfig
+from .errors import InvalidInputError
+from .trajectories import Trajectory, TrajectoryGroup
+
+
+def groups_from_log_input(trajectories: Any) -> list[TrajectoryGroup]:
+    """`log` takes groups, or trajectories (and exceptions) that form one group, never a mix."""
+    if trajectories is None:
+        return []
+    if isinstance(trajectories, TrajectoryGroup):
+        return [trajectories]
+    if isinstance(trajectories, Trajectory):
+        return [TrajectoryGroup([trajectories])]
+    if isinstance(trajectories, str | bytes) or not isinstance(trajectories, Iterable):
+        raise InvalidInputError(
+            f"trajectories must be a list of TrajectoryGroup or of Trajectory, got "
+            f"{type(trajectories).__name__}"
+        )
+    items = list(trajectories)
+    if not items:
+        return []
+    if all(isinstance(item, TrajectoryGroup) for item in items):
+        return items
+    if all(isinstance(item, Trajectory | BaseException) for item in items):
+        return [TrajectoryGroup(items)]
+    kinds = sorted({type(item).__name__ for item in items})
+    raise InvalidInputError(
+        "trajectories must be all TrajectoryGroup or all Trajectory (exceptions allowed with "
+        f"trajectories), not a mix: got {', '.join(kinds)}"
+    )
+
+
+def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGroup]:
+    """The groups `train` accepts: a non-empty list of TrajectoryGroup whose Choices carry the
+    logprobs training needs (unless `allow_training_without_logprobs`)."""
+    if isinstance(groups, TrajectoryGroup) or not isinstance(groups, Iterable):
+        raise InvalidInputError("train takes a list of TrajectoryGroup")
+    items = list(groups)
+    if not items:
+        raise InvalidInputError("train got an empty list of groups: there is nothing to train on")
+    for g, group in enumerate(items):
+        if not isinstance(group, TrajectoryGroup):
+            raise InvalidInputError(
+                f"train takes TrajectoryGroup items only; item {g} is {type(group).__name__} "
+                "(wrap trajectories of one scenario in a TrajectoryGroup)"
+            )
+    n_choices = 0
+    for g, group in enumerate(items):
+        for t, trajectory in enumerate(group.trajectories):
+            for c, choice in enumerate(trajectory.choices()):
+                n_choices += 1
+                if not config.allow_training_without_logprobs and not _has_logprobs(choice):
+                    raise InvalidInputError(
+                        f"group {g}, trajectory {t}, choice {c} has no token logprobs; request "
+                        "them with logprobs=True, or set allow_training_without_logprobs"
+                    )
+    if n_choices == 0 and any(group.trajectories for group in items):
+        raise InvalidInputError(
+            "no trajectory holds a Choice: only Choice objects returned by the model are "
+            "trained; append the response's choices[0], not a dict copy of its message"
+        )
+    return items
+
+
+def _has_logprobs(choice: Choice) -> bool:
+    return choice.logprobs is not None and bool(choice.logprobs.content)

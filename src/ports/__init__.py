@@ -1,0 +1,24 @@
+"""The three ports the core depends on. Protocols only, no implementation."""
+
+from .metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
+from .training_backend import (
+    BackendCapabilities,
+    Capability,
+    InferenceEndpoint,
+    TrainingBackend,
+    UnsupportedCapability,
+)
+from .trajectory_store import TrajectoryStore
+
+__all__ = [
+    "BackendCapabilities",
+    "Capability",
+    "ConfigRecorder",
+    "InferenceEndpoint",
+    "MetricsHistory",
+    "MetricsReporter",
+    "SampleRecorder",
+    "TrainingBackend",
+    "TrajectoryStore",
+    "UnsupportedCapability",
+]

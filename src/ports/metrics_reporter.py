@@ -1,0 +1,42 @@
+"""MetricsReporter (where rows go) and MetricsHistory (the ledger the policies read)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..core.identity import RunRef
+from ..core.metrics import MetricsRow
+from ..core.trajectories import TrajectoryGroup
+
+
+class MetricsReporter(Protocol):
+    async def report(self, run: RunRef, row: MetricsRow) -> None:
+        """Record one row. A mirror may be best-effort; the history may not."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and release; calling it twice is harmless."""
+        ...
+
+
+class MetricsHistory(MetricsReporter, Protocol):
+    async def rows(self, run: RunRef) -> Sequence[MetricsRow]:
+        """Every row reported for `run`, in the order they were appended."""
+        ...
+
+
+@runtime_checkable
+class ConfigRecorder(Protocol):
+    """A reporter that records the run's configuration (e.g. a tracker's run config)."""
+
+    def update_config(self, run: RunRef, config: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class SampleRecorder(Protocol):
+    """A reporter that shows a few sample trajectories per logged batch."""
+
+    async def report_samples(
+        self, run: RunRef, split: str, step: int, groups: Sequence[TrajectoryGroup]
+    ) -> None: ...

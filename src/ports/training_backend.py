@@ -1,0 +1,94 @@
+"""TrainingBackend: packs tensors, trains, serves, deletes the checkpoint files it is told to."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import Protocol
+
+import attrs
+
+from ..core.config import TrainConfig
+from ..core.errors import UnsupportedCapability
+from ..core.identity import ModelSpec, RunRef
+from ..core.trajectories import TrajectoryGroup
+
+
+class Capability(StrEnum):
+    """Named capabilities; contract tests declare which they need, and a skip names it."""
+
+    TRAIN = "train"
+    INFERENCE = "inference"
+    DELETE_CHECKPOINTS = "delete_checkpoints"
+    RESUME = "resume"
+    KL_PENALTY = "kl_penalty"
+    LOSS_CISPO = "loss:cispo"
+    LOSS_PPO = "loss:ppo"
+    LOSS_IMPORTANCE_SAMPLING = "loss:importance_sampling"
+
+
+def _names(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(str(value) for value in values)
+
+
+@attrs.frozen
+class BackendCapabilities:
+    names: frozenset[str] = attrs.field(converter=_names)
+
+    def __contains__(self, name: object) -> bool:
+        return str(name) in self.names
+
+    def require(self, name: str, backend: str, hint: str = "") -> None:
+        if name not in self.names:
+            raise UnsupportedCapability(name, backend, hint)
+
+
+@attrs.frozen
+class InferenceEndpoint:
+    """An OpenAI-compatible endpoint serving `{name}` (latest) and `{name}@{step}`."""
+
+    base_url: str
+    api_key: str
+    model_name: str
+
+
+class TrainingBackend(Protocol):
+    @property
+    def capabilities(self) -> BackendCapabilities: ...
+
+    async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
+        """Prepare to train and serve `model`; returns its endpoint (None if it serves none)."""
+        ...
+
+    async def get_step(self, run: RunRef) -> int:
+        """The newest durable checkpoint's step; 0 before any training."""
+        ...
+
+    def train(
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        """Train on the groups, yielding one metrics dict per gradient step. When it is done,
+        `get_step` is one higher, even if nothing was trainable."""
+        ...
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        """The steps that have checkpoints, ascending."""
+        ...
+
+    async def delete_checkpoint_files(
+        self, run: RunRef, steps_to_keep: Collection[int]
+    ) -> list[int]:
+        """Delete every checkpoint not in `steps_to_keep` (never the latest, never one being
+        served); return the steps deleted."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+__all__ = [
+    "BackendCapabilities",
+    "Capability",
+    "InferenceEndpoint",
+    "TrainingBackend",
+    "UnsupportedCapability",
+]

@@ -1,0 +1,126 @@
+"""InMemoryBackend: a verified fake TrainingBackend (it passes TrainingBackendContract).
+
+Its "weights" are a per-token preference table updated by the same group-relative advantages
+a real backend uses, so tests can see a learning signal without torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..core.advantages import group_advantages
+from ..core.config import TrainConfig
+from ..core.errors import InvalidInputError, NotRegisteredError
+from ..core.identity import ModelSpec, RunRef
+from ..core.trajectories import TrajectoryGroup
+from ..ports.training_backend import (
+    BackendCapabilities,
+    Capability,
+    InferenceEndpoint,
+    TrainingBackend,
+)
+
+Weights = dict[int, float]
+
+
+class InMemoryBackend:
+    """Checkpoints are dicts in memory; `train` yields one metrics dict per group it updates
+    on (one "gradient step" each), or one zero dict when nothing is trainable."""
+
+    def __init__(
+        self, *, losses: Collection[str] = ("cispo", "ppo", "importance_sampling")
+    ) -> None:
+        self._losses = frozenset(losses)
+        self._checkpoints: dict[RunRef, dict[int, Weights]] = {}
+        self._locks: dict[RunRef, asyncio.Lock] = {}
+        self.closed = False
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        names: set[str] = {Capability.TRAIN, Capability.DELETE_CHECKPOINTS}
+        return BackendCapabilities(names | {f"loss:{name}" for name in self._losses})
+
+    async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
+        self._checkpoints.setdefault(model.run, {0: {}})
+        self._locks.setdefault(model.run, asyncio.Lock())
+        return None
+
+    def _run(self, run: RunRef) -> dict[int, Weights]:
+        if run not in self._checkpoints:
+            raise NotRegisteredError(f"{run} is not registered with this InMemoryBackend")
+        return self._checkpoints[run]
+
+    async def get_step(self, run: RunRef) -> int:
+        return max(self._run(run))
+
+    def weights(self, run: RunRef, step: int | None = None) -> Weights:
+        """A copy of the preference table at `step` (latest when None)."""
+        checkpoints = self._run(run)
+        return dict(checkpoints[max(checkpoints) if step is None else step])
+
+    async def train(
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        checkpoints = self._run(run)
+        if not groups:
+            raise InvalidInputError("train got no groups")
+        self.capabilities.require(f"loss:{config.loss_fn}", type(self).__name__)
+        if config.kl_penalty_coef > 0:
+            self.capabilities.require(Capability.KL_PENALTY, type(self).__name__)
+        async with self._locks[run]:
+            step = max(checkpoints)
+            weights = dict(checkpoints[step])
+            samples: list[dict[str, float]] = []
+            for group in groups:
+                advantages = group_advantages(
+                    [t.reward for t in group.trajectories], scale=config.scale_rewards
+                )
+                if not any(advantages):
+                    continue
+                total = 0.0
+                for trajectory, advantage in zip(group.trajectories, advantages, strict=True):
+                    for choice in trajectory.choices():
+                        for token in (choice.model_extra or {}).get("token_ids", []):
+                            weights[int(token)] = (
+                                weights.get(int(token), 0.0) + config.learning_rate * advantage
+                            )
+                            total += abs(advantage)
+                samples.append(
+                    {
+                        "loss": -total,
+                        "grad_norm": math.sqrt(total),
+                        "learning_rate": config.learning_rate,
+                    }
+                )
+                await asyncio.sleep(0)
+            checkpoints[step + 1] = weights
+            if not samples:
+                samples.append(
+                    {"loss": 0.0, "grad_norm": 0.0, "learning_rate": config.learning_rate}
+                )
+            for sample in samples:
+                yield sample
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        return sorted(self._run(run))
+
+    async def delete_checkpoint_files(
+        self, run: RunRef, steps_to_keep: Collection[int]
+    ) -> list[int]:
+        checkpoints = self._run(run)
+        latest = max(checkpoints)
+        keep = set(steps_to_keep) | {latest}
+        deleted = sorted(step for step in checkpoints if step not in keep)
+        for step in deleted:
+            del checkpoints[step]
+        return deleted
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+if TYPE_CHECKING:
+    _fits: type[TrainingBackend] = InMemoryBackend

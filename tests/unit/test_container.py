@@ -1,0 +1,63 @@
+"""The composition root: defaults, overrides, and the choice of mirrors."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from dependency_injector import providers
+
+import arthex
+from arthex.container import backend, container, mirrors, wandb_wanted
+from arthex.core.errors import InvalidInputError
+from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fake_history import InMemoryHistory
+
+
+def test_public_model_gets_file_adapters_under_base_path(tmp_path: Path) -> None:
+    model = arthex.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+    asyncio.run(model.log(metrics={"score": 1.0}, split="val"))
+    assert (tmp_path / "p" / "models" / "m" / "history.jsonl").exists()
+
+
+def test_overridden_providers_are_used_and_explicit_ports_win(tmp_path: Path) -> None:
+    shared = InMemoryHistory()
+    with container.history.override(providers.Object(shared)):
+        model = arthex.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+        asyncio.run(model.log(metrics={"score": 2.0}))
+    assert [row.values for row in asyncio.run(shared.rows(model.run))] == [{"val/score": 2.0}]
+    assert not (tmp_path / "p").exists()
+
+    explicit = InMemoryHistory()
+    model = arthex.Model(
+        name="m", project="p", base_path=str(tmp_path), report_metrics=[], history=explicit
+    )
+    asyncio.run(model.log(metrics={"score": 3.0}))
+    assert len(asyncio.run(explicit.rows(model.run))) == 1
+
+
+def test_wandb_is_chosen_by_name_or_by_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for var in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    assert not wandb_wanted(None)
+    assert not wandb_wanted([])
+    assert wandb_wanted(["wandb"])
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_wanted(None)
+    assert not wandb_wanted([])
+    monkeypatch.delenv("WANDB_MODE")
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password key\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert wandb_wanted(None)
+
+
+def test_unknown_reporters_and_backends_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="tensorboard"):
+        mirrors(str(tmp_path), ["tensorboard"])
+    with pytest.raises(InvalidInputError, match="nope"):
+        backend("nope")
+    assert isinstance(backend("inmemory"), InMemoryBackend)

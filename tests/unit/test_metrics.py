@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from arthex.core.errors import InvalidInputError
+from arthex.core.metrics import MetricsRow, aggregate_training_metrics, qualify_key, summarize
+from arthex.core.trajectories import Trajectory, TrajectoryGroup
+
+
+def traj(reward: float, **metrics: float | int | bool) -> Trajectory:
+    return Trajectory(
+        messages_and_choices=[{"role": "user", "content": "q"}], reward=reward, metrics=metrics
+    )
+
+
+def test_summary_of_a_train_batch() -> None:
+    groups = [
+        TrajectoryGroup(
+            [traj(1.0, ok=True), traj(0.0, ok=False), ValueError("x")], metrics={"difficulty": 2}
+        ),
+        TrajectoryGroup([traj(0.5, ok=True, length=3)]),
+        TrajectoryGroup([traj(0.2), traj(0.2)]),
+        TrajectoryGroup(exceptions=[RuntimeError("all failed")], metrics={"difficulty": 9}),
+    ]
+    row = summarize(groups, "train")
+    assert row["train/reward"] == pytest.approx((1.0 + 0.0 + 0.5 + 0.2 + 0.2) / 5)
+    # population std of [1, 0] is 0.5; of [0.2, 0.2] is 0; the singleton group does not count
+    assert row["train/reward_std_dev"] == pytest.approx(0.25)
+    assert isinstance(row["train/reward_std_dev"], float)
+    assert row["train/exception_rate"] == pytest.approx(2 / 7)
+    assert row["train/ok"] == pytest.approx(2 / 3)
+    assert row["train/length"] == 3.0
+    # group metrics: only groups with at least one trajectory
+    assert row["train/group/difficulty"] == 2.0
+    assert row["train/data/step_num_groups"] == 4.0
+    assert row["train/data/step_num_trajectories"] == 7.0
+    assert row["train/data/step_num_groups_trainable"] == 1.0
+
+
+def test_summary_without_trajectories_has_float_zero_std_and_no_reward() -> None:
+    row = summarize([TrajectoryGroup(exceptions=[ValueError("boom")])], "val")
+    assert "val/reward" not in row
+    assert row["val/reward_std_dev"] == 0.0
+    assert isinstance(row["val/reward_std_dev"], float)
+    assert row["val/exception_rate"] == 1.0
+    assert "val/data/step_num_groups_trainable" not in row
+
+
+@pytest.mark.parametrize(
+    ("key", "split", "expected"),
+    [
+        ("reward", "val", "val/reward"),
+        ("val/reward", "val", "val/reward"),
+        ("loss/train", "train", "loss/train"),
+        ("time/step_s", "eval2", "time/step_s"),
+        ("reward", "eval2", "eval2/reward"),
+        ("eval2/reward", "eval2", "eval2/reward"),
+        ("custom/thing", "val", "val/custom/thing"),
+        ("train/x", "eval2", "train/x"),
+    ],
+)
+def test_key_qualification_never_doubles_a_prefix(key: str, split: str, expected: str) -> None:
+    assert qualify_key(key, split) == expected
+
+
+def test_custom_split_is_prefixed_once_in_the_summary() -> None:
+    row = summarize([TrajectoryGroup([traj(1.0, hits=2)])], "eval2")
+    assert "eval2/reward" in row
+    assert "eval2/hits" in row
+    assert not any(k.startswith("eval2/eval2") for k in row)
+
+
+def test_rows_store_non_finite_values_as_none_and_keep_the_key() -> None:
+    row = MetricsRow(step=3, values={"a": math.nan, "b": math.inf, "c": 1})
+    assert row.values == {"a": None, "b": None, "c": 1.0}
+    data = row.to_json()
+    assert data["step"] == data["training_step"] == 3
+    assert data["recorded_at"].endswith("+00:00")
+    assert MetricsRow.from_json(data) == row
+
+
+@pytest.mark.parametrize("bad", [{"step": 1.0}, {"x": "text"}, {"": 1.0}])
+def test_rows_refuse_bad_values(bad: dict[str, object]) -> None:
+    with pytest.raises(InvalidInputError):
+        MetricsRow(step=0, values=bad)
+
+
+def test_rows_refuse_negative_steps() -> None:
+    with pytest.raises(InvalidInputError):
+        MetricsRow(step=-1, values={})
+
+
+def test_training_metrics_are_averaged_per_key_with_canonical_names() -> None:
+    averaged = aggregate_training_metrics(
+        [{"loss": 1.0, "grad_norm": 2.0}, {"loss": 3.0, "loss/entropy": 0.5}]
+    )
+    assert averaged == {"loss/train": 2.0, "loss/grad_norm": 2.0, "loss/entropy": 0.5}
+
+
+def test_reading_an_art_row_keeps_integer_zero_as_float() -> None:
+    row = MetricsRow.from_json(
+        {
+            "val/reward_std_dev": 0,
+            "step": 2,
+            "training_step": 2,
+            "recorded_at": "2025-01-01T00:00:00",
+        }
+    )
+    assert row.values == {"val/reward_std_dev": 0.0}
+    assert row.recorded_at.tzinfo is not None
