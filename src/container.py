@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import Any, cast
 
 from dependency_injector import containers, providers
@@ -38,15 +37,11 @@ def wandb_wanted(report_metrics: Sequence[str] | None) -> bool:
     """`report_metrics` names wandb; or it is None and wandb has credentials or a local mode."""
     if report_metrics is not None:
         return "wandb" in report_metrics
-    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled"):
+    if os.environ.get("WANDB_MODE", "").strip().lower() in ("offline", "dryrun", "disabled"):
         return True
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    try:
-        return "api.wandb.ai" in netrc.read_text()
-    except OSError:
-        return False
+    from .adapters.wandb_reporter import has_credentials  # stdlib only; the SDK stays unloaded
+
+    return has_credentials()
 
 
 def mirrors(base_path: str, report_metrics: Sequence[str] | None) -> list[MetricsReporter]:

@@ -9,6 +9,7 @@ negative or huge learning rate).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 
 from .history_index import StepMeanListener
@@ -60,19 +61,21 @@ class RewardStdDevPolicy(StepMeanListener):
     def __init__(self, window: int | None = None) -> None:
         self.window = window
         self._means: dict[int, float] = {}
+        self._steps: list[int] = []  # sorted; new steps almost always arrive last
         self._fit = _LeastSquares()
 
     def step_mean_changed(self, step: int, old: float | None, new: float) -> None:
         if old is not None:
             self._fit.add(float(step), old, sign=-1)
+        else:
+            bisect.insort(self._steps, step)
         self._fit.add(float(step), new)
         self._means[step] = new
 
     def multiplier(self, min_multiplier: float = 0.1, max_multiplier: float = 10.0) -> float:
-        if not self._means:
+        if not self._steps:
             return 1.0
-        last = max(self._means)
         if self.window is None:
-            return self._fit.multiplier(last, min_multiplier, max_multiplier)
-        recent = sorted(self._means)[-self.window :]
+            return self._fit.multiplier(self._steps[-1], min_multiplier, max_multiplier)
+        recent = self._steps[-self.window :]
         return fit_multiplier({s: self._means[s] for s in recent}, min_multiplier, max_multiplier)

@@ -23,7 +23,7 @@ from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
 from .metrics import MetricsRow, aggregate_training_metrics, qualify, summarize
-from .retention import Direction, RetentionDecision, decide
+from .retention import BestStep, Direction, RetentionDecision, decide
 from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_training_groups, groups_from_log_input
 
@@ -65,6 +65,7 @@ class Model:
         self._mirrors = tuple(mirrors)
         self._index: HistoryIndex | None = None
         self._lr_policies: dict[int | None, RewardStdDevPolicy] = {}
+        self._best_steps: dict[tuple[str, Direction], BestStep] = {}
         self._config_recorded = False
 
     @property
@@ -316,6 +317,14 @@ class TrainableModel(Model):
             {"loss/learning_rate_multiplier": multiplier},
         )
 
+    async def _best_step(self, metric: str, direction: Direction) -> int | None:
+        tracker = self._best_steps.get((metric, direction))
+        if tracker is None:
+            tracker = BestStep(direction)
+            (await self._history_index()).subscribe(metric, tracker)
+            self._best_steps[(metric, direction)] = tracker
+        return tracker.step
+
     async def delete_checkpoints(
         self,
         best_checkpoint_metric: str = "val/reward",
@@ -331,11 +340,10 @@ class TrainableModel(Model):
         deleted and the decision says why. `dry_run` reports without deleting."""
         backend = self.backend
         latest = await backend.get_step(self.run)
-        index = await self._history_index()
-        means = index.step_means(best_checkpoint_metric)
+        best = await self._best_step(best_checkpoint_metric, direction)
         existing = await backend.checkpoint_steps(self.run)
         decision = decide(
-            means,
+            best,
             latest=latest,
             metric=best_checkpoint_metric,
             direction=direction,

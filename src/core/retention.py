@@ -8,6 +8,7 @@ from typing import Literal
 import attrs
 
 from .errors import InvalidInputError
+from .history_index import StepMeanListener
 
 Direction = Literal["max", "min"]
 
@@ -29,20 +30,44 @@ class RetentionDecision:
         return tuple(sorted(self.keep))
 
 
-def best_step(step_means: Mapping[int, float], direction: Direction = "max") -> int | None:
-    """The step with the best per-step mean; ties go to the later step."""
+def _check_direction(direction: str) -> None:
     if direction not in ("max", "min"):
         raise InvalidInputError(f"direction must be 'max' or 'min', got {direction!r}")
-    best: tuple[float, int] | None = None
-    for step, value in step_means.items():
-        score = value if direction == "max" else -value
-        if best is None or (score, step) > best:
-            best = (score, step)
+
+
+def best_step(step_means: Mapping[int, float], direction: Direction = "max") -> int | None:
+    """The step with the best per-step mean; ties go to the later step."""
+    _check_direction(direction)
+    sign = 1.0 if direction == "max" else -1.0
+    best = max(((sign * value, step) for step, value in step_means.items()), default=None)
     return None if best is None else best[1]
 
 
+class BestStep(StepMeanListener):
+    """The best step by one metric, kept as per-step means change: O(1) per change, except
+    when the best step itself gets worse (then one rescan)."""
+
+    def __init__(self, direction: Direction = "max") -> None:
+        _check_direction(direction)
+        self._sign = 1.0 if direction == "max" else -1.0
+        self._means: dict[int, float] = {}
+        self._best: tuple[float, int] | None = None
+
+    def step_mean_changed(self, step: int, old: float | None, new: float) -> None:
+        self._means[step] = new
+        candidate = (self._sign * new, step)
+        if self._best is None or candidate >= self._best:
+            self._best = candidate
+        elif self._best[1] == step:  # the best got worse: someone else may lead now
+            self._best = max((self._sign * v, s) for s, v in self._means.items())
+
+    @property
+    def step(self) -> int | None:
+        return None if self._best is None else self._best[1]
+
+
 def decide(
-    step_means: Mapping[int, float] | None,
+    best: int | None,
     *,
     latest: int,
     metric: str,
@@ -50,15 +75,16 @@ def decide(
     keep_last: int = 1,
     pinned: Collection[int] = (),
 ) -> RetentionDecision | None:
-    """The keep set, or None when the metric was never logged: then nothing may be deleted
-    (the reference kept only the latest there, and users lost their best checkpoints)."""
+    """The keep set given the best step, or None when the metric was never logged (`best` is
+    None): then nothing may be deleted (the reference kept only the latest there, and users
+    lost their best checkpoints)."""
+    _check_direction(direction)
     if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
         raise InvalidInputError(f"keep_last must be an integer >= 1, got {keep_last!r}")
-    if not step_means:
+    if best is None:
         return None
-    best = best_step(step_means, direction)
     recent = set(range(max(0, latest - keep_last + 1), latest + 1))
-    keep = frozenset(recent | set(pinned) | ({best} if best is not None else set()))
+    keep = frozenset(recent | set(pinned) | {best})
     return RetentionDecision(
         keep=keep,
         best_step=best,

@@ -11,7 +11,7 @@ from arthex.core.errors import InvalidInputError
 from arthex.core.history_index import HistoryIndex
 from arthex.core.lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy, fit_multiplier
 from arthex.core.metrics import MetricsRow
-from arthex.core.retention import best_step, decide
+from arthex.core.retention import BestStep, Direction, best_step, decide
 
 
 def test_multiplier_follows_the_fitted_line() -> None:
@@ -66,31 +66,41 @@ def test_best_step_ties_go_to_the_later_step_in_both_directions() -> None:
 
 
 def test_retention_keeps_latest_best_recent_and_pinned() -> None:
-    decision = decide(
-        {1: 0.2, 2: 0.9, 3: 0.1, 4: 0.3}, latest=6, metric="val/reward", keep_last=2, pinned={0}
-    )
+    decision = decide(2, latest=6, metric="val/reward", keep_last=2, pinned={0})
     assert decision is not None
     assert decision.keep == {0, 2, 5, 6}
     assert decision.best_step == 2
 
 
 def test_retention_deletes_nothing_without_the_metric() -> None:
-    assert decide({}, latest=5, metric="val/reward") is None
+    assert decide(None, latest=5, metric="val/reward") is None
     with pytest.raises(InvalidInputError):
-        decide({1: 1.0}, latest=1, metric="m", keep_last=0)
+        decide(1, latest=1, metric="m", keep_last=0)
+    with pytest.raises(InvalidInputError):
+        decide(1, latest=1, metric="m", direction="up")  # type: ignore[arg-type]
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    means=st.dictionaries(st.integers(0, 50), st.floats(-1e6, 1e6), min_size=1),
+    updates=st.lists(st.tuples(st.integers(0, 50), st.floats(-1e6, 1e6)), min_size=1),
     latest=st.integers(0, 60),
     keep_last=st.integers(1, 5),
     direction=st.sampled_from(["max", "min"]),
 )
 def test_retention_always_keeps_the_latest_and_the_best(
-    means: dict[int, float], latest: int, keep_last: int, direction: str
+    updates: list[tuple[int, float]], latest: int, keep_last: int, direction: Direction
 ) -> None:
-    decision = decide(means, latest=latest, metric="m", keep_last=keep_last, direction=direction)  # type: ignore[arg-type]
+    # rows arrive one by one; the incremental best matches the best over per-step means
+    index = HistoryIndex()
+    tracker = BestStep(direction)
+    index.subscribe("m", tracker)
+    for step, value in updates:
+        index.observe(MetricsRow(step=step, values={"m": value}))
+    means = index.step_means("m")
+    assert tracker.step == best_step(means, direction)
+    decision = decide(
+        tracker.step, latest=latest, metric="m", keep_last=keep_last, direction=direction
+    )
     assert decision is not None
     assert latest in decision.keep
     best_value = max(means.values()) if direction == "max" else min(means.values())

@@ -1,0 +1,1 @@
+"""Performance runs that print ratios against a baseline measured in the same run."""

@@ -1,0 +1,296 @@
+"""The OpenAI-compatible HTTP server, in-process on the caller's event loop.
+
+It runs uvicorn as a task on the current loop rather than in a thread or a subprocess: the
+engine's batching queue lives on that loop, and rollouts in the same process reach the
+server over loopback without a second interpreter. Every `/v1` route needs the bearer key;
+`/health` does not. Request bodies are capped (413) and every failure is a JSON error in
+OpenAI's shape, never a dead server.
+
+Users who train on the completions must pass `logprobs=True`: token ids are always in the
+choice (`prompt_token_ids`, `token_ids`), logprobs only when asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from types import TracebackType
+from typing import Any
+
+from ...core.errors import BackendError, InvalidInputError, MissingExtraError
+from ._openai import build_response, error_body, parse_request
+from .engine import SamplingEngine, UnknownModelError
+
+__all__ = ["InferenceServer", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class InferenceServer:
+    """Serve `engine` at `http://{host}:{port}/v1`. With `api_key=None` a random key is made
+    (read it from `.api_key`); `port=0` picks a free port. Use `async with` or start/stop."""
+
+    def __init__(
+        self,
+        engine: SamplingEngine,
+        *,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        default_max_tokens: int = 1024,
+    ) -> None:
+        if api_key is not None and not api_key:
+            raise InvalidInputError("api_key must be a non-empty string, or None for a random one")
+        self.engine = engine
+        self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
+        self.host = host
+        self.port = port
+        self.max_body_bytes = max_body_bytes
+        self.default_max_tokens = default_max_tokens
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._socket: socket.socket | None = None
+        self._base_url: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self._base_url is None:
+            raise BackendError("the inference server is not started; await server.start()")
+        return self._base_url
+
+    async def start(self) -> str:
+        """Bind, start serving on this event loop, and return the base URL (ending in /v1)."""
+        if self._base_url is not None:
+            return self._base_url
+        try:
+            import uvicorn
+        except ImportError as exc:
+            raise MissingExtraError("uvicorn", "local") from exc
+        app = create_app(
+            self.engine,
+            api_key=self.api_key,
+            max_body_bytes=self.max_body_bytes,
+            default_max_tokens=self.default_max_tokens,
+        )
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(2048)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise BackendError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+        server = _quiet_server(config)
+        self._socket = sock
+        self._server = server
+        self._task = asyncio.create_task(server.serve(sockets=[sock]), name="arthex-inference")
+        while not server.started:
+            if self._task.done():
+                await self._cleanup()
+                raise BackendError("the inference server failed to start (see the log above)")
+            await asyncio.sleep(0.005)
+        port = sock.getsockname()[1]
+        host = f"[{self.host}]" if family == socket.AF_INET6 else self.host
+        self._base_url = f"http://{host}:{port}/v1"
+        return self._base_url
+
+    async def stop(self) -> None:
+        """Stop accepting, finish in-flight requests (5 s grace), and release the port. The
+        engine is the caller's to close."""
+        if self._server is not None:
+            self._server.should_exit = True
+        await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(BaseException):
+                await self._task
+        if self._socket is not None:
+            self._socket.close()
+        self._task = self._server = self._socket = self._base_url = None
+
+    async def __aenter__(self) -> InferenceServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+def _quiet_server(config: Any) -> Any:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        """uvicorn would take over SIGINT/SIGTERM while serving; the host program owns them."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:  # uvicorn >= 0.29
+            yield
+
+        def install_signal_handlers(self) -> None:  # older uvicorn
+            return None
+
+    return QuietServer(config)
+
+
+def create_app(
+    engine: SamplingEngine,
+    *,
+    api_key: str,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    default_max_tokens: int = 1024,
+) -> ASGIApp:
+    """The ASGI app: FastAPI routes behind a guard for the key and the body size."""
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.responses import JSONResponse
+    except ImportError as exc:
+        raise MissingExtraError("fastapi", "local") from exc
+
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    def error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+        return JSONResponse(error_body(message, kind, status, param), status_code=status)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int(time.time())
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": created, "owned_by": "arthex"}
+                for name in engine.served_models()
+            ],
+        }
+
+    # A plain Starlette route: FastAPI would resolve the `Request` annotation against this
+    # module's globals, where the lazily imported name does not live.
+    async def chat_completions(request: Request) -> JSONResponse:
+        try:
+            parsed = parse_request(await request.body())
+            params = parsed.sampling_params(default_max_tokens)
+            messages = [message.model_dump(exclude_unset=True) for message in parsed.messages]
+            prompt = engine.render_chat(parsed.model, messages, parsed.tools)
+            samples = await engine.sample(parsed.model, prompt, parsed.n, params)
+            body = build_response(engine, parsed, prompt, samples, params)
+        except UnknownModelError as exc:
+            return error(404, str(exc), "NotFoundError", "model")
+        except InvalidInputError as exc:
+            return error(400, str(exc), "BadRequestError")
+        except Exception as exc:
+            logger.exception("chat completion failed")
+            return error(500, f"{type(exc).__name__}: {exc}", "InternalServerError")
+        return JSONResponse(body)
+
+    app.router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    return _Guard(app, api_key=api_key, max_body_bytes=max_body_bytes)
+
+
+class _Guard:
+    """ASGI wrapper: bearer key on /v1 (compared in constant time), a body size cap, and a
+    JSON error for whatever the framework itself rejects."""
+
+    def __init__(self, app: Any, *, api_key: str, max_body_bytes: int) -> None:
+        self.app = app
+        self._key = api_key.encode()
+        self._max = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"].startswith("/v1") and not self._authorized(scope):
+            hint = "missing or wrong API key; send 'Authorization: Bearer <key>'"
+            await _send_json(send, 401, error_body(hint, "AuthenticationError", 401))
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self._max):
+            await self._too_large(send)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self._max:
+                await self._too_large(send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        header = _header(scope, b"authorization")
+        if header is None:
+            return False
+        scheme, _, token = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._key)
+
+    async def _too_large(self, send: Send) -> None:
+        message = f"the request body is larger than {self._max} bytes"
+        await _send_json(send, 413, error_body(message, "RequestTooLarge", 413))
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
