@@ -211,6 +211,14 @@ class TrainableModel(Model):
     def trainable(self) -> bool:
         return True
 
+    async def close(self) -> None:
+        """Close the cached inference client, then the reporters (not the backend: it may
+        serve other models; close it yourself)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        await super().close()
+
     def spec(self) -> ModelSpec:
         return ModelSpec(
             run=self.run,

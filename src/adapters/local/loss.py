@@ -1,0 +1,162 @@
+"""The token-level policy loss: clipped importance sampling on the sampler's logprobs.
+
+Position t of a row predicts token t+1, so every per-token tensor is used shifted by one:
+the logits at [:, :-1] score the tokens at [:, 1:], and the completion mask, old logprobs,
+advantages and weights are read at [:, 1:].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+import torch
+
+from ...core.config import LossName, TrainConfig
+from .packing import PackedBatch
+
+LOG_RATIO_LIMIT = 20.0
+
+
+@attrs.frozen
+class LossSettings:
+    """What the loss needs from a TrainConfig; the clip interval is [1-clip_low, 1+clip_high]."""
+
+    kind: LossName = "cispo"
+    clip_low: float = 1.0
+    clip_high: float = 4.0
+    kl_coef: float = 0.0
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> LossSettings:
+        return cls(
+            kind=config.loss_fn,
+            clip_low=config.clip_low,
+            clip_high=config.clip_high,
+            kl_coef=config.kl_penalty_coef,
+        )
+
+
+@attrs.frozen
+class LossStats:
+    """Detached per-micro-batch numbers; `merge` them over an optimizer step."""
+
+    loss: float
+    tokens: int
+    entropy_sum: float
+    ratios: torch.Tensor
+    clipped: int
+    kl_sum: float
+
+    @staticmethod
+    def merge(parts: Sequence[LossStats], kl_on: bool) -> dict[str, float]:
+        tokens = sum(p.tokens for p in parts)
+        ratios = torch.cat([p.ratios for p in parts]) if parts else torch.zeros(0)
+        metrics = {
+            "loss/train": sum(p.loss for p in parts),
+            "loss/entropy": sum(p.entropy_sum for p in parts) / tokens if tokens else 0.0,
+            "loss/clipped_token_fraction": sum(p.clipped for p in parts) / tokens
+            if tokens
+            else 0.0,
+            **_ratio_stats(ratios),
+        }
+        if kl_on:
+            metrics["loss/kl_policy_ref"] = sum(p.kl_sum for p in parts) / tokens if tokens else 0.0
+        return metrics
+
+
+def shifted_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprob of each next token, entropy of each predictive distribution), [rows, len-1].
+
+    From the raw logits in float32: no temperature, the policy itself."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    targets = tokens[:, 1:].unsqueeze(-1)
+    new = logp.gather(-1, targets).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return new, entropy
+
+
+def policy_loss(
+    logits: torch.Tensor,
+    batch: PackedBatch,
+    settings: LossSettings,
+    *,
+    normalizer: float,
+    ref_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LossStats]:
+    """The micro-batch's share of the optimizer step's loss: Σ(loss·weight·mask)/normalizer,
+    where `normalizer` is the number of completion tokens in the whole optimizer step, so
+    accumulating micro-batches gives the same gradient as one big batch.
+
+    `ref_logprobs` ([rows, len-1], shifted like the rest) turns on the KL penalty."""
+    new, entropy = shifted_logprobs(logits, batch.tokens)
+    mask = batch.mask[:, 1:].to(new.dtype)
+    old = batch.old_logprobs[:, 1:].to(new.dtype)
+    advantages = batch.advantages[:, 1:].to(new.dtype)
+    weights = batch.weights[:, 1:].to(new.dtype)
+    selected = batch.mask[:, 1:]
+
+    # Unknown sampling logprobs mean "ratio 1": compare the policy with itself.
+    old = torch.where(torch.isnan(old), new.detach(), old)
+    log_ratio = torch.clamp(new - old, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    low, high = 1.0 - settings.clip_low, 1.0 + settings.clip_high
+    clipped_ratio = torch.clamp(ratio, low, high)
+
+    kl_sum = 0.0
+    if ref_logprobs is not None and settings.kl_coef > 0:
+        kl = (new.detach() - ref_logprobs.to(new.dtype)) * mask
+        count = mask.sum()
+        mean_kl = kl.sum() / count if count > 0 else kl.sum()
+        advantages = advantages + settings.kl_coef * (mean_kl - kl) * mask
+        kl_sum = float(kl.sum().item())
+
+    if settings.kind == "cispo":
+        per_token = -clipped_ratio.detach() * advantages * new
+    elif settings.kind == "ppo":
+        per_token = -torch.minimum(ratio * advantages, clipped_ratio * advantages)
+    else:
+        per_token = -ratio * advantages
+    loss = (per_token * weights * mask).sum() / max(normalizer, 1e-18)
+
+    with torch.no_grad():
+        outside = (ratio < low) | (ratio > high)
+        clipped = 0 if settings.kind == "importance_sampling" else int((outside & selected).sum())
+        stats = LossStats(
+            loss=float(loss.item()),
+            tokens=int(selected.sum().item()),
+            entropy_sum=float((entropy * mask).sum().item()),
+            ratios=ratio[selected].detach().float().cpu(),
+            clipped=clipped,
+            kl_sum=kl_sum,
+        )
+    return loss, stats
+
+
+def _ratio_stats(ratios: torch.Tensor) -> dict[str, float]:
+    if ratios.numel() == 0:
+        return {
+            "loss/importance_ratio_mean": 1.0,
+            "loss/importance_ratio_p95": 1.0,
+            "loss/importance_ratio_p99": 1.0,
+            "loss/importance_ratio_max": 1.0,
+        }
+    ordered = torch.sort(ratios.double()).values
+    return {
+        "loss/importance_ratio_mean": float(ordered.mean().item()),
+        "loss/importance_ratio_p95": _quantile(ordered, 0.95),
+        "loss/importance_ratio_p99": _quantile(ordered, 0.99),
+        "loss/importance_ratio_max": float(ordered[-1].item()),
+    }
+
+
+def _quantile(ordered: torch.Tensor, q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default), on sorted values."""
+    position = q * (ordered.numel() - 1)
+    below = math.floor(position)
+    above = min(below + 1, ordered.numel() - 1)
+    fraction = position - below
+    return float((ordered[below] * (1 - fraction) + ordered[above] * fraction).item())

@@ -1,0 +1,318 @@
+"""From trajectory groups to fixed-length training rows, using the sampler's own token ids.
+
+Training never re-tokenizes: each Choice carries the prompt and completion token ids the
+inference server returned (`prompt_token_ids`, `token_ids` in `choice.model_extra`), so the
+tokens trained are exactly the tokens sampled, and their logprobs line up one to one.
+
+Layout: ONE sequence per row, right-padded. Several sequences per row would need
+block-diagonal attention (position resets plus a segment-aware mask) to stay correct, which
+plain Hugging Face attention does not offer for every model; one per row is always correct,
+and rows are sized to the longest sequence rounded up to 128 tokens, so little is wasted on
+short rollouts. `segment_ids` is 0 on a row's real tokens and -1 on padding, which is also the
+attention mask.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+from openai.types.chat.chat_completion import Choice
+
+from ...core.advantages import group_advantages
+from ...core.config import TrainConfig
+from ...core.errors import InvalidInputError
+from ...core.metrics import ZERO_VARIANCE_TOLERANCE
+from ...core.trajectories import MessageOrChoice, Trajectory, TrajectoryGroup
+
+ROW_MULTIPLE = 128
+
+
+@attrs.frozen
+class TokenSequence:
+    """One conversation's tokens; `completion[i]` marks a sampled (trained) token and
+    `logprobs[i]` is its sampling logprob (NaN on prompt tokens and where unknown)."""
+
+    tokens: tuple[int, ...]
+    completion: tuple[bool, ...]
+    logprobs: tuple[float, ...]
+    advantage: float
+    group_index: int
+    trajectory_index: int
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return sum(self.completion)
+
+
+@attrs.frozen
+class PackedBatch:
+    """Tensors of shape [rows, seq_len] plus the counts the metrics report.
+
+    `mask[r, t]` is True when token t is a completion token. `old_logprobs` is NaN where the
+    sampling logprob is unknown (ratio 1). `advantages` and `weights` are 0 outside the mask;
+    weights give each trajectory the same total weight (a per-trajectory token mean) and are
+    rescaled to mean 1 over the batch's completion tokens.
+    """
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    position_ids: torch.Tensor
+    segment_ids: torch.Tensor
+    num_groups: int
+    num_groups_trainable: int
+    num_trajectories_trainable: int
+    num_dropped_too_long: int
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.tokens.shape[1]) if self.tokens.ndim == 2 else 0
+
+    @property
+    def num_trainable_tokens(self) -> int:
+        """Completion tokens the loss can see: position 0 predicts nothing, so it never counts."""
+        if self.num_rows == 0:
+            return 0
+        return int(self.mask[:, 1:].sum().item())
+
+    def to(self, device: torch.device) -> PackedBatch:
+        if self.tokens.device == device:
+            return self
+        return attrs.evolve(
+            self,
+            tokens=self.tokens.to(device),
+            mask=self.mask.to(device),
+            old_logprobs=self.old_logprobs.to(device),
+            advantages=self.advantages.to(device),
+            weights=self.weights.to(device),
+            position_ids=self.position_ids.to(device),
+            segment_ids=self.segment_ids.to(device),
+        )
+
+    def rows(self, index: torch.Tensor | slice | list[int]) -> PackedBatch:
+        """The same batch restricted to some rows (micro-batches and optimizer steps)."""
+        return attrs.evolve(
+            self,
+            tokens=self.tokens[index],
+            mask=self.mask[index],
+            old_logprobs=self.old_logprobs[index],
+            advantages=self.advantages[index],
+            weights=self.weights[index],
+            position_ids=self.position_ids[index],
+            segment_ids=self.segment_ids[index],
+        )
+
+
+def build_sequences(
+    groups: Sequence[TrajectoryGroup], config: TrainConfig
+) -> tuple[list[TokenSequence], int]:
+    """Sequences of every trajectory with a non-zero advantage, and the number of groups
+    whose rewards differ. Every Choice of every trajectory is checked, trainable or not, so
+    bad input fails the same way whatever the rewards are."""
+    sequences: list[TokenSequence] = []
+    trainable_groups = 0
+    for g, group in enumerate(groups):
+        rewards = [t.reward for t in group.trajectories]
+        if len(rewards) >= 2 and any(
+            abs(r - rewards[0]) > ZERO_VARIANCE_TOLERANCE for r in rewards
+        ):
+            trainable_groups += 1
+        advantages = group_advantages(rewards, scale=config.scale_rewards)
+        for t, (trajectory, advantage) in enumerate(zip(group.trajectories, advantages)):
+            found = _trajectory_sequences(trajectory, g, t, advantage, config)
+            if advantage != 0.0:
+                sequences.extend(found)
+    return sequences, trainable_groups
+
+
+def pack(
+    groups: Sequence[TrajectoryGroup],
+    config: TrainConfig,
+    *,
+    max_length: int,
+    pad_token_id: int,
+    shuffle_seed: int | None = None,
+) -> PackedBatch:
+    """Build and pack the batch. Rows are `config.packed_sequence_length` long, or the
+    smallest multiple of 128 that holds the longest sequence, capped at `max_length` (the
+    model's context). Longer sequences are dropped and counted, never silently."""
+    if config.packed_sequence_length is not None and config.packed_sequence_length > max_length:
+        raise InvalidInputError(
+            f"TrainConfig.packed_sequence_length={config.packed_sequence_length} is longer than "
+            f"the model's context of {max_length} tokens; use at most {max_length}"
+        )
+    sequences, trainable_groups = build_sequences(groups, config)
+    sequences = [s for s in sequences if s.num_completion_tokens > 0]
+    cap = config.packed_sequence_length or max_length
+    kept = [s for s in sequences if len(s) <= cap]
+    dropped = len(sequences) - len(kept)
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(kept)
+    if config.packed_sequence_length is not None:
+        seq_len = config.packed_sequence_length
+    else:
+        longest = max((len(s) for s in kept), default=0)
+        seq_len = min(max_length, math.ceil(longest / ROW_MULTIPLE) * ROW_MULTIPLE)
+    return _tensors(
+        kept,
+        seq_len=seq_len,
+        pad_token_id=pad_token_id,
+        num_groups=len(groups),
+        num_groups_trainable=trainable_groups,
+        num_dropped_too_long=dropped,
+    )
+
+
+def _tensors(
+    sequences: list[TokenSequence],
+    *,
+    seq_len: int,
+    pad_token_id: int,
+    num_groups: int,
+    num_groups_trainable: int,
+    num_dropped_too_long: int,
+) -> PackedBatch:
+    rows = len(sequences)
+    tokens = torch.full((rows, seq_len), pad_token_id, dtype=torch.int64)
+    mask = torch.zeros((rows, seq_len), dtype=torch.bool)
+    old = torch.full((rows, seq_len), math.nan, dtype=torch.float32)
+    advantages = torch.zeros((rows, seq_len), dtype=torch.float32)
+    weights = torch.zeros((rows, seq_len), dtype=torch.float32)
+    position_ids = torch.arange(seq_len, dtype=torch.int64).repeat(rows, 1)
+    segment_ids = torch.full((rows, seq_len), -1, dtype=torch.int64)
+
+    per_trajectory: dict[tuple[int, int], int] = {}
+    for s in sequences:
+        key = (s.group_index, s.trajectory_index)
+        per_trajectory[key] = per_trajectory.get(key, 0) + s.num_completion_tokens
+    total_tokens = sum(per_trajectory.values())
+    for r, s in enumerate(sequences):
+        n = len(s)
+        tokens[r, :n] = torch.tensor(s.tokens, dtype=torch.int64)
+        row_mask = torch.tensor(s.completion, dtype=torch.bool)
+        mask[r, :n] = row_mask
+        old[r, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
+        segment_ids[r, :n] = 0
+        advantages[r, :n] = torch.where(row_mask, s.advantage, 0.0)
+        # Each trajectory gets total weight total_tokens / n_trajectories, spread evenly over
+        # its completion tokens: mean 1 per token over the batch, equal say per trajectory.
+        own = per_trajectory[(s.group_index, s.trajectory_index)]
+        weight = total_tokens / (len(per_trajectory) * own)
+        weights[r, :n] = torch.where(row_mask, weight, 0.0)
+    return PackedBatch(
+        tokens=tokens,
+        mask=mask,
+        old_logprobs=old,
+        advantages=advantages,
+        weights=weights,
+        position_ids=position_ids,
+        segment_ids=segment_ids,
+        num_groups=num_groups,
+        num_groups_trainable=num_groups_trainable,
+        num_trajectories_trainable=len(per_trajectory),
+        num_dropped_too_long=num_dropped_too_long,
+    )
+
+
+def _trajectory_sequences(
+    trajectory: Trajectory, g: int, t: int, advantage: float, config: TrainConfig
+) -> list[TokenSequence]:
+    conversations: list[tuple[str, list[MessageOrChoice]]] = [
+        ("messages_and_choices", trajectory.messages_and_choices)
+    ]
+    conversations += [
+        (f"additional_histories[{h}].messages_and_choices", history.messages_and_choices)
+        for h, history in enumerate(trajectory.additional_histories)
+    ]
+    # Each built sequence is (tokens, completion mask, logprobs), grown in place.
+    built: list[tuple[list[int], list[bool], list[float]]] = []
+    for field, items in conversations:
+        current: tuple[list[int], list[bool], list[float]] | None = None
+        c = 0
+        for i, item in enumerate(items):
+            if not isinstance(item, Choice):
+                continue
+            where = f"group {g}, trajectory {t}, choice {c} ({field}[{i}])"
+            c += 1
+            prompt, sampled, sampled_logprobs = _choice_tokens(item, where, config)
+            so_far = current[0] if current is not None else []
+            if current is None or prompt[: len(so_far)] != so_far or len(prompt) < len(so_far):
+                current = ([], [], [])
+                built.append(current)
+            tokens, completion, logprobs = current
+            suffix = prompt[len(tokens) :]
+            tokens += suffix + sampled
+            completion += [False] * len(suffix) + [True] * len(sampled)
+            logprobs += [math.nan] * len(suffix) + sampled_logprobs
+    found = [
+        TokenSequence(
+            tokens=tuple(tokens),
+            completion=tuple(completion),
+            logprobs=tuple(logprobs),
+            advantage=advantage,
+            group_index=g,
+            trajectory_index=t,
+        )
+        for tokens, completion, logprobs in built
+        if tokens
+    ]
+    return found
+
+
+def _choice_tokens(
+    choice: Choice, where: str, config: TrainConfig
+) -> tuple[list[int], list[int], list[float]]:
+    extra: dict[str, Any] = choice.model_extra or {}
+    prompt = extra.get("prompt_token_ids")
+    sampled = extra.get("token_ids")
+    if prompt is None or sampled is None:
+        missing = [
+            k for k, v in (("prompt_token_ids", prompt), ("token_ids", sampled)) if v is None
+        ]
+        raise InvalidInputError(
+            f"{where} lacks {' and '.join(missing)}: training uses the sampler's token ids. "
+            "Sample through the model's openai_client() (it asks the server for them), or "
+            "copy them from the response into the Choice"
+        )
+    prompt_ids = _ids(prompt, where, "prompt_token_ids")
+    sampled_ids = _ids(sampled, where, "token_ids")
+    content = choice.logprobs.content if choice.logprobs is not None else None
+    if content is None or (not content and sampled_ids):
+        if not config.allow_training_without_logprobs:
+            raise InvalidInputError(
+                f"{where} has no token logprobs; request them with logprobs=True, or set "
+                "TrainConfig(allow_training_without_logprobs=True) to train with ratio 1"
+            )
+        return prompt_ids, sampled_ids, [math.nan] * len(sampled_ids)
+    if len(content) != len(sampled_ids):
+        raise InvalidInputError(
+            f"{where} has {len(content)} token logprobs for {len(sampled_ids)} token_ids; they "
+            "must match one to one (was the Choice edited after sampling?)"
+        )
+    values: list[float] = []
+    for entry in content:
+        value = float(entry.logprob)
+        values.append(value if math.isfinite(value) else math.nan)
+    return prompt_ids, sampled_ids, values
+
+
+def _ids(value: object, where: str, key: str) -> list[int]:
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        raise InvalidInputError(f"{where}: {key} must be a list of token ids (ints >= 0)")
+    return list(value)

@@ -1,0 +1,352 @@
+"""The policy trainer: a Hugging Face causal LM (LoRA via peft, or fully fine-tuned) and AdamW.
+
+Everything here is synchronous and meant to run on a worker thread: the backend drives it
+with `asyncio.to_thread`, so the event loop that also runs the inference server stays free.
+
+Choices where the reference was silent:
+- `grad_accumulation_sequences=None` puts every row of a batch into ONE optimizer step (the
+  batch is one on-policy sample; several steps over it would be off-policy); `k` makes one
+  optimizer step per k rows, so a train call is always at least one optimizer step. Rows are
+  also split into micro-batches of about `micro_batch_tokens` tokens to bound memory; the
+  gradient is the same either way, because the loss is normalised by the optimizer step's
+  completion tokens, not the micro-batch's.
+- Dropout is off while training (the model stays in eval mode): the policy's logprobs must
+  match the sampler's, or the importance ratios would be noise.
+- Weight decay applies to matrices only (not to norms and biases).
+- `full_finetune=None` fine-tunes fully below 50M parameters and uses LoRA above: small
+  models gain little from LoRA and tests want their exact weights; big ones need LoRA to fit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from ...core.config import TrainConfig
+from ...core.errors import CorruptDataError, InvalidInputError
+from . import checkpoints as ckpt
+from .loss import LossSettings, LossStats, policy_loss, shifted_logprobs
+from .packing import PackedBatch
+
+DEFAULT_LORA_TARGETS: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+FULL_FINETUNE_BELOW_PARAMS = 50_000_000
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+
+
+@attrs.frozen
+class TrainerSettings:
+    base_model: str
+    device: str = "cpu"
+    full_finetune: bool | None = None
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    seed: int = 0
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.1
+    micro_batch_tokens: int = 8192
+
+
+class PolicyTrainer:
+    """One run's trainable model and optimizer, kept in memory between train calls."""
+
+    def __init__(self, settings: TrainerSettings) -> None:
+        self.settings = settings
+        self.model: Any = None
+        self.optimizer: torch.optim.AdamW | None = None
+        self.param_names: list[str] = []
+        self.full_finetune = False
+        self.max_length = 0
+        self.pad_token_id = 0
+
+    # --- building -----------------------------------------------------------------------
+
+    def load(self, checkpoint: Path | None) -> None:
+        """Build the model from the base weights, then the checkpoint's weights and optimizer
+        state when there is one (a restart resumes exactly where the run stopped)."""
+        state = ckpt.read_state(checkpoint) if checkpoint is not None else None
+        base = self._base_model()
+        if state is not None:
+            full = state.get("mode") == "full"
+            wanted = self.settings.full_finetune
+            if wanted is not None and wanted != full:
+                raise InvalidInputError(
+                    f"the run's checkpoints in {checkpoint} were trained with "
+                    f"{'full fine-tuning' if full else 'LoRA'}, but the backend was created with "
+                    f"full_finetune={wanted}; use full_finetune={full} (or None) for this run"
+                )
+        elif self.settings.full_finetune is not None:
+            full = self.settings.full_finetune
+        else:
+            full = sum(p.numel() for p in base.parameters()) < FULL_FINETUNE_BELOW_PARAMS
+        self.full_finetune = full
+        if full and base.dtype != torch.float32:
+            base = base.float()  # full fine-tuning keeps float32 master weights
+        if full:
+            if checkpoint is not None:
+                base.load_state_dict(ckpt.load_weights(checkpoint / ckpt.WEIGHTS_FILE))
+            self.model = base
+        else:
+            self.model = self._lora(base, checkpoint)
+        self.model.eval()
+        self._build_optimizer()
+        if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
+            assert self.optimizer is not None
+            ckpt.load_optimizer(self.optimizer, self.param_names, checkpoint)
+
+    def _base_model(self) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        device = torch.device(self.settings.device)
+        dtype = torch.float32
+        if device.type == "cuda" and self.settings.full_finetune is not True:
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+        try:
+            model: Any = AutoModelForCausalLM.from_pretrained(self.settings.base_model, dtype=dtype)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot load base model {self.settings.base_model!r}: {exc}. Pass a Hugging Face "
+                "causal LM directory or hub id"
+            ) from exc
+        config = model.config
+        self.max_length = int(getattr(config, "max_position_embeddings", 0) or 2048)
+        pad = getattr(config, "pad_token_id", None)
+        if pad is None:
+            eos = getattr(config, "eos_token_id", None)
+            pad = eos[0] if isinstance(eos, list) else eos
+        self.pad_token_id = int(pad) if pad is not None else 0
+        return model.to(device)
+
+    def _lora(self, base: Any, checkpoint: Path | None) -> Any:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        with warnings.catch_warnings():
+            # peft asks transformers a deprecated question; nothing for the user to act on
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            return self._wrap_lora(base, checkpoint, LoraConfig, PeftModel, get_peft_model)
+
+    def _wrap_lora(
+        self, base: Any, checkpoint: Path | None, lora_config: Any, peft_model: Any, get: Any
+    ) -> Any:
+        if checkpoint is not None:
+            return peft_model.from_pretrained(base, str(checkpoint), is_trainable=True)
+        config = lora_config(
+            r=self.settings.lora_rank,
+            lora_alpha=self.settings.lora_alpha,
+            target_modules=list(self.settings.lora_target_modules),
+            lora_dropout=0.0,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.settings.seed)
+                return get(base, config)
+        except ValueError as exc:
+            raise InvalidInputError(
+                f"LoRA target modules {list(self.settings.lora_target_modules)} do not fit "
+                f"{self.settings.base_model!r}: {exc}. Pass lora_target_modules naming its "
+                "linear layers, or full_finetune=True"
+            ) from exc
+
+    def _build_optimizer(self) -> None:
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        decay = [(n, p) for n, p in named if p.ndim >= 2]
+        no_decay = [(n, p) for n, p in named if p.ndim < 2]
+        self.param_names = [n for n, _ in decay] + [n for n, _ in no_decay]
+        groups = [
+            {"params": [p for _, p in decay], "weight_decay": self.settings.weight_decay},
+            {"params": [p for _, p in no_decay], "weight_decay": 0.0},
+        ]
+        self.optimizer = torch.optim.AdamW(
+            groups,
+            lr=1e-6,
+            betas=self.settings.adam_betas,
+            eps=self.settings.adam_eps,
+            foreach=False,
+        )
+
+    # --- saving -------------------------------------------------------------------------
+
+    def trainer_state(self) -> dict[str, Any]:
+        s = self.settings
+        lora = None
+        if not self.full_finetune:
+            lora = {
+                "rank": s.lora_rank,
+                "alpha": s.lora_alpha,
+                "targets": list(s.lora_target_modules),
+            }
+        return {
+            "base_model": s.base_model,
+            "mode": "full" if self.full_finetune else "lora",
+            "lora": lora,
+            "seed": s.seed,
+        }
+
+    def write_checkpoint(self, directory: Path) -> None:
+        """The weights (or adapter) and the optimizer state, into an empty folder."""
+        assert self.optimizer is not None
+        if self.full_finetune:
+            ckpt.save_weights(self.model.state_dict(), directory / ckpt.WEIGHTS_FILE)
+        else:
+            self.model.save_pretrained(str(directory))
+            readme = directory / "README.md"
+            if readme.exists():
+                readme.unlink()
+        ckpt.save_optimizer(self.optimizer, self.param_names, directory)
+
+    # --- training -----------------------------------------------------------------------
+
+    def train(
+        self,
+        batch: PackedBatch,
+        config: TrainConfig,
+        *,
+        reference: Path | None,
+        extra_metrics: dict[str, float] | None = None,
+    ) -> Iterator[dict[str, float]]:
+        """Optimizer steps over the batch, yielding each one's metrics as it finishes.
+
+        `reference` is the KL reference checkpoint (None: the base weights); it is used only
+        when the config's KL coefficient is > 0. The row order is the batch's (the backend
+        shuffles it with a seed derived from the run's seed and step)."""
+        assert self.optimizer is not None and self.model is not None
+        settings = LossSettings.from_config(config)
+        kl_on = settings.kl_coef > 0
+        ref = self._reference_logprobs(batch, reference) if kl_on else None
+        rows = batch.num_rows
+        per_step = config.grad_accumulation_sequences or rows
+        chunks = [list(range(i, min(i + per_step, rows))) for i in range(0, rows, per_step)]
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        device = torch.device(self.settings.device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = config.learning_rate
+        for chunk_rows in chunks:
+            chunk = batch.rows(chunk_rows)
+            normalizer = float(chunk.num_trainable_tokens)
+            self.optimizer.zero_grad(set_to_none=True)
+            parts: list[LossStats] = []
+            for micro in self._micro_batches(len(chunk_rows), batch.seq_len):
+                part = chunk.rows(micro).to(device)
+                logits = self._logits(part)
+                ref_part = None
+                if ref is not None:
+                    ref_part = ref[[chunk_rows[i] for i in micro]].to(device)
+                loss, stats = policy_loss(
+                    logits, part, settings, normalizer=normalizer, ref_logprobs=ref_part
+                )
+                loss.backward()  # type: ignore[no-untyped-call]
+                parts.append(stats)
+                del logits, loss
+            limit = config.max_grad_norm if config.max_grad_norm is not None else math.inf
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, limit)
+            self.optimizer.step()
+            metrics = LossStats.merge(parts, kl_on)
+            metrics.update(
+                {
+                    "loss/grad_norm": float(grad_norm.item()),
+                    "loss/learning_rate": config.learning_rate,
+                    "data/step_num_tokens": normalizer,
+                    "data/step_num_sequences": float(len(chunk_rows)),
+                    "data/step_num_gradient_steps": float(len(chunks)),
+                    **(extra_metrics or {}),
+                }
+            )
+            yield metrics
+
+    def _micro_batches(self, rows: int, seq_len: int) -> Iterator[list[int]]:
+        size = max(1, self.settings.micro_batch_tokens // max(seq_len, 1))
+        for start in range(0, rows, size):
+            yield list(range(start, min(start + size, rows)))
+
+    def _logits(self, batch: PackedBatch) -> torch.Tensor:
+        out = self.model(
+            input_ids=batch.tokens,
+            attention_mask=(batch.segment_ids >= 0).long(),
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
+        logits: torch.Tensor = out.logits
+        return logits
+
+    def _reference_logprobs(self, batch: PackedBatch, reference: Path | None) -> torch.Tensor:
+        """Reference logprobs for every row, computed once before any update: the reference
+        weights are swapped in, used, and the trained weights put back."""
+        with torch.no_grad(), self._reference_weights(reference):
+            out = []
+            for micro in self._micro_batches(batch.num_rows, batch.seq_len):
+                part = batch.rows(micro).to(torch.device(self.settings.device))
+                new, _ = shifted_logprobs(self._logits(part), part.tokens)
+                out.append(new.float().cpu())
+        return torch.cat(out) if out else torch.zeros((0, max(batch.seq_len - 1, 0)))
+
+    @contextlib.contextmanager
+    def _reference_weights(self, reference: Path | None) -> Iterator[None]:
+        if reference is None and not self.full_finetune:
+            with self.model.disable_adapter():
+                yield
+            return
+        saved = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        try:
+            if self.full_finetune:
+                if reference is None:
+                    weights = self._base_model().state_dict()
+                else:
+                    weights = ckpt.load_weights(reference / ckpt.WEIGHTS_FILE)
+                self.model.load_state_dict(weights)
+            else:
+                from peft.utils import set_peft_model_state_dict
+
+                assert reference is not None
+                adapter = reference / ADAPTER_WEIGHTS_FILE
+                if not adapter.is_file():
+                    raise CorruptDataError(f"the KL reference {reference} has no {adapter.name}")
+                set_peft_model_state_dict(self.model, ckpt.load_weights(adapter))
+            yield
+        finally:
+            with torch.no_grad():
+                for name, param in self.model.named_parameters():
+                    if name in saved:
+                        param.copy_(saved[name])
+
+
+def trainable_state(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
+    """The trainable parameters by name (what tests compare across runs)."""
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def optimizer_tensors(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
+    """The optimizer's tensor state keyed like `optimizer.safetensors`."""
+    assert trainer.optimizer is not None
+    state = trainer.optimizer.state_dict()["state"]
+    out: dict[str, torch.Tensor] = {}
+    for index, values in state.items():
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor):
+                out[f"state.{trainer.param_names[int(index)]}.{key}"] = value.detach().cpu()
+    return out
+
+
+__all__: Sequence[str] = (
+    "PolicyTrainer",
+    "TrainerSettings",
+    "optimizer_tensors",
+    "trainable_state",
+)

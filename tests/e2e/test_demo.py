@@ -1,0 +1,40 @@
+"""The demo really learns: the reward of its last steps is well above its first step's."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+
+from arthex.demo import DemoResult, digit_share, run_demo
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_digit_share_counts_visible_characters() -> None:
+    assert digit_share("12 ab") == 0.5
+    assert digit_share("   ") == 0.0
+    assert digit_share("") == 0.0
+
+
+def test_demo_improves_the_reward(tmp_path: Path) -> None:
+    out = io.StringIO()
+    result: DemoResult = asyncio.run(run_demo(str(tmp_path), steps=15, seed=0, stream=out))
+    assert len(result.rewards) == 15
+    assert result.first_reward < 0.2, "a random model should rarely earn the reward"
+    assert result.last3_mean > 2 * result.first_reward
+    assert result.last3_mean >= result.first_reward + 0.2, result.rewards
+    text = out.getvalue()
+    assert text.count(" reward ") == 15 and "mean of the last three steps" in text
+    # the real loop left its files: history rows per step, and only the kept checkpoints
+    model_dir = Path(result.model_dir)
+    rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in rows if "train/reward" in r} == set(range(15))
+    kept = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
+    assert "0015" in kept and len(kept) <= 2
