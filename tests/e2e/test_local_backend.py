@@ -25,9 +25,8 @@ from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError, NotRegisteredError
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
-from arthex.ports.training_backend import InferenceEndpoint, TrainingBackend
+from arthex.ports.training_backend import InferenceEndpoint
 from arthex.testing.contracts.training_backend import (
-    TrainingBackendContract,
     synthetic_groups,
 )
 from arthex.testing.tiny_model import tiny_model
@@ -488,16 +487,3 @@ def test_rewarding_a_completion_raises_its_logprob_under_the_served_model(
     assert good_ids != bad_ids
     assert before[0] == good_ids and after[0] == good_ids
     assert after[1] > before[1] + 1.0, f"logprob of the rewarded completion: {before} -> {after}"
-
-
-# --- the shared contract -------------------------------------------------------------------
-
-
-class TestLocalBackendContract(TrainingBackendContract):
-    @pytest.fixture
-    def backend(self) -> TrainingBackend:
-        return LocalBackend(full_finetune=True)
-
-    @pytest.fixture
-    def base_model(self, tmp_path_factory: pytest.TempPathFactory) -> str:
-        return tiny_model(tmp_path_factory.getbasetemp() / "contract-tiny")

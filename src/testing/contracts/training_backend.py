@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import pytest
+from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
 from ...core.config import TrainConfig
@@ -110,11 +112,19 @@ class TrainingBackendContract:
             base_path=str(tmp_path / "art"),
         )
 
+    @pytest.fixture
+    def restart_backend(self) -> TrainingBackend:
+        """Override to return a NEW backend over the same storage as `backend`, to run the
+        restart tests; by default they are skipped."""
+        pytest.skip("override the `restart_backend` fixture to run the restart tests")
+
+    learning_signal_lr = 1e-2
+
     def make_groups(self, *, equal: bool = False, offset: int = 0) -> list[TrajectoryGroup]:
         return synthetic_groups(equal=equal, offset=offset)
 
     def config(self, **overrides: Any) -> TrainConfig:
-        return TrainConfig(learning_rate=1e-3, **overrides)
+        return TrainConfig(**{"learning_rate": 1e-3, **overrides})
 
     # -- step rules ----------------------------------------------------------------------
 
@@ -270,3 +280,193 @@ class TrainingBackendContract:
             await b.close()
 
         run_scenario(backend, spec, scenario)
+
+    # -- restart -------------------------------------------------------------------------
+
+    def test_restart_resumes_from_the_newest_checkpoint(
+        self, backend: TrainingBackend, restart_backend: TrainingBackend, spec: ModelSpec
+    ) -> None:
+        if Capability.RESUME not in backend.capabilities:
+            pytest.skip("backend lacks capability 'resume'")
+
+        async def first(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
+            for i in range(2):
+                async for _m in b.train(s.run, self.make_groups(offset=i), self.config()):
+                    pass
+            return await b.get_step(s.run)
+
+        async def second(
+            b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None
+        ) -> tuple[int, int]:
+            resumed = await b.get_step(s.run)
+            async for _m in b.train(s.run, self.make_groups(offset=2), self.config()):
+                pass
+            return resumed, await b.get_step(s.run)
+
+        assert run_scenario(backend, spec, first) == 2
+        assert run_scenario(restart_backend, spec, second) == (2, 3)
+
+    # -- serving -------------------------------------------------------------------------
+
+    def test_endpoint_serves_each_step_with_logprobs_and_token_ids(
+        self, backend: TrainingBackend, spec: ModelSpec
+    ) -> None:
+        if Capability.INFERENCE not in backend.capabilities:
+            pytest.skip("backend lacks capability 'inference'")
+
+        async def scenario(
+            b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
+        ) -> tuple[set[str], Choice]:
+            assert endpoint is not None, "a backend with 'inference' returns an endpoint"
+            async with _client(endpoint) as client:
+                names = {m.id async for m in client.models.list()}
+                response = await client.chat.completions.create(
+                    model=s.run.inference_name(0), messages=PROMPT, max_tokens=5, logprobs=True
+                )
+            return names, response.choices[0]
+
+        names, choice = run_scenario(backend, spec, scenario)
+        assert {spec.run.inference_name(), spec.run.inference_name(0)} <= names
+        extra = choice.model_extra or {}
+        assert extra.get("prompt_token_ids"), "choices carry the prompt's token ids"
+        assert extra.get("token_ids"), "choices carry the completion's token ids"
+        assert choice.logprobs is not None and choice.logprobs.content is not None
+        assert len(choice.logprobs.content) == len(extra["token_ids"])
+
+    def test_step_names_resolve_to_that_steps_weights(
+        self, backend: TrainingBackend, spec: ModelSpec
+    ) -> None:
+        if Capability.INFERENCE not in backend.capabilities:
+            pytest.skip("backend lacks capability 'inference'")
+
+        async def scenario(
+            b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
+        ) -> tuple[Greedy, Greedy, Greedy, Greedy]:
+            assert endpoint is not None
+            before = await _greedy(endpoint, s.run.inference_name(0))
+            for i in range(2):
+                groups = await _rollout_groups(endpoint, s.run.inference_name(), offset=i)
+                async for _m in b.train(
+                    s.run, groups, self.config(learning_rate=self.learning_signal_lr)
+                ):
+                    pass
+            return (
+                before,
+                await _greedy(endpoint, s.run.inference_name(0)),
+                await _greedy(endpoint, s.run.inference_name(2)),
+                await _greedy(endpoint, s.run.inference_name()),
+            )
+
+        before, step0, step2, latest = run_scenario(backend, spec, scenario)
+        assert step0.tokens == before.tokens
+        assert step0.logprob == pytest.approx(before.logprob, abs=1e-3)
+        assert latest.tokens == step2.tokens
+        assert latest.logprob == pytest.approx(step2.logprob, abs=1e-3)
+        assert (step2.tokens, round(step2.logprob, 3)) != (step0.tokens, round(step0.logprob, 3))
+
+    def test_rewarding_a_completion_raises_its_probability(
+        self, backend: TrainingBackend, spec: ModelSpec
+    ) -> None:
+        """The learning signal: for a fixed prompt, reward one completion over another for a
+        few steps; the rewarded one becomes more likely under the served model."""
+        if Capability.INFERENCE not in backend.capabilities:
+            pytest.skip("backend lacks capability 'inference'")
+
+        async def scenario(
+            b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
+        ) -> tuple[Greedy, Greedy, list[int]]:
+            assert endpoint is not None
+            async with _client(endpoint) as client:
+                good = (
+                    await client.chat.completions.create(
+                        model=s.run.inference_name(),
+                        messages=PROMPT,
+                        max_tokens=6,
+                        temperature=0,
+                        logprobs=True,
+                    )
+                ).choices[0]
+                bad = (
+                    await client.chat.completions.create(
+                        model=s.run.inference_name(),
+                        messages=PROMPT,
+                        max_tokens=6,
+                        temperature=1.0,
+                        logprobs=True,
+                        seed=7,
+                    )
+                ).choices[0]
+            before = await _greedy(endpoint, s.run.inference_name(0))
+            group = TrajectoryGroup(
+                [
+                    Trajectory(messages_and_choices=[*PROMPT, good], reward=1.0),
+                    Trajectory(messages_and_choices=[*PROMPT, bad], reward=0.0),
+                ]
+            )
+            for _ in range(4):
+                async for _m in b.train(
+                    s.run, [group], self.config(learning_rate=self.learning_signal_lr)
+                ):
+                    pass
+            after = await _greedy(endpoint, s.run.inference_name())
+            return before, after, list((bad.model_extra or {})["token_ids"])
+
+        before, after, bad_tokens = run_scenario(backend, spec, scenario)
+        assert before.tokens != bad_tokens, "the sampled completion should differ from greedy"
+        assert after.tokens == before.tokens
+        assert after.logprob > before.logprob + 1.0, (
+            f"logprob of the rewarded completion went {before.logprob:.2f} -> {after.logprob:.2f}"
+        )
+
+
+PROMPT: list[Any] = [{"role": "user", "content": "What is two plus two?"}]
+
+
+@attrs.frozen
+class Greedy:
+    tokens: list[int]
+    logprob: float
+
+
+def _client(endpoint: InferenceEndpoint) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+
+
+async def _greedy(endpoint: InferenceEndpoint, model: str) -> Greedy:
+    async with _client(endpoint) as client:
+        response = await client.chat.completions.create(
+            model=model, messages=PROMPT, max_tokens=6, temperature=0, logprobs=True
+        )
+    choice = response.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    return Greedy(
+        list((choice.model_extra or {})["token_ids"]),
+        sum(t.logprob for t in choice.logprobs.content),
+    )
+
+
+async def _rollout_groups(
+    endpoint: InferenceEndpoint, model: str, *, offset: int = 0, groups: int = 2, n: int = 4
+) -> list[TrajectoryGroup]:
+    """Real rollouts through the endpoint, rewarded by index so every group is trainable."""
+    out = []
+    async with _client(endpoint) as client:
+        for g in range(groups):
+            messages: list[Any] = [{"role": "user", "content": f"Count to {g + 3 + offset}."}]
+            response = await client.chat.completions.create(
+                model=model,
+                messages=messages,
+                n=n,
+                max_tokens=6,
+                logprobs=True,
+                seed=offset * 10 + g,
+            )
+            out.append(
+                TrajectoryGroup(
+                    [
+                        Trajectory(messages_and_choices=[*messages, c], reward=float(i % 2))
+                        for i, c in enumerate(response.choices)
+                    ]
+                )
+            )
+    return out

@@ -1,0 +1,161 @@
+"""Bad input and fuzzing at the frontend: every input gets a clear error or is stored and read
+back exactly; nothing on disk is damaged by a failing call."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import arthex
+from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.core.errors import ArthexError, InvalidNameError
+from arthex.core.identity import validate_name
+from arthex.core.metrics import qualify_key
+
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+names = st.one_of(
+    st.text(min_size=0, max_size=200),
+    st.sampled_from(["..", ".", "a/b", "/abs", "a\x00b", "x" * 129, "con", "-rf", "ok-name"]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(names)
+def test_names_are_either_safe_segments_or_refused(name: str) -> None:
+    try:
+        validate_name(name)
+    except InvalidNameError as error:
+        assert str(error)
+        return
+    assert "/" not in name and "\\" not in name and "\x00" not in name
+    assert name not in (".", "..") and not name.startswith(".")
+    assert 1 <= len(name) <= 128
+    assert all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+
+
+@FUZZ
+@given(split=names)
+def test_fuzzed_splits_never_write_outside_the_run(tmp_path: Path, split: str) -> None:
+    model = arthex.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+    traj = arthex.Trajectory(messages_and_choices=[{"role": "user", "content": "x"}], reward=1)
+    try:
+        asyncio.run(model.log([traj], split=split))
+    except InvalidNameError:
+        pass
+    for path in tmp_path.rglob("*"):
+        assert path.resolve().is_relative_to(
+            (tmp_path / "p" / "models" / "m").resolve()
+        ) or path.resolve() in {(tmp_path / "p").resolve(), (tmp_path / "p" / "models").resolve()}
+
+
+metric_values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**53), 2**53),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
+)
+
+
+@FUZZ
+@given(metrics=st.dictionaries(st.text(max_size=30), metric_values, max_size=8))
+def test_fuzzed_metric_rows_round_trip_or_are_refused_before_writing(
+    tmp_path: Path, metrics: dict[str, Any]
+) -> None:
+    model = arthex.Model(name="fuzz", project="p", base_path=str(tmp_path), report_metrics=[])
+    before = list(asyncio.run(model.history()))
+    try:
+        row = asyncio.run(model.log(metrics=metrics, split="val"))
+    except ArthexError:
+        assert list(asyncio.run(model.history())) == before  # nothing written
+        return
+    after = list(asyncio.run(model.history()))
+    if row is None:
+        assert after == before
+        return
+    assert after[-1].values == row.values
+    qualified = [qualify_key(key, "val") for key in metrics]
+    for key, value in metrics.items():
+        if qualified.count(qualify_key(key, "val")) > 1:
+            continue  # "x" and "val/x" name one metric; the later value wins
+        stored = row.values[qualify_key(key, "val")]
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            assert stored is None
+        else:
+            assert stored == float(value)
+
+
+json_text = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
+tool_calls = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": st.text(min_size=1, max_size=8),
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries(
+                {"name": st.text(min_size=1, max_size=12), "arguments": json_text}
+            ),
+        }
+    ),
+    max_size=2,
+)
+messages = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "system", "tool"]), "content": json_text}
+        ),
+        st.builds(
+            lambda content, calls: {"role": "assistant", "content": content, "tool_calls": calls},
+            json_text,
+            tool_calls,
+        ),
+    ),
+    max_size=5,
+)
+rewards = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@FUZZ
+@given(
+    conversation=messages,
+    reward=rewards,
+    nested=st.lists(messages, max_size=2),
+    long_text=st.text(min_size=0, max_size=20_000),
+)
+def test_fuzzed_trajectories_round_trip_or_are_refused(
+    tmp_path: Path,
+    conversation: list[dict[str, Any]],
+    reward: float,
+    nested: list[list[dict[str, Any]]],
+    long_text: str,
+) -> None:
+    try:
+        trajectory = arthex.Trajectory(
+            messages_and_choices=[*conversation, {"role": "user", "content": long_text}],
+            additional_histories=[{"messages_and_choices": m} for m in nested],
+            reward=reward,
+            logs=[long_text[:100]],
+        )
+    except ValueError as error:  # pydantic's ValidationError is a ValueError
+        assert not math.isfinite(reward)
+        assert "finite" in str(error)
+        return
+    model = arthex.Model(name="traj", project="p", base_path=str(tmp_path), report_metrics=[])
+    store = ParquetTrajectoryStore(str(tmp_path))  # the default store reads what log wrote
+    asyncio.run(model.log([trajectory], split="val", step=7))
+    groups = asyncio.run(store.read(model.run, "val", 7))
+    assert groups[-1].trajectories[0] == trajectory
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_rewards_are_refused_with_a_clear_message(bad: float) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        arthex.Trajectory(reward=bad)
