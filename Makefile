@@ -24,8 +24,8 @@ demo: setup
 	$(BIN)/arthex demo
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 
 typecheck: setup
 	$(BIN)/mypy --strict

@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "ParquetTrajectoryStore": "arthex.adapters.parquet_store",
     "JsonlHistory": "arthex.adapters.jsonl_history",
     "WandbReporter": "arthex.adapters.wandb_reporter",
+    "load_trajectories": "arthex.loaders",
+    "load_history": "arthex.loaders",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -87,3 +89,5 @@ if TYPE_CHECKING:
     from .core.trajectories import Trajectory as Trajectory
     from .core.trajectories import TrajectoryGroup as TrajectoryGroup
     from .core.trajectories import trajectory_group as trajectory_group
+    from .loaders import load_history as load_history
+    from .loaders import load_trajectories as load_trajectories

@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import math
 import traceback as traceback_module
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Iterator, Sequence
 from typing import Annotated, Any, TypeAlias
 
 from openai.types.chat.chat_completion import Choice
@@ -195,25 +195,36 @@ class TrajectoryGroup(BaseModel):
         return len(self.trajectories)
 
 
-async def trajectory_group(
+def trajectory_group(
     rollouts: Iterable[Awaitable[Trajectory]],
     *,
     metadata: dict[str, MetadataValue] | None = None,
     metrics: dict[str, MetricValue] | None = None,
     logs: list[str] | None = None,
-) -> TrajectoryGroup:
+) -> Coroutine[Any, Any, TrajectoryGroup]:
     """Await rollouts concurrently; keep input order; a rollout that raises an `Exception`
-    becomes an exception entry (a `BaseException` such as cancellation propagates)."""
+    becomes an exception entry (a `BaseException` such as cancellation propagates).
+
+    The rollouts are taken from `rollouts` now, not when the group is awaited, so a generator
+    over a loop variable (`trajectory_group(rollout(t) for _ in range(8))` inside
+    `for t in tickets`) captures each `t` as it is at the call.
+    """
     awaitables = list(rollouts)
-    results = await asyncio.gather(*awaitables, return_exceptions=True)
-    items: list[Trajectory | BaseException] = []
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, Exception):
-            raise result
-        if not isinstance(result, Trajectory | BaseException):
-            raise TypeError(f"a rollout returned {type(result).__name__}, expected a Trajectory")
-        items.append(result)
-    return TrajectoryGroup(items, metadata=metadata, metrics=metrics, logs=logs)
+
+    async def gather() -> TrajectoryGroup:
+        results = await asyncio.gather(*awaitables, return_exceptions=True)
+        items: list[Trajectory | BaseException] = []
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            if not isinstance(result, Trajectory | BaseException):
+                raise TypeError(
+                    f"a rollout returned {type(result).__name__}, expected a Trajectory"
+                )
+            items.append(result)
+        return TrajectoryGroup(items, metadata=metadata, metrics=metrics, logs=logs)
+
+    return gather()
 
 
 def count_rollouts(groups: Sequence[TrajectoryGroup]) -> tuple[int, int]:

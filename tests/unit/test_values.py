@@ -193,3 +193,19 @@ def test_training_input_checks() -> None:
         check_training_groups([without_logprobs], config)
     allowed = TrainConfig(allow_training_without_logprobs=True)
     assert check_training_groups([without_logprobs], allowed) == [without_logprobs]
+
+
+def test_trajectory_group_takes_its_rollouts_at_the_call() -> None:
+    async def rollout(topic: str) -> Trajectory:
+        return Trajectory(metadata={"topic": topic})
+
+    async def main() -> list[TrajectoryGroup]:
+        pending = [trajectory_group(rollout(t) for _ in range(2)) for t in ("a", "b", "c")]
+        return [await group for group in pending]
+
+    groups = asyncio.run(main())
+    assert [[t.metadata["topic"] for t in g] for g in groups] == [
+        ["a", "a"],
+        ["b", "b"],
+        ["c", "c"],
+    ]
