@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "TooManyExceptionsError": "arthex.core.errors",
     "MissingExtraError": "arthex.core.errors",
     "LocalBackend": "arthex.adapters.local",
+    "ServerlessBackend": "arthex.adapters.serverless",
     "ParquetTrajectoryStore": "arthex.adapters.parquet_store",
     "JsonlHistory": "arthex.adapters.jsonl_history",
     "WandbReporter": "arthex.adapters.wandb_reporter",
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from .adapters.jsonl_history import JsonlHistory as JsonlHistory
     from .adapters.local import LocalBackend as LocalBackend
     from .adapters.parquet_store import ParquetTrajectoryStore as ParquetTrajectoryStore
+    from .adapters.serverless import ServerlessBackend as ServerlessBackend
     from .adapters.wandb_reporter import WandbReporter as WandbReporter
     from .api import Model as Model
     from .api import TrainableModel as TrainableModel

@@ -68,6 +68,10 @@ def backend(kind: str, **kwargs: Any) -> TrainingBackend:
         from .adapters.local import LocalBackend
 
         return LocalBackend(**kwargs)
+    if kind == "serverless":
+        from .adapters.serverless import ServerlessBackend
+
+        return ServerlessBackend(**kwargs)
     if kind == "inmemory":
         from .testing.fake_backend import InMemoryBackend
 
@@ -75,7 +79,9 @@ def backend(kind: str, **kwargs: Any) -> TrainingBackend:
     for entry in entry_points(group="arthex.backends"):
         if entry.name == kind:
             return cast(TrainingBackend, entry.load()(**kwargs))
-    raise InvalidInputError(f"unknown backend kind {kind!r}; built-in: 'local', 'inmemory'")
+    raise InvalidInputError(
+        f"unknown backend kind {kind!r}; built-in: 'local', 'serverless', 'inmemory'"
+    )
 
 
 class Container(containers.DeclarativeContainer):

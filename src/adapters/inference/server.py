@@ -88,7 +88,9 @@ class InferenceServer:
             default_max_tokens=self.default_max_tokens,
         )
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(
+            family, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )  # lets asyncio set TCP_NODELAY
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))

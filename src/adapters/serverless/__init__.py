@@ -1,0 +1,14 @@
+"""Training on another machine: `ServerlessBackend` (the client) and the training server it
+talks to (`arthex.adapters.serverless.server`). Importing this package imports neither httpx
+nor fastapi; the client imports httpx when it first sends a request."""
+
+from .client import JobEvent, ServerlessBackend
+from .errors import ModelBusyError, ServerlessAuthError, TrainingJobFailed
+
+__all__ = [
+    "JobEvent",
+    "ModelBusyError",
+    "ServerlessAuthError",
+    "ServerlessBackend",
+    "TrainingJobFailed",
+]

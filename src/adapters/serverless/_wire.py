@@ -1,0 +1,83 @@
+"""What client and server agree on: paths, event names, the error body, metric encoding.
+
+Both ends import this module and nothing heavier, so the wire format has one definition.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+MODELS_PATH = "/preview/models"
+JOBS_PATH = "/preview/training-jobs"
+BACKEND_PATH = "/preview/backend"
+
+TRAINING_STARTED = "training_started"
+GRADIENT_STEP = "gradient_step"
+TRAINING_ENDED = "training_ended"
+TRAINING_FAILED = "training_failed"
+EVENT_TYPES = (TRAINING_STARTED, GRADIENT_STEP, TRAINING_ENDED, TRAINING_FAILED)
+TERMINAL_EVENTS = frozenset({TRAINING_ENDED, TRAINING_FAILED})
+
+# Error `type`s in the body; the client maps statuses, and these where a status is shared.
+AUTHENTICATION_ERROR = "authentication_error"
+NOT_FOUND = "not_found"
+INVALID_REQUEST = "invalid_request"
+MODEL_BUSY = "model_busy"
+REQUEST_TOO_LARGE = "request_too_large"
+UNSUPPORTED_CAPABILITY = "unsupported_capability"
+INTERNAL_ERROR = "internal_error"
+
+# Server-made identifiers; a path segment that does not match is a 404 before any lookup.
+MODEL_ID = re.compile(r"m[0-9a-f]{24}")
+JOB_ID = re.compile(r"j[0-9a-f]{24}")
+
+
+def error_body(status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape, so OpenAI clients of the proxy read our errors too."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def error_message(payload: object) -> tuple[str, str, str | None]:
+    """(message, type, param) of an error body; tolerant of bodies that are not ours."""
+    if isinstance(payload, Mapping):
+        error = payload.get("error", payload)
+        if isinstance(error, Mapping):
+            message = error.get("message") or error.get("detail")
+            kind = error.get("type")
+            param = error.get("param")
+            return (
+                str(message) if message is not None else "",
+                str(kind) if kind is not None else "",
+                str(param) if param is not None else None,
+            )
+        if isinstance(error, str):
+            return error, "", None
+    return "", "", None
+
+
+def encode_metrics(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """JSON has no NaN or infinity: non-finite values travel as null."""
+    encoded: dict[str, float | None] = {}
+    for key, value in metrics.items():
+        number = float(value)
+        encoded[str(key)] = number if math.isfinite(number) else None
+    return encoded
+
+
+def decode_metrics(payload: object) -> dict[str, float]:
+    """The inverse of `encode_metrics`; null comes back as NaN, so every value is a float."""
+    if not isinstance(payload, Mapping):
+        return {}
+    return {
+        str(key): float("nan") if value is None else float(value)
+        for key, value in payload.items()
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    }
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()

@@ -1,0 +1,383 @@
+"""ServerlessBackend: a TrainingBackend that trains on a remote training server over HTTP.
+
+    backend = ServerlessBackend("http://gpu-box:8000", api_key="ak-...")
+
+`base_url` and `api_key` come from the arguments, else from `ARTHEX_SERVERLESS_URL` and
+`ARTHEX_API_KEY`. The base URL is the server's root (a trailing `/v1` is tolerated). Only the
+trajectory groups and the config travel; the history and the parquet files stay with the
+frontend, and the checkpoints stay on the server.
+
+Retries: GET and DELETE are retried with exponential backoff on connection errors, 429 and
+500/502/503/504; a POST is never retried, since the server may have acted on it. Training
+events are read with a cursor that advances past every event (the long poll returns as soon
+as one arrives), so a client that reconnects, or another one given the job id and cursor,
+reads each event exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import random
+import ssl
+import time
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ...core.config import TrainConfig
+from ...core.errors import (
+    BackendError,
+    InvalidInputError,
+    MissingExtraError,
+    NotRegisteredError,
+    UnsupportedCapability,
+)
+from ...core.identity import ModelSpec, RunRef
+from ...core.trajectories import TrajectoryGroup
+from ...ports.training_backend import (
+    BackendCapabilities,
+    Capability,
+    InferenceEndpoint,
+    TrainingBackend,
+)
+from . import _wire as wire
+from .errors import ModelBusyError, ServerlessAuthError, TrainingJobFailed
+
+if TYPE_CHECKING:
+    import httpx
+
+URL_ENV = "ARTHEX_SERVERLESS_URL"
+KEY_ENV = "ARTHEX_API_KEY"
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_BACKOFF_S = 8.0
+EMPTY_POLL_PAUSE_S = 1.0
+
+
+@attrs.frozen
+class JobEvent:
+    """One training-job event. `id` is the cursor to resume after it."""
+
+    id: str
+    type: str
+    data: Mapping[str, Any]
+    created_at: str | None = None
+
+
+class ServerlessBackend:
+    """Train and serve on an arthex training server (or any server speaking its API).
+
+    `timeout` is per request (a long poll adds `poll_wait_s`), `retries` how often a GET or
+    DELETE is retried, `backoff_s` the first retry's delay (doubled each time, with jitter,
+    capped at 8 s; a Retry-After header wins). `transport` is an httpx transport for
+    custom networking (a proxy, a unix socket); the capabilities lookup before `register`
+    does not use it."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        poll_wait_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        url = base_url if base_url is not None else os.environ.get(URL_ENV)
+        key = api_key if api_key is not None else os.environ.get(KEY_ENV)
+        if not url:
+            raise InvalidInputError(
+                f"ServerlessBackend needs the server's URL: pass base_url= or set {URL_ENV}"
+            )
+        if not key:
+            raise InvalidInputError(
+                f"ServerlessBackend needs an API key: pass api_key= or set {KEY_ENV}"
+            )
+        if retries < 0 or timeout <= 0 or backoff_s < 0 or not 0 <= poll_wait_s <= 30:
+            raise InvalidInputError(
+                "timeout must be > 0, retries and backoff_s >= 0, poll_wait_s in [0, 30]"
+            )
+        url = url.rstrip("/")
+        self.base_url = url[: -len("/v1")] if url.endswith("/v1") else url
+        self.api_key = key
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.poll_wait_s = poll_wait_s
+        self._transport = transport
+        self._model_ids: dict[RunRef, str] = {}
+        self._capabilities: BackendCapabilities | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    # --- capabilities -------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        """The server's backend's capabilities. Known after `register`; before it, the
+        first access asks the server (a blocking GET, once)."""
+        if self._capabilities is None:
+            httpx = _httpx()
+            with httpx.Client(timeout=self.timeout, verify=_ssl_context()) as client:
+                response = self._sync_get(client, wire.BACKEND_PATH)
+            self._capabilities = BackendCapabilities(response.json()["capabilities"])
+        return self._capabilities
+
+    async def _caps(self) -> BackendCapabilities:
+        if self._capabilities is None:
+            response = await self._request("GET", wire.BACKEND_PATH)
+            self._capabilities = BackendCapabilities(response.json()["capabilities"])
+        return self._capabilities
+
+    # --- the port -----------------------------------------------------------------------
+
+    async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
+        """Register (or find) `project/name` on the server; the endpoint is the server's
+        OpenAI-compatible proxy for this project, with this client's key. `base_path` is not
+        sent: the server keeps checkpoints under its own state directory, and `base_model`
+        names a model the server can load (a hub id, or a directory on the server)."""
+        if not model.trainable:
+            return None
+        body = {
+            "project": model.run.project,
+            "name": model.run.name,
+            "base_model": model.base_model,
+            "config": dict(model.config),
+        }
+        payload = (await self._request("POST", wire.MODELS_PATH, json=body)).json()
+        self._model_ids[model.run] = str(payload["id"])
+        if "capabilities" in payload:
+            self._capabilities = BackendCapabilities(payload["capabilities"])
+        if not payload.get("inference"):
+            return None
+        return InferenceEndpoint(
+            base_url=f"{self.base_url}/v1/projects/{model.run.project}",
+            api_key=self.api_key,
+            model_name=model.run.name,
+        )
+
+    async def get_step(self, run: RunRef) -> int:
+        return int((await self._checkpoints(run))["step"])
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        return sorted(int(item["step"]) for item in (await self._checkpoints(run))["data"])
+
+    async def delete_checkpoint_files(
+        self, run: RunRef, steps_to_keep: Collection[int]
+    ) -> list[int]:
+        keep = set(steps_to_keep)
+        doomed = [step for step in await self.checkpoint_steps(run) if step not in keep]
+        if not doomed:
+            return []
+        path = f"{wire.MODELS_PATH}/{self._model_id(run)}/checkpoints"
+        payload = (await self._request("DELETE", path, json={"steps": doomed})).json()
+        return sorted(int(step) for step in payload["deleted"])
+
+    async def train(
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        """Create a training job and yield each gradient step's metrics as the server
+        reports them; returns when the job ends, raises TrainingJobFailed if it fails."""
+        job_id = await self.create_training_job(run, groups, config)
+        async for event in self.job_events(job_id):
+            if event.type == wire.GRADIENT_STEP:
+                yield wire.decode_metrics(event.data.get("metrics"))
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> ServerlessBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    async def create_training_job(
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> str:
+        """POST the job (never retried) and return its id."""
+        model_id = self._model_id(run)
+        if not groups:
+            raise InvalidInputError("train got no groups: there is nothing to train on")
+        caps = await self._caps()
+        caps.require(f"loss:{config.loss_fn}", "ServerlessBackend (the server's backend)")
+        if config.kl_penalty_coef > 0:
+            caps.require(Capability.KL_PENALTY, "ServerlessBackend (the server's backend)")
+        body = {
+            "model_id": model_id,
+            "trajectory_groups": [group.model_dump(mode="json") for group in groups],
+            "config": config.to_json(),
+        }
+        return str((await self._request("POST", wire.JOBS_PATH, json=body)).json()["id"])
+
+    async def job_events(self, job_id: str, *, after: str | None = None) -> AsyncIterator[JobEvent]:
+        """The job's events after the cursor `after`, through its terminal event; raises
+        TrainingJobFailed at `training_failed`. Stop early and resume later (from any client
+        with the same key) by passing the last event's `id` as `after`."""
+        cursor = after or "0"
+        path = f"{wire.JOBS_PATH}/{job_id}/events"
+        while True:
+            params = {"after": cursor, "limit": "1000", "wait": str(self.poll_wait_s)}
+            asked = time.monotonic()
+            page = (
+                await self._request("GET", path, params=params, extra_timeout=self.poll_wait_s)
+            ).json()
+            early = time.monotonic() - asked < self.poll_wait_s / 2 or self.poll_wait_s == 0
+            if not page["data"] and early:
+                # An empty page that came back early: a server that does not long-poll.
+                await asyncio.sleep(EMPTY_POLL_PAUSE_S)
+            for item in page["data"]:
+                event = JobEvent(
+                    id=str(item["id"]),
+                    type=str(item["type"]),
+                    data=item.get("data") or {},
+                    created_at=item.get("created_at"),
+                )
+                cursor = event.id
+                yield event
+                if event.type == wire.TRAINING_FAILED:
+                    raise TrainingJobFailed(
+                        job_id,
+                        str(event.data.get("message") or "no message"),
+                        str(event.data.get("type") or ""),
+                    )
+                if event.type == wire.TRAINING_ENDED:
+                    return
+
+    # --- HTTP ---------------------------------------------------------------------------
+
+    def _model_id(self, run: RunRef) -> str:
+        model_id = self._model_ids.get(run)
+        if model_id is None:
+            raise NotRegisteredError(
+                f"model {run} is not registered with this ServerlessBackend; call "
+                "`await model.register(backend)` first"
+            )
+        return model_id
+
+    async def _checkpoints(self, run: RunRef) -> dict[str, Any]:
+        path = f"{wire.MODELS_PATH}/{self._model_id(run)}/checkpoints"
+        payload: dict[str, Any] = (await self._request("GET", path)).json()
+        return payload
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            httpx = _httpx()
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=self.timeout,
+                verify=_ssl_context(),
+                headers={"Authorization": f"Bearer {self.api_key}"},
+                transport=self._transport,
+            )
+        return self._client
+
+    async def _request(
+        self, method: str, path: str, *, extra_timeout: float = 0.0, **kwargs: Any
+    ) -> httpx.Response:
+        httpx = _httpx()
+        client = self._http()
+        attempts = 1 if method == "POST" else self.retries + 1
+        timeout = self.timeout + extra_timeout
+        for attempt in range(attempts):
+            try:
+                response = await client.request(method, path, timeout=timeout, **kwargs)
+            except httpx.TransportError as exc:
+                if attempt + 1 >= attempts:
+                    raise _transport_error(method, path, exc, self.base_url) from exc
+                await asyncio.sleep(self._delay(attempt, None))
+                continue
+            if response.status_code in RETRY_STATUSES and attempt + 1 < attempts:
+                await asyncio.sleep(self._delay(attempt, response))
+                continue
+            _raise_for_status(method, path, response)
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _sync_get(self, client: httpx.Client, path: str) -> httpx.Response:
+        httpx = _httpx()
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        url = self.base_url + path
+        for attempt in range(self.retries + 1):
+            try:
+                response = client.get(url, headers=headers)
+            except httpx.TransportError as exc:
+                if attempt >= self.retries:
+                    raise _transport_error("GET", path, exc, self.base_url) from exc
+                time.sleep(self._delay(attempt, None))
+                continue
+            if response.status_code in RETRY_STATUSES and attempt < self.retries:
+                time.sleep(self._delay(attempt, response))
+                continue
+            _raise_for_status("GET", path, response)
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        if response is not None:
+            retry_after = response.headers.get("retry-after", "")
+            if retry_after.replace(".", "", 1).isdigit():
+                return min(float(retry_after), MAX_BACKOFF_S)
+        base = min(self.backoff_s * (2**attempt), MAX_BACKOFF_S)
+        return float(base * (0.5 + random.random() / 2))  # jitter: retrying clients do not stampede
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError as exc:
+        raise MissingExtraError("httpx", "serverless") from exc
+    return httpx
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """Made once per process: building one (loading the CA bundle) costs ~0.1 s, and every
+    event loop needs a client of its own."""
+    context: ssl.SSLContext = _httpx().create_ssl_context()
+    return context
+
+
+def _transport_error(method: str, path: str, exc: Exception, base_url: str) -> BackendError:
+    note = " (a POST is not retried: the server may have acted on it)" if method == "POST" else ""
+    return BackendError(
+        f"{method} {path} could not reach the training server at {base_url}: "
+        f"{type(exc).__name__}: {exc}{note}"
+    )
+
+
+def _raise_for_status(method: str, path: str, response: httpx.Response) -> None:
+    status = response.status_code
+    if status < 400:
+        return
+    try:
+        payload: object = response.json()
+    except ValueError:
+        payload = None
+    message, kind, param = wire.error_message(payload)
+    message = message or response.text[:500] or response.reason_phrase
+    if status == 401:
+        raise ServerlessAuthError(
+            f"the training server refused the API key ({message}); check ARTHEX_API_KEY"
+        )
+    if status == 404:
+        raise NotRegisteredError(message)
+    if status == 409:
+        raise ModelBusyError(message)
+    if status in (400, 413, 422):
+        raise InvalidInputError(message)
+    if status == 501 and kind == wire.UNSUPPORTED_CAPABILITY:
+        raise UnsupportedCapability(
+            param or "?", "ServerlessBackend (the server's backend)", message
+        )
+    raise BackendError(f"{method} {path} failed with HTTP {status}: {message}")
+
+
+if TYPE_CHECKING:
+    _fits: type[TrainingBackend] = ServerlessBackend

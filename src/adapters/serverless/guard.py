@@ -1,0 +1,118 @@
+"""The ASGI layer in front of every route: the API key first, then the body size cap.
+
+It runs before routing, so no request reaches a route (or an unknown path) unauthenticated,
+and a body is refused with 413 as soon as it is known to be too long: at once when its
+Content-Length says so, otherwise while it streams in, never after buffering all of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from ._wire import AUTHENTICATION_ERROR, REQUEST_TOO_LARGE, error_body
+from .keys import KeyRing
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+TENANT_SCOPE_KEY = "arthex.tenant"
+
+
+class Guard:
+    def __init__(self, app: ASGIApp, *, keys: KeyRing, max_body_bytes: int) -> None:
+        self.app = app
+        self.keys = keys
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        tenant = self._tenant(scope)
+        if tenant is None:
+            message = "missing or wrong API key; send 'Authorization: Bearer <key>'"
+            await send_json(
+                send,
+                401,
+                error_body(401, message, AUTHENTICATION_ERROR),
+                [(b"www-authenticate", b"Bearer")],
+            )
+            return
+        scope[TENANT_SCOPE_KEY] = tenant
+        declared = header(scope, b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
+            await self._too_large(send)
+            return
+        body = bytearray()
+        while True:
+            received = await receive()
+            if received["type"] == "http.disconnect":
+                return
+            body += received.get("body", b"")
+            if len(body) > self.max_body_bytes:
+                await self._too_large(send)
+                return
+            if not received.get("more_body", False):
+                break
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if delivered:
+                return await receive()  # later reads wait for the disconnect, as ASGI says
+            delivered = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def _tenant(self, scope: Scope) -> str | None:
+        value = header(scope, b"authorization")
+        if value is None:
+            return None
+        scheme, _, token = value.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        return self.keys.tenant_for(token)
+
+    async def _too_large(self, send: Send) -> None:
+        message = (
+            f"the request body is larger than this server accepts ({self.max_body_bytes} "
+            "bytes); send fewer trajectory groups per request"
+        )
+        await send_json(
+            send, 413, error_body(413, message, REQUEST_TOO_LARGE), [(b"connection", b"close")]
+        )
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if bytes(key).lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    payload: dict[str, Any],
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(extra_headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

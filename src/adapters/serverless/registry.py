@@ -1,0 +1,132 @@
+"""The server's model registry: which tenant registered which `project/name`, under which id.
+
+The backend knows a model only by its id (`RunRef(project=tenant, name=id)`), so two tenants
+can use the same `project/name` without seeing each other, and no client-chosen string ever
+becomes a path on the server. The registry is one JSON file, rewritten atomically on each
+change, so a restarted server still knows every model whose checkpoints are on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ...core.errors import CorruptDataError
+from ...core.identity import RunRef
+from .._files import atomic_write_bytes
+from ._wire import MODEL_ID, now_iso
+
+REGISTRY_VERSION = 1
+
+
+def model_id(tenant: str, project: str, name: str) -> str:
+    """Deterministic, so a register retried after a crash lands on the same checkpoints."""
+    digest = hashlib.sha256(f"{tenant}\0{project}\0{name}".encode()).hexdigest()
+    return "m" + digest[:24]
+
+
+@attrs.frozen
+class ModelRecord:
+    id: str
+    tenant: str
+    project: str
+    name: str
+    base_model: str | None
+    config: Mapping[str, Any] = attrs.field(factory=dict)
+    created_at: str = attrs.field(factory=now_iso)
+
+    @property
+    def run(self) -> RunRef:
+        """The identity the backend sees."""
+        return RunRef(project=self.tenant, name=self.id)
+
+    def public(self) -> dict[str, Any]:
+        """What the tenant is told; the tenant is implied by the key."""
+        return {
+            "id": self.id,
+            "object": "model",
+            "project": self.project,
+            "name": self.name,
+            "base_model": self.base_model,
+            "config": dict(self.config),
+            "created_at": self.created_at,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.public(), "tenant": self.tenant}
+
+
+class ModelRegistry:
+    """In memory, persisted to `path` on every change. Lookups are by tenant: another
+    tenant's model is simply not found."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._models: dict[str, ModelRecord] = {}
+
+    def load(self) -> None:
+        if not self.path.exists():
+            return
+        try:
+            payload = json.loads(self.path.read_bytes())
+            if payload.get("version") != REGISTRY_VERSION:
+                raise ValueError(f"unknown version {payload.get('version')!r}")
+            models = {
+                item["id"]: ModelRecord(
+                    id=item["id"],
+                    tenant=item["tenant"],
+                    project=item["project"],
+                    name=item["name"],
+                    base_model=item.get("base_model"),
+                    config=item.get("config") or {},
+                    created_at=item.get("created_at") or now_iso(),
+                )
+                for item in payload["models"]
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptDataError(
+                f"the model registry {self.path} cannot be read ({exc}); restore it from a "
+                "backup or move it away to start with no registered models"
+            ) from exc
+        for record in models.values():
+            if MODEL_ID.fullmatch(record.id) is None:
+                raise CorruptDataError(
+                    f"the model registry {self.path} holds a bad id {record.id!r}"
+                )
+        self._models = models
+
+    def get(self, tenant: str, model_id: str) -> ModelRecord | None:
+        record = self._models.get(model_id)
+        return record if record is not None and record.tenant == tenant else None
+
+    def find(self, tenant: str, project: str, name: str) -> ModelRecord | None:
+        return self.get(tenant, model_id(tenant, project, name))
+
+    def named(self, tenant: str, name: str, project: str | None = None) -> list[ModelRecord]:
+        return [
+            record
+            for record in self._models.values()
+            if record.tenant == tenant
+            and record.name == name
+            and (project is None or record.project == project)
+        ]
+
+    def of_tenant(self, tenant: str) -> list[ModelRecord]:
+        return sorted(
+            (r for r in self._models.values() if r.tenant == tenant),
+            key=lambda r: (r.project, r.name),
+        )
+
+    def add(self, record: ModelRecord) -> None:
+        models = {**self._models, record.id: record}
+        payload = {
+            "version": REGISTRY_VERSION,
+            "models": [r.to_json() for r in sorted(models.values(), key=lambda r: r.id)],
+        }
+        atomic_write_bytes(self.path, json.dumps(payload, indent=1).encode())
+        self._models = models

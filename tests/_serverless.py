@@ -1,0 +1,194 @@
+"""Running the training server as a real subprocess on loopback, for the serverless tests.
+
+`start_server` launches `python -m arthex.adapters.serverless.server` with a fresh keys file
+and waits for its "listening on" line. `slow_backend` is a backend factory for `--backend
+tests._serverless:slow_backend`: the in-memory backend with a pause after each gradient step,
+so a test can act while a job is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from arthex.core.config import TrainConfig
+from arthex.core.identity import RunRef
+from arthex.core.trajectories import TrajectoryGroup
+from arthex.testing.fake_backend import InMemoryBackend
+
+REPO = Path(__file__).resolve().parents[1]
+STEP_DELAY_ENV = "ARTHEX_TEST_STEP_DELAY"
+
+
+class SlowInMemoryBackend(InMemoryBackend):
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    async def train(
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        async for metrics in super().train(run, groups, config):
+            await asyncio.sleep(self.delay_s)
+            yield metrics
+
+
+def slow_backend() -> SlowInMemoryBackend:
+    return SlowInMemoryBackend(float(os.environ.get(STEP_DELAY_ENV, "0.5")))
+
+
+def cispo_only_backend() -> InMemoryBackend:
+    return InMemoryBackend(losses=("cispo",))
+
+
+@attrs.define
+class ServerProcess:
+    url: str
+    state_dir: Path
+    keys: dict[str, str]
+    process: subprocess.Popen[bytes]
+    log: Path
+    _unused: list[str] = attrs.field(factory=list)
+
+    def fresh_tenant(self) -> tuple[str, str]:
+        """(tenant, key) of a tenant no test has used yet: a clean slate on a shared server."""
+        if not self._unused:
+            raise RuntimeError("every tenant of this server has been used; start more tenants")
+        tenant = self._unused.pop()
+        return tenant, self.keys[tenant]
+
+    def fresh_key(self) -> str:
+        return self.fresh_tenant()[1]
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def make_keys(count: int) -> dict[str, str]:
+    return {f"tenant{i:03d}": f"key-{i:03d}-{secrets.token_urlsafe(18)}" for i in range(count)}
+
+
+@attrs.define
+class PendingServer:
+    """A server process that is starting; `wait()` for its URL (do other work meanwhile)."""
+
+    state_dir: Path
+    keys: dict[str, str]
+    process: subprocess.Popen[bytes]
+    log: Path
+    timeout_s: float
+
+    def wait(self) -> ServerProcess:
+        url = _await_ready(self.process, self.log, self.timeout_s)
+        server = ServerProcess(
+            url=url, state_dir=self.state_dir, keys=self.keys, process=self.process, log=self.log
+        )
+        server._unused.extend(sorted(self.keys, reverse=True))
+        return server
+
+
+def launch_server(
+    state_dir: Path,
+    *,
+    backend: str = "inmemory",
+    keys: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> PendingServer:
+    keys = keys if keys is not None else make_keys(40)
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    keys_file = state_dir.parent / f"keys-{secrets.token_hex(4)}.txt"
+    keys_file.write_text("".join(f"{tenant}:{key}\n" for tenant, key in keys.items()))
+    log = state_dir.parent / f"server-{secrets.token_hex(4)}.log"
+    command = [
+        sys.executable,
+        "-m",
+        "arthex.adapters.serverless.server",
+        "--backend",
+        backend,
+        "--port",
+        "0",
+        "--keys",
+        str(keys_file),
+        "--state-dir",
+        str(state_dir),
+        *extra_args,
+    ]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **(env or {}),
+    }
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=log_file
+        )
+    return PendingServer(state_dir, keys, process, log, timeout_s)
+
+
+def start_server(
+    state_dir: Path,
+    *,
+    backend: str = "inmemory",
+    keys: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> ServerProcess:
+    return launch_server(
+        state_dir, backend=backend, keys=keys, extra_args=extra_args, env=env
+    ).wait()
+
+
+def _await_ready(process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    buffer = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.2)
+        if ready:
+            chunk = os.read(process.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buffer += chunk
+            for line in buffer.decode(errors="replace").splitlines():
+                if "listening on " in line:
+                    return line.split("listening on ", 1)[1].split()[0]
+        elif process.poll() is not None:
+            break
+    process.kill()
+    process.wait()
+    raise RuntimeError(f"the training server did not start:\n{log.read_text()[-3000:]}")
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file under `directory` and its bytes: compare two to prove nothing changed."""
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def directories(directory: Path) -> set[str]:
+    return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_dir()}

@@ -1,0 +1,119 @@
+"""ServerlessBackend passes the TrainingBackend contract against a real training server process
+on loopback: with the in-memory backend behind it, with one lacking a loss, and with
+LocalBackend training the tiny model on CPU.
+
+Each test gets a tenant of its own on a server shared by the class, so tests see a clean
+server without paying for a process start each. `restart_backend` is a new client with the
+same key: what a frontend process that restarts sees (the server keeps the checkpoints; the
+server's own restart is tested in tests/e2e/test_serverless_flow.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from arthex.adapters.serverless import ServerlessBackend
+from arthex.core.errors import InvalidInputError
+from arthex.ports.training_backend import TrainingBackend
+from arthex.testing.contracts.training_backend import TrainingBackendContract
+from tests._serverless import ServerProcess, launch_server, start_server
+
+pytestmark = pytest.mark.e2e
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
+    server = start_server(tmp_path_factory.mktemp("server") / "state", backend=backend)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="class")
+def inmemory_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from _server(tmp_path_factory, "inmemory")
+
+
+@pytest.fixture(scope="class")
+def cispo_only_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from _server(tmp_path_factory, "tests._serverless:cispo_only_backend")
+
+
+@pytest.fixture(scope="class")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    pytest.importorskip("torch")
+    from arthex.testing.tiny_model import tiny_model
+
+    pending = launch_server(tmp_path_factory.mktemp("server") / "state", backend="local")
+    tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")  # while the server imports torch
+    server = pending.wait()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class ServerlessContract(TrainingBackendContract):
+    """The kit's hooks, for a class whose `server` fixture names its server."""
+
+    @pytest.fixture
+    def key(self, server: ServerProcess) -> str:
+        return server.fresh_key()
+
+    @pytest.fixture
+    def backend(self, server: ServerProcess, key: str) -> TrainingBackend:
+        return ServerlessBackend(server.url, key)
+
+    @pytest.fixture
+    def restart_backend(self, server: ServerProcess, key: str) -> TrainingBackend:
+        return ServerlessBackend(server.url, key)
+
+
+class TestServerlessOverInMemory(ServerlessContract):
+    @pytest.fixture
+    def server(self, inmemory_server: ServerProcess) -> ServerProcess:
+        return inmemory_server
+
+    def test_environment_supplies_url_and_key(
+        self, inmemory_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        key = inmemory_server.fresh_key()
+        monkeypatch.setenv("ARTHEX_SERVERLESS_URL", inmemory_server.url + "/v1/")
+        monkeypatch.setenv("ARTHEX_API_KEY", key)
+        backend = ServerlessBackend()
+        assert backend.base_url == inmemory_server.url
+        assert backend.api_key == key
+        assert "train" in backend.capabilities
+
+    def test_missing_url_or_key_is_a_clear_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("ARTHEX_SERVERLESS_URL", raising=False)
+        monkeypatch.delenv("ARTHEX_API_KEY", raising=False)
+        with pytest.raises(InvalidInputError, match="ARTHEX_SERVERLESS_URL"):
+            ServerlessBackend(api_key="k" * 20)
+        with pytest.raises(InvalidInputError, match="ARTHEX_API_KEY"):
+            ServerlessBackend("http://127.0.0.1:1")
+
+
+class TestServerlessOverInMemoryWithoutPpo(ServerlessContract):
+    """The server's backend lacks losses: the refusal crosses the wire as UnsupportedCapability."""
+
+    @pytest.fixture
+    def server(self, cispo_only_server: ServerProcess) -> ServerProcess:
+        return cispo_only_server
+
+
+class TestServerlessOverLocal(ServerlessContract):
+    """LocalBackend and the tiny model on CPU behind the server: the serving and
+    learning-signal tests of the kit run through the server's OpenAI-compatible proxy."""
+
+    @pytest.fixture
+    def server(self, local_server: ServerProcess) -> ServerProcess:
+        return local_server
+
+    @pytest.fixture
+    def base_model(self, tmp_path_factory: pytest.TempPathFactory) -> str | None:
+        from arthex.testing.tiny_model import tiny_model
+
+        return tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
