@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "MissingExtraError": "arthex.core.errors",
     "LocalBackend": "arthex.adapters.local",
     "ServerlessBackend": "arthex.adapters.serverless",
+    "TinkerBackend": "arthex.adapters.tinker",
     "ParquetTrajectoryStore": "arthex.adapters.parquet_store",
     "JsonlHistory": "arthex.adapters.jsonl_history",
     "WandbReporter": "arthex.adapters.wandb_reporter",
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from .adapters.local import LocalBackend as LocalBackend
     from .adapters.parquet_store import ParquetTrajectoryStore as ParquetTrajectoryStore
     from .adapters.serverless import ServerlessBackend as ServerlessBackend
+    from .adapters.tinker import TinkerBackend as TinkerBackend
     from .adapters.wandb_reporter import WandbReporter as WandbReporter
     from .api import Model as Model
     from .api import TrainableModel as TrainableModel

@@ -72,6 +72,10 @@ def backend(kind: str, **kwargs: Any) -> TrainingBackend:
         from .adapters.serverless import ServerlessBackend
 
         return ServerlessBackend(**kwargs)
+    if kind == "tinker":
+        from .adapters.tinker import TinkerBackend
+
+        return TinkerBackend(**kwargs)
     if kind == "inmemory":
         from .testing.fake_backend import InMemoryBackend
 
@@ -80,7 +84,7 @@ def backend(kind: str, **kwargs: Any) -> TrainingBackend:
         if entry.name == kind:
             return cast(TrainingBackend, entry.load()(**kwargs))
     raise InvalidInputError(
-        f"unknown backend kind {kind!r}; built-in: 'local', 'serverless', 'inmemory'"
+        f"unknown backend kind {kind!r}; built-in: 'local', 'serverless', 'tinker', 'inmemory'"
     )
 
 

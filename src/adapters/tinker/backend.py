@@ -1,0 +1,609 @@
+"""TinkerBackend: trains LoRA adapters on the Tinker service through its pinned SDK, and serves
+rollouts through arthex's OpenAI-compatible server, sampling on Tinker.
+
+One `train` call is one optimizer step: every trained Choice becomes a `Datum` (see datums.py),
+`forward_backward` and `optim_step` are submitted together and both awaited, then the new step
+`n` is saved as sampler weights `step_{n:06d}` (what serves it) and, every `save_state_every`
+steps, as full state (weights and optimizer, what a restart resumes from). The map from steps
+to `tinker://` paths lives in `{model_dir}/tinker-run.json` (record.py).
+
+Choices where the reference was silent:
+- Loss. `TrainConfig.loss_fn` defaults to "cispo" for every backend, but Tinker's own default is
+  importance sampling. The backend's `loss_fn` (default "importance_sampling") is used when the
+  config asks for "cispo" (its default, which cannot be told apart from an explicit choice);
+  "ppo" and "importance_sampling" in the config always win. For CISPO on Tinker create
+  `TinkerBackend(loss_fn="cispo")` (or `loss_fn=None`: always follow the config). Clip bounds
+  map to Tinker's ratio thresholds: `[1 - clip_low, 1 + clip_high]`.
+- Tokens are summed by Tinker's losses; advantages are not normalised by length, as in
+  Tinker's cookbook. `loss/train` is reported per completion token, like the local backend's.
+- A restart (or a failed call that may have left the service ahead of the record) resumes from
+  the newest saved state. With `save_state_every=1` (the default) that is the latest step; with
+  k > 1 the run rewinds to the newest state's step, and the later steps' checkpoints are
+  deleted (a warning says so). Deleting checkpoints never removes the newest state.
+- Nothing trainable still advances the step: the unchanged weights are saved as the new step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ...core.config import TrainConfig
+from ...core.errors import (
+    ArthexError,
+    BackendError,
+    CorruptDataError,
+    InvalidInputError,
+    MissingExtraError,
+    NotRegisteredError,
+)
+from ...core.identity import ModelSpec, RunRef
+from ...core.trajectories import TrajectoryGroup
+from ...ports.training_backend import (
+    BackendCapabilities,
+    Capability,
+    InferenceEndpoint,
+    TrainingBackend,
+)
+from .clients import (
+    RestClientLike,
+    SamplingClientLike,
+    SdkClients,
+    ServiceClientLike,
+    TinkerClients,
+    TinkerNotFound,
+    TrainingClientLike,
+    call,
+    finish,
+    submit,
+)
+from .record import Checkpoint, RunRecord, read_record, step_name, training_run_of, write_record
+from .step import TinkerLoss, kl_penalty, optimize
+
+if TYPE_CHECKING:
+    from tinker import types
+
+    from ..inference.server import InferenceServer
+    from .datums import Batch
+    from .engine import TinkerSamplingEngine
+
+logger = logging.getLogger(__name__)
+
+_LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
+
+_CAPABILITIES = BackendCapabilities(
+    {
+        Capability.TRAIN,
+        Capability.INFERENCE,
+        Capability.DELETE_CHECKPOINTS,
+        Capability.RESUME,
+        Capability.KL_PENALTY,
+        Capability.LOSS_CISPO,
+        Capability.LOSS_PPO,
+        Capability.LOSS_IMPORTANCE_SAMPLING,
+    }
+)
+
+
+@attrs.define
+class _Serving:
+    tokenizer: str
+    engine: TinkerSamplingEngine
+    server: InferenceServer
+    base_url: str
+    names: set[str] = attrs.field(factory=set)
+
+
+@attrs.define
+class _Run:
+    spec: ModelSpec
+    model_dir: Path
+    record: RunRecord
+    training: TrainingClientLike | None
+    serving: _Serving | None  # None when the backend serves nothing (serve=False)
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    references: dict[str, SamplingClientLike] = attrs.field(factory=dict)
+
+
+class TinkerBackend:
+    """Train on Tinker; serve `{name}` and `{name}@{step}` from an OpenAI-compatible server.
+
+    `base_url`/`api_key` default to the SDK's own lookup (`TINKER_BASE_URL`, `TINKER_API_KEY`).
+    `path` overrides the model's `base_path`. `tokenizer` is where the chat tokenizer is loaded
+    from when the Tinker model name is not a loadable Hugging Face id or directory.
+    `serve=False` trains without starting an inference server (`register` returns None).
+    `clients` replaces the SDK (tests). `timeout_s` bounds every wait on the service.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        lora_rank: int = 8,
+        seed: int | None = None,
+        loss_fn: TinkerLoss | None = "importance_sampling",
+        save_state_every: int = 1,
+        tokenizer: str | None = None,
+        adam_betas: tuple[float, float] = (0.9, 0.95),
+        adam_eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        timeout_s: float | None = None,
+        inference_api_key: str | None = None,
+        serve: bool = True,
+        clients: TinkerClients | None = None,
+    ) -> None:
+        if isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1:
+            raise InvalidInputError(f"lora_rank must be an integer >= 1, got {lora_rank!r}")
+        if (
+            isinstance(save_state_every, bool)
+            or not isinstance(save_state_every, int)
+            or save_state_every < 1
+        ):
+            raise InvalidInputError(
+                f"save_state_every must be an integer >= 1, got {save_state_every!r}"
+            )
+        if loss_fn is not None and loss_fn not in _LOSSES:
+            raise InvalidInputError(f"loss_fn must be one of {_LOSSES} or None, got {loss_fn!r}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise InvalidInputError(f"timeout_s must be > 0 or None, got {timeout_s!r}")
+        self._path = path
+        self._clients = clients
+        self._base_url = base_url
+        self._api_key = api_key
+        self._lora_rank = lora_rank
+        self._seed = seed
+        self._loss_fn = loss_fn
+        self._save_state_every = save_state_every
+        self._tokenizer = tokenizer
+        self._adam_betas = adam_betas
+        self._adam_eps = adam_eps
+        self._weight_decay = weight_decay
+        self._timeout_s = timeout_s
+        self._inference_key = inference_api_key
+        self._serve = serve
+        self._service_client: ServiceClientLike | None = None
+        self._rest_client: RestClientLike | None = None
+        self._runs: dict[RunRef, _Run] = {}
+        self._servings: list[_Serving] = []
+        self._register_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        if self._serve:
+            return _CAPABILITIES
+        return BackendCapabilities(_CAPABILITIES.names - {str(Capability.INFERENCE)})
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
+        """Open the run on Tinker: resume it from its newest saved state when the model
+        directory has a record, else create a LoRA training client and save step 0; then
+        serve the latest step."""
+        if self._closed:
+            raise BackendError("this TinkerBackend is closed; create a new one")
+        if not model.trainable:
+            return None
+        if not model.base_model:
+            raise InvalidInputError(
+                f"model {model.run} has no base_model; TinkerBackend needs a model Tinker serves"
+            )
+        if self._register_lock is None:
+            self._register_lock = asyncio.Lock()
+        async with self._register_lock:
+            run = self._runs.get(model.run)
+            if run is None:
+                run = await self._open_run(model)
+                self._runs[model.run] = run
+            if run.serving is None:
+                return None
+            return InferenceEndpoint(
+                base_url=run.serving.base_url, api_key=self._key(), model_name=model.run.name
+            )
+
+    async def _open_run(self, spec: ModelSpec) -> _Run:
+        assert spec.base_model is not None
+        model_dir = Path(self._path or spec.base_path) / spec.run.project / "models" / spec.run.name
+        model_dir.mkdir(parents=True, exist_ok=True)
+        record = await asyncio.to_thread(read_record, model_dir)
+        if record is None:
+            training = await call(
+                f"creating a LoRA training client for {spec.base_model!r}",
+                self._timeout_s,
+                self._service().create_lora_training_client,
+                spec.base_model,
+                rank=self._lora_rank,
+                seed=self._seed,
+            )
+            first = await self._save(training, 0, with_state=True)
+            record = RunRecord(
+                base_model=spec.base_model,
+                lora_rank=self._lora_rank,
+                training_run_id=training.model_id,
+                step=0,
+                checkpoints=(first,),
+            )
+            await asyncio.to_thread(write_record, model_dir, record)
+        else:
+            self._check_record(spec, record, model_dir)
+            training, record = await self._resume(record, model_dir)
+        serving = await self._serving_for(spec) if self._serve else None
+        run = _Run(
+            spec=spec, model_dir=model_dir, record=record, training=training, serving=serving
+        )
+        await self._serve_step(run, record.step)
+        return run
+
+    def _check_record(self, spec: ModelSpec, record: RunRecord, model_dir: Path) -> None:
+        if record.base_model != spec.base_model:
+            raise InvalidInputError(
+                f"{model_dir} was trained from base model {record.base_model!r}, not "
+                f"{spec.base_model!r}; use the same base_model or another model name"
+            )
+        if record.lora_rank != self._lora_rank:
+            raise InvalidInputError(
+                f"{model_dir} was trained with LoRA rank {record.lora_rank}, but the backend "
+                f"has lora_rank={self._lora_rank}; use lora_rank={record.lora_rank} for it"
+            )
+
+    async def _resume(
+        self, record: RunRecord, model_dir: Path
+    ) -> tuple[TrainingClientLike, RunRecord]:
+        """A new training client from the newest saved state; the record follows it."""
+        point = record.resume_point()
+        if point is None or point.state_path is None:
+            raise CorruptDataError(
+                f"{model_dir / 'tinker-run.json'} names no saved state to resume from"
+            )
+        training = await call(
+            f"resuming from {point.state_path}",
+            self._timeout_s,
+            self._service().create_training_client_from_state_with_optimizer,
+            point.state_path,
+        )
+        if point.step < record.step:
+            later = [c for c in record.checkpoints if c.step > point.step]
+            logger.warning(
+                "%s: the newest saved state is step %d but the run reached step %d; resuming "
+                "from step %d and deleting the checkpoints of steps %s",
+                model_dir,
+                point.step,
+                record.step,
+                point.step,
+                [c.step for c in later],
+            )
+            for checkpoint in later:
+                for path in (checkpoint.sampler_path, checkpoint.state_path):
+                    if path is not None:
+                        with contextlib.suppress(ArthexError):  # best effort: warned above
+                            await self._delete_path(path)
+            kept = [c for c in record.checkpoints if c.step <= point.step]
+            record = attrs.evolve(record.replacing(kept), step=point.step)
+        record = attrs.evolve(record, training_run_id=training.model_id)
+        latest = record.checkpoint(record.step)
+        if latest is None or latest.sampler_path is None:  # its sampler weights were deleted
+            fresh = await self._save(training, record.step, with_state=False)
+            record = record.with_checkpoint(
+                attrs.evolve(fresh, state_path=latest.state_path if latest else None)
+            )
+        await asyncio.to_thread(write_record, model_dir, record)
+        return training, record
+
+    async def close(self) -> None:
+        """Stop serving and finish the Tinker session; the records and checkpoints stay."""
+        if self._closed:
+            return
+        self._closed = True
+        servings, self._servings = self._servings, []
+        self._runs.clear()
+        for serving in servings:
+            with contextlib.suppress(Exception):
+                await serving.server.stop()
+            await serving.engine.close()
+        service, self._service_client = self._service_client, None
+        if service is not None:
+            try:
+                await call("finishing the session", 30.0, service.close, "success")
+            except BackendError as exc:
+                logger.warning("could not finish the Tinker session: %s", exc)
+
+    async def __aenter__(self) -> TinkerBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- steps --------------------------------------------------------------------------
+
+    async def get_step(self, run: RunRef) -> int:
+        return self._require(run).record.step
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        """Steps whose sampler weights the service still lists."""
+        state = self._require(run)
+        async with state.lock:
+            record = state.record
+            listed: set[str] = set()
+            for run_id in sorted(
+                {training_run_of(c.sampler_path) for c in record.checkpoints if c.sampler_path}
+            ):
+                try:
+                    response = await call(
+                        f"listing the checkpoints of training run {run_id}",
+                        self._timeout_s,
+                        (await self._rest()).list_checkpoints,
+                        run_id,
+                    )
+                except TinkerNotFound:
+                    continue
+                listed.update(c.tinker_path for c in response.checkpoints)
+            return [c.step for c in record.checkpoints if c.sampler_path in listed]
+
+    # --- training -----------------------------------------------------------------------
+
+    async def train(
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        """One optimizer step on the trainable Choices, then step N+1 is saved and served.
+        Yields one metrics dict, once N+1 is durable."""
+        from .datums import build_batch
+
+        state = self._require(run)
+        loss = self._loss_for(config)
+        if config.kl_penalty_coef > 0:
+            self.capabilities.require(Capability.KL_PENALTY, "TinkerBackend")
+        batch = build_batch(groups, config)
+        async with state.lock:
+            metrics = await self._train_step(state, batch, config, loss)
+        yield metrics
+
+    def _loss_for(self, config: TrainConfig) -> TinkerLoss:
+        wanted: TinkerLoss = config.loss_fn
+        if self._loss_fn is not None and wanted == "cispo":
+            wanted = self._loss_fn
+        self.capabilities.require(f"loss:{wanted}", "TinkerBackend")
+        return wanted
+
+    async def _train_step(
+        self, state: _Run, batch: Batch, config: TrainConfig, loss: TinkerLoss
+    ) -> dict[str, float]:
+        training = await self._training_client(state)
+        step = state.record.step
+        metrics: dict[str, float] = {**batch.counts, "loss/learning_rate": config.learning_rate}
+        if batch.parts and config.kl_penalty_coef > 0:
+            reference = await self._reference(state, config.kl_penalty_reference_step)
+            metrics["loss/kl_policy_ref"] = await kl_penalty(
+                reference, batch, config.kl_penalty_coef, self._timeout_s
+            )
+        try:
+            if batch.parts:
+                adam = self._adam(config)
+                metrics.update(await optimize(training, batch, loss, config, adam, self._timeout_s))
+            else:
+                metrics.update(
+                    {
+                        "data/step_num_gradient_steps": 0.0,
+                        "data/step_num_tokens": 0.0,
+                        "data/step_num_sequences": 0.0,
+                    }
+                )
+            new = step + 1
+            checkpoint = await self._save(
+                training, new, with_state=new % self._save_state_every == 0
+            )
+            record = state.record.with_checkpoint(checkpoint)
+            await asyncio.to_thread(write_record, state.model_dir, record)
+        except BaseException:
+            # The service may now be ahead of the record: resume from the record next time.
+            state.training = None
+            raise
+        state.record = record
+        await self._serve_step(state, new)
+        return metrics
+
+    def _adam(self, config: TrainConfig) -> types.AdamParams:
+        from tinker import types
+
+        return types.AdamParams(
+            learning_rate=config.learning_rate,
+            beta1=self._adam_betas[0],
+            beta2=self._adam_betas[1],
+            eps=self._adam_eps,
+            weight_decay=self._weight_decay,
+            grad_clip_norm=config.max_grad_norm or 0.0,
+        )
+
+    async def _reference(self, state: _Run, step: int | None) -> SamplingClientLike:
+        if step is None:
+            key, what = "", f"base model {state.spec.base_model!r}"
+            kwargs: dict[str, Any] = {"base_model": state.spec.base_model}
+        else:
+            checkpoint = state.record.checkpoint(step)
+            if checkpoint is None or checkpoint.sampler_path is None:
+                raise InvalidInputError(
+                    f"kl_penalty_reference_step={step} has no checkpoint in {state.model_dir}; "
+                    f"available steps: {state.record.sampler_steps()}"
+                )
+            key, what = checkpoint.sampler_path, checkpoint.sampler_path
+            kwargs = {"model_path": checkpoint.sampler_path}
+        client = state.references.get(key)
+        if client is None:
+            client = await call(
+                f"creating a sampling client for {what}",
+                self._timeout_s,
+                self._service().create_sampling_client,
+                **kwargs,
+            )
+            state.references[key] = client
+        return client
+
+    async def _training_client(self, state: _Run) -> TrainingClientLike:
+        """The run's training client; after a failure, a new one from the newest state."""
+        if state.training is None:
+            state.training, state.record = await self._resume(state.record, state.model_dir)
+            if state.serving is not None:  # a rewind drops the later steps
+                for name in state.serving.engine.served_models():
+                    step = name.rpartition("@")[2]
+                    if name.startswith(f"{state.spec.run.name}@") and int(step) > state.record.step:
+                        state.serving.engine.unload(name)
+                await self._serve_step(state, state.record.step)
+        return state.training
+
+    async def _save(
+        self, training: TrainingClientLike, step: int, *, with_state: bool
+    ) -> Checkpoint:
+        """Save `step` as sampler weights (and full state), both submitted before either is
+        awaited."""
+        name = step_name(step)
+        what_sampler, what_state = f"saving sampler weights {name}", f"saving state {name}"
+        sampler = await submit(what_sampler, training.save_weights_for_sampler, name)
+        full = await submit(what_state, training.save_state, name) if with_state else None
+        sampler_path = (await finish(what_sampler, sampler, self._timeout_s)).path
+        state_path = None
+        if full is not None:
+            state_path = (await finish(what_state, full, self._timeout_s)).path
+        return Checkpoint(step=step, sampler_path=sampler_path, state_path=state_path)
+
+    # --- deleting -----------------------------------------------------------------------
+
+    async def delete_checkpoint_files(
+        self, run: RunRef, steps_to_keep: Collection[int]
+    ) -> list[int]:
+        """Delete the sampler weights and states of every step not kept, except the latest
+        step and the newest saved state (needed to resume). Returns the steps deleted."""
+        state = self._require(run)
+        async with state.lock:
+            record = state.record
+            protected = {*steps_to_keep, record.step}
+            resume = record.resume_point()
+            updated = list(record.checkpoints)
+            deleted: list[int] = []
+            try:
+                for index, checkpoint in enumerate(record.checkpoints):
+                    if checkpoint.step in protected:
+                        continue
+                    sampler, full = checkpoint.sampler_path, checkpoint.state_path
+                    if sampler is not None:
+                        await self._delete_path(sampler)
+                        state.references.pop(sampler, None)
+                        deleted.append(checkpoint.step)
+                        sampler = None
+                    if full is not None and checkpoint != resume:
+                        await self._delete_path(full)
+                        full = None
+                    updated[index] = Checkpoint(checkpoint.step, sampler, full)
+            finally:
+                state.record = record.replacing(updated)
+                await asyncio.to_thread(write_record, state.model_dir, state.record)
+                for step in deleted:
+                    if state.serving is not None:
+                        state.serving.engine.unload(run.inference_name(step))
+            return sorted(deleted)
+
+    async def _delete_path(self, path: str) -> None:
+        try:
+            await call(
+                f"deleting {path}",
+                self._timeout_s,
+                (await self._rest()).delete_checkpoint_from_tinker_path,
+                path,
+            )
+        except TinkerNotFound:
+            pass  # already gone
+
+    # --- serving ------------------------------------------------------------------------
+
+    async def _serving_for(self, spec: ModelSpec) -> _Serving:
+        assert spec.base_model is not None
+        tokenizer = self._tokenizer or spec.base_model
+        name = spec.run.name
+        for serving in self._servings:
+            if serving.tokenizer == tokenizer and name not in serving.names:
+                serving.names.add(name)
+                return serving
+        try:
+            from ..inference.server import InferenceServer
+            from .engine import TinkerSamplingEngine
+        except ImportError as exc:
+            raise MissingExtraError(exc.name or "fastapi", "tinker") from exc
+        engine = TinkerSamplingEngine(tokenizer, timeout_s=self._timeout_s)
+        await engine.start()
+        server = InferenceServer(engine, api_key=self._key())
+        try:
+            base_url = await server.start()
+        except BaseException:
+            await engine.close()
+            raise
+        serving = _Serving(tokenizer=tokenizer, engine=engine, server=server, base_url=base_url)
+        serving.names.add(name)
+        self._servings.append(serving)
+        return serving
+
+    async def _serve_step(self, state: _Run, step: int) -> None:
+        if state.serving is None:
+            return
+        checkpoint = state.record.checkpoint(step)
+        assert checkpoint is not None and checkpoint.sampler_path is not None
+        try:
+            client = await call(
+                f"creating a sampling client for {checkpoint.sampler_path}",
+                self._timeout_s,
+                self._service().create_sampling_client,
+                model_path=checkpoint.sampler_path,
+            )
+        except BackendError as exc:
+            raise BackendError(
+                f"step {step} of {state.spec.run} is saved but cannot be served: {exc}"
+            ) from exc
+        name = state.spec.run.inference_name(step)
+        state.serving.engine.serve(name, client)
+        state.serving.engine.alias(state.spec.run.name, name)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _service(self) -> ServiceClientLike:
+        if self._service_client is None:
+            self._service_client = self._factory().service()
+        return self._service_client
+
+    async def _rest(self) -> RestClientLike:
+        if self._rest_client is None:
+            self._rest_client = await asyncio.to_thread(self._factory().rest)
+        return self._rest_client
+
+    def _factory(self) -> TinkerClients:
+        if self._clients is None:
+            try:
+                import tinker  # noqa: F401
+            except ImportError as exc:
+                raise MissingExtraError("tinker", "tinker") from exc
+            self._clients = SdkClients(self._base_url, self._api_key)
+        return self._clients
+
+    def _require(self, run: RunRef) -> _Run:
+        state = self._runs.get(run)
+        if state is None:
+            raise NotRegisteredError(
+                f"model {run} is not registered with this TinkerBackend; call "
+                "`await model.register(backend)` first"
+            )
+        return state
+
+    def _key(self) -> str:
+        if self._inference_key is None:
+            # A loopback server is still reachable by every local user: never leave it open.
+            self._inference_key = secrets.token_urlsafe(24)
+        return self._inference_key
+
+
+if TYPE_CHECKING:
+    _fits: type[TrainingBackend] = TinkerBackend

@@ -1,0 +1,127 @@
+"""Where the tinker emulator keeps its checkpoints: plain folders under one root.
+
+    root/runs/<quoted run id>/run.json                      base model and LoRA settings
+    root/runs/<quoted run id>/weights/<name>/               save_state: adapter + optimizer
+    root/runs/<quoted run id>/sampler_weights/<name>/       save_weights_for_sampler: adapter
+
+A checkpoint folder is complete once its `meta.json` exists (it is written last and the folder
+renamed into place), so a listing never shows half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..adapters._files import atomic_write_bytes
+from ._tinker_torch import META_FILE, LoraSettings, folder_size
+from ._tinker_wire import CHECKPOINT_NAME, HttpError
+
+KINDS = {"weights": "training", "sampler_weights": "sampler"}
+_PATH = re.compile(r"tinker://([^/]+)/([^/]+)/([^/]+)")
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+def iso(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat()
+
+
+def checkpoint_meta(base_model: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """What `meta.json` records of a save request (its TTL becomes `expires_at`)."""
+    ttl = body.get("ttl_seconds")
+    expires = None
+    if isinstance(ttl, int) and ttl > 0:
+        expires = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ttl)).isoformat()
+    return {
+        "time": now(),
+        "base_model": base_model,
+        "user_metadata": body.get("user_metadata"),
+        "expires_at": expires,
+    }
+
+
+class RunStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / quote(run_id, safe="")
+
+    def checkpoint_dir(self, run_id: str, segment: str, name: str) -> Path:
+        return self.run_dir(run_id) / segment / name
+
+    def write_run(
+        self, run_id: str, base_model: str, lora: LoraSettings, session_id: str | None
+    ) -> None:
+        record = {
+            "run_id": run_id,
+            "base_model": base_model,
+            "lora": lora.to_json(),
+            "session_id": session_id,
+            "created": now(),
+        }
+        atomic_write_bytes(self.run_dir(run_id) / "run.json", json.dumps(record).encode())
+
+    def read_run(self, run_id: str) -> tuple[str, LoraSettings] | None:
+        """(base model, LoRA settings) of a run recorded here, or None."""
+        try:
+            record = json.loads((self.run_dir(run_id) / "run.json").read_text())
+            return str(record["base_model"]), LoraSettings.from_json(record["lora"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def parse(self, path: str) -> tuple[str, str, str]:
+        """`tinker://<run>/<segment>/<name>` -> (run, segment, name), or a 400."""
+        match = _PATH.fullmatch(path)
+        if match is None or match.group(2) not in KINDS:
+            raise HttpError(400, f"{path!r} is not a tinker://<run>/weights|sampler_weights/<name>")
+        run_id, segment, name = match.groups()
+        return run_id, segment, name
+
+    def existing(self, path: str) -> tuple[str, Path, str]:
+        """(run id, folder, segment) of a saved checkpoint, or a 404."""
+        run_id, segment, name = self.parse(path)
+        directory = self.checkpoint_dir(run_id, segment, name)
+        if not (directory / META_FILE).is_file():
+            raise HttpError(404, f"checkpoint {path} does not exist")
+        return run_id, directory, segment
+
+    def checkpoints(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's checkpoints as the REST API lists them, oldest first."""
+        found = []
+        for segment, kind in KINDS.items():
+            folder = self.run_dir(run_id) / segment
+            if not folder.is_dir():
+                continue
+            for entry in sorted(folder.iterdir()):
+                if not CHECKPOINT_NAME.fullmatch(entry.name) or not (entry / META_FILE).is_file():
+                    continue
+                meta = json.loads((entry / META_FILE).read_text())
+                found.append(
+                    {
+                        "checkpoint_id": f"{segment}/{entry.name}",
+                        "checkpoint_type": kind,
+                        "time": meta.get("time") or now(),
+                        "tinker_path": f"tinker://{run_id}/{segment}/{entry.name}",
+                        "size_bytes": folder_size(entry),
+                        "public": False,
+                        "user_metadata": meta.get("user_metadata"),
+                        "expires_at": meta.get("expires_at"),
+                    }
+                )
+        return sorted(found, key=lambda c: (c["time"], c["checkpoint_id"]))
+
+    def delete(self, run_id: str, segment: str, name: str) -> None:
+        directory = self.checkpoint_dir(run_id, segment, name)
+        if segment not in KINDS or not CHECKPOINT_NAME.fullmatch(name) or not directory.is_dir():
+            raise HttpError(404, f"no checkpoint {segment}/{name} in run {run_id}")
+        shutil.rmtree(directory)
