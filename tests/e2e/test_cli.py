@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,7 +78,10 @@ async def build_runs(base: Path) -> None:
         name="idle", project="other", base_model="tiny", base_path=str(base), report_metrics=[]
     )
     await idle.register(InMemoryBackend())  # writes model.json only: a model without history
-    os.utime(model_dir / "history.jsonl")  # proj/agent is the most recently updated
+    # proj/agent is the most recently updated: set it clearly apart, since a coarse file-system
+    # clock can give files written a moment apart the same mtime
+    later = time.time() + 60
+    os.utime(model_dir / "history.jsonl", (later, later))
 
 
 @pytest.fixture(scope="module")
