@@ -39,6 +39,10 @@ class HistoryIndex:
     def has(self, key: str) -> bool:
         return key in self._sums
 
+    def has_value(self, key: str, step: int) -> bool:
+        """Whether some row at `step` has a non-null `key`."""
+        return step in self._sums.get(key, {})
+
     def step_means(self, key: str) -> dict[int, float]:
         """Mean of `key` per step over every row that has it (nulls excluded)."""
         return {step: total / count for step, (total, count) in self._sums.get(key, {}).items()}

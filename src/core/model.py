@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..ports.metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
-from ..ports.training_backend import InferenceEndpoint, TrainingBackend
+from ..ports.training_backend import InferenceEndpoint, StepMetricsSource, TrainingBackend
 from ..ports.trajectory_store import TrajectoryStore
 from .config import TrainConfig
 from .errors import BackendError, InvalidInputError, NotRegisteredError
@@ -171,6 +171,18 @@ class Model:
         return self._index
 
 
+GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
+
+
+def _training_row(
+    step: int, samples: Sequence[Mapping[str, float]], extra: Mapping[str, float | None]
+) -> MetricsRow:
+    values: dict[str, float | None] = dict(aggregate_training_metrics(samples))
+    values.update(extra)
+    values[GRADIENT_STEPS_KEY] = float(len(samples))
+    return MetricsRow(step=step, values=values)
+
+
 class TrainableModel(Model):
     """A model trained by a backend: `register`, then `train`, `log`, `delete_checkpoints`."""
 
@@ -245,6 +257,25 @@ class TrainableModel(Model):
         self._endpoint = endpoint
         self._client = None
         self._step = await backend.get_step(self.run)
+        async with self._train_lock:
+            await self._repair_training_row(self._step)
+
+    async def _repair_training_row(self, step: int) -> None:
+        """Rebuild the training row of `step` when a crash (or a failed append) lost it after
+        the backend had saved the checkpoint: the update is durable, so its metrics must be
+        too. Only the newest step can be missing its row, and only backends that keep each
+        step's metrics with its checkpoint can supply it."""
+        backend = self.backend
+        if step < 1 or not isinstance(backend, StepMetricsSource):
+            return
+        index = await self._history_index()
+        if index.has_value(GRADIENT_STEPS_KEY, step):
+            return
+        samples = await backend.step_metrics(self.run, step)
+        if samples is None:
+            return
+        logger.warning("rebuilding the lost training row of %s at step %d", self.run, step)
+        await self._report(_training_row(step, samples, {"time/step_trainer_s": None}))
 
     async def get_step(self) -> int:
         """The newest durable checkpoint's step, as the backend knows it."""
@@ -285,6 +316,7 @@ class TrainableModel(Model):
         groups = check_training_groups(trajectory_groups, config)
         async with self._train_lock:
             step = await backend.get_step(self.run)
+            await self._repair_training_row(step)
             await self.log(groups, split="train", step=step)
             effective, extra = await self._apply_lr_policy(config)
             if effective.kl_penalty_reference_step is not None:
@@ -299,11 +331,7 @@ class TrainableModel(Model):
                     f"{type(backend).__name__} reported step {new_step} after training step "
                     f"{step}; a train call must advance the step by exactly one"
                 )
-            values: dict[str, Any] = aggregate_training_metrics(samples)
-            values.update(extra)
-            values["time/step_trainer_s"] = elapsed
-            values["data/step_num_gradient_steps"] = float(len(samples))
-            row = MetricsRow(step=new_step, values=values)
+            row = _training_row(new_step, samples, {**extra, "time/step_trainer_s": elapsed})
             await self._report(row)
             self._step = new_step
             if verbose:

@@ -5,6 +5,7 @@ from .training_backend import (
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
+    StepMetricsSource,
     TrainingBackend,
     UnsupportedCapability,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "MetricsHistory",
     "MetricsReporter",
     "SampleRecorder",
+    "StepMetricsSource",
     "TrainingBackend",
     "TrajectoryStore",
     "UnsupportedCapability",

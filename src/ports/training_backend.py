@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -85,10 +85,22 @@ class TrainingBackend(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class StepMetricsSource(Protocol):
+    """A backend that keeps each step's training metrics with its checkpoint, so a training
+    row lost to a crash between the checkpoint and the history append can be rebuilt."""
+
+    async def step_metrics(self, run: RunRef, step: int) -> Sequence[Mapping[str, float]] | None:
+        """The per-gradient-step metrics `train` yielded for the update that made `step`, or
+        None when they were not kept."""
+        ...
+
+
 __all__ = [
     "BackendCapabilities",
     "Capability",
     "InferenceEndpoint",
+    "StepMetricsSource",
     "TrainingBackend",
     "UnsupportedCapability",
 ]

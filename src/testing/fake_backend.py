@@ -20,6 +20,7 @@ from ..ports.training_backend import (
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
+    StepMetricsSource,
     TrainingBackend,
 )
 
@@ -35,6 +36,7 @@ class InMemoryBackend:
     ) -> None:
         self._losses = frozenset(losses)
         self._checkpoints: dict[RunRef, dict[int, Weights]] = {}
+        self._metrics: dict[tuple[RunRef, int], list[dict[str, float]]] = {}
         self._locks: dict[RunRef, asyncio.Lock] = {}
         self.closed = False
 
@@ -96,13 +98,20 @@ class InMemoryBackend:
                     }
                 )
                 await asyncio.sleep(0)
-            checkpoints[step + 1] = weights
             if not samples:
                 samples.append(
                     {"loss": 0.0, "grad_norm": 0.0, "learning_rate": config.learning_rate}
                 )
+            checkpoints[step + 1] = weights
+            self._metrics[(run, step + 1)] = [dict(sample) for sample in samples]
             for sample in samples:
                 yield sample
+
+    async def step_metrics(self, run: RunRef, step: int) -> list[dict[str, float]] | None:
+        """What `train` yielded for the update that made `step`, kept with the checkpoint."""
+        self._run(run)
+        samples = self._metrics.get((run, step))
+        return None if samples is None else [dict(sample) for sample in samples]
 
     async def checkpoint_steps(self, run: RunRef) -> list[int]:
         return sorted(self._run(run))
@@ -124,3 +133,4 @@ class InMemoryBackend:
 
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = InMemoryBackend
+    _keeps_metrics: type[StepMetricsSource] = InMemoryBackend

@@ -13,6 +13,7 @@ import arthex
 from arthex.core.errors import InvalidInputError, InvalidNameError, NotRegisteredError
 from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fake_history import InMemoryHistory
 
 
 def val_trajectories(reward: float) -> list[arthex.Trajectory]:
@@ -198,3 +199,54 @@ def test_lr_policy_scales_the_learning_rate_as_the_spread_shrinks(tmp_path: Path
     assert rates[1] < rates[0]
     assert rates[3] < rates[2] < rates[1]
     assert min(rates) >= 1e-3  # clamped at 0.1x
+
+
+class FailingOnceHistory(InMemoryHistory):
+    """A ledger whose next training-row append fails, as a crash after the checkpoint would."""
+
+    armed = True
+
+    async def report(self, run: arthex.RunRef, row: arthex.MetricsRow) -> None:
+        if self.armed and "data/step_num_gradient_steps" in row.values:
+            self.armed = False
+            raise OSError(28, "No space left on device")
+        await super().report(run, row)
+
+
+async def _lost_training_row(base: Path) -> tuple[list[arthex.MetricsRow], int]:
+    backend, history = InMemoryBackend(), FailingOnceHistory()
+    model = arthex.TrainableModel(
+        name="m",
+        project="p",
+        base_model="tiny",
+        base_path=str(base),
+        report_metrics=[],
+        history=history,
+    )
+    await model.register(backend)
+    with pytest.raises(OSError, match="No space"):
+        await model.train(synthetic_groups())
+    assert await backend.get_step(model.run) == 1  # the update itself is durable
+    # a restarted process registers again: the lost row of step 1 is rebuilt
+    again = arthex.TrainableModel(
+        name="m",
+        project="p",
+        base_model="tiny",
+        base_path=str(base),
+        report_metrics=[],
+        history=history,
+    )
+    await again.register(backend)
+    await again.register(backend)  # and only once
+    await again.train(synthetic_groups(offset=1))
+    return list(await history.rows(model.run)), await backend.get_step(model.run)
+
+
+def test_a_lost_training_row_is_rebuilt_from_the_checkpoint(tmp_path: Path) -> None:
+    rows, step = asyncio.run(_lost_training_row(tmp_path))
+    assert step == 2
+    training = [r for r in rows if "data/step_num_gradient_steps" in r.values]
+    assert [r.step for r in training] == [1, 2]
+    rebuilt = training[0]
+    assert rebuilt.values["loss/learning_rate"] == pytest.approx(5e-6)
+    assert rebuilt.values["time/step_trainer_s"] is None  # not kept with the checkpoint
