@@ -40,6 +40,8 @@ from ...ports.training_backend import (
 )
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from ..inference.engine import SamplingEngine
     from ..inference.server import InferenceServer
     from .trainer import PolicyTrainer
@@ -275,7 +277,10 @@ class LocalBackend:
                 "data/step_num_dropped_too_long": float(batch.num_dropped_too_long),
             }
             if batch.num_trainable_tokens == 0:
-                await asyncio.to_thread(ckpt.copy_step, state.model_dir, step, step + 1)
+                try:
+                    await asyncio.to_thread(ckpt.copy_step, state.model_dir, step, step + 1)
+                except OSError as exc:
+                    raise _save_failed(run, step, state.model_dir, exc) from exc
                 await self._serve(state, step + 1)
                 yield {
                     **counts,
@@ -294,13 +299,16 @@ class LocalBackend:
                     if metrics is None:
                         break
                     yield metrics
-                await asyncio.to_thread(
-                    ckpt.publish,
-                    state.model_dir,
-                    step + 1,
-                    trainer.write_checkpoint,
-                    trainer.trainer_state(),
-                )
+                try:
+                    await asyncio.to_thread(
+                        ckpt.publish,
+                        state.model_dir,
+                        step + 1,
+                        trainer.write_checkpoint,
+                        trainer.trainer_state(),
+                    )
+                except OSError as exc:
+                    raise _save_failed(run, step, state.model_dir, exc) from exc
                 finished = True
             finally:
                 self._pin(run, pinned, -1)
@@ -360,6 +368,16 @@ class LocalBackend:
         finally:
             self._pin(run, step, -1)
 
+    def training_tensors(self, run: RunRef) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """The run's live trainable weights and optimizer tensors, copied to the CPU and keyed
+        like `model.safetensors` and `optimizer.safetensors`: a resumed run can then be checked
+        against the checkpoint it claims to have loaded without reaching into private state."""
+        from .trainer import optimizer_tensors, trainable_state
+
+        trainer = self._require(run).trainer
+        weights = {name: value.cpu() for name, value in trainable_state(trainer).items()}
+        return weights, optimizer_tensors(trainer)
+
     # --- internals ----------------------------------------------------------------------
 
     def _pin(self, run: RunRef, step: int | None, delta: int) -> None:
@@ -380,6 +398,14 @@ class LocalBackend:
             ) from exc
 
     def _require(self, run: RunRef) -> _Run:
+        if self._closed:
+            # close() forgets every run; "not registered" would send the caller to register,
+            # which a closed backend refuses
+            raise BackendError(
+                f"this LocalBackend is closed, so it no longer trains or serves {run}; create a "
+                "new LocalBackend and `await model.register(backend)` to continue from the "
+                "latest checkpoint"
+            )
         state = self._runs.get(run)
         if state is None:
             raise NotRegisteredError(
@@ -405,6 +431,16 @@ class LocalBackend:
         except ImportError as exc:
             raise MissingExtraError("torch", "local") from exc
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _save_failed(run: RunRef, step: int, model_dir: Path, exc: OSError) -> BackendError:
+    """A full or failing disk while saving: say which step was lost and where the run stands
+    (publish removed its temp folder, and the trainer is reloaded from the latest files)."""
+    return BackendError(
+        f"could not save checkpoint {step + 1} of {run} under {model_dir}: {exc}. The run stays "
+        f"at step {step} with its files intact and this update discarded; free disk space (or "
+        "fix the disk) and train again"
+    )
 
 
 if TYPE_CHECKING:

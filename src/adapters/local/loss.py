@@ -72,11 +72,27 @@ def shifted_logprobs(
     """(logprob of each next token, entropy of each predictive distribution), [rows, len-1].
 
     From the raw logits in float32: no temperature, the policy itself."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    targets = tokens[:, 1:].unsqueeze(-1)
-    new = logp.gather(-1, targets).squeeze(-1)
+    logp, new = next_token_logprobs(logits, tokens)
     entropy = -(logp.exp() * logp).sum(-1)
     return new, entropy
+
+
+def next_token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-softmax over the vocabulary, logprob of each next token), both shifted."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    new = logp.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return logp, new
+
+
+def _entropy_sum(logp: torch.Tensor, selected: torch.Tensor) -> float:
+    """Σ entropy over the selected positions only, outside the graph: the metric needs no
+    gradient, and full-vocabulary passes over prompt and padding positions (plus the
+    tensors autograd would keep for them) are a large share of the loss's cost."""
+    with torch.no_grad():
+        chosen = logp[selected]
+        return float(-(chosen.exp() * chosen).sum().item())
 
 
 def policy_loss(
@@ -92,7 +108,7 @@ def policy_loss(
     accumulating micro-batches gives the same gradient as one big batch.
 
     `ref_logprobs` ([rows, len-1], shifted like the rest) turns on the KL penalty."""
-    new, entropy = shifted_logprobs(logits, batch.tokens)
+    logp, new = next_token_logprobs(logits, batch.tokens)
     mask = batch.mask[:, 1:].to(new.dtype)
     old = batch.old_logprobs[:, 1:].to(new.dtype)
     advantages = batch.advantages[:, 1:].to(new.dtype)
@@ -128,7 +144,7 @@ def policy_loss(
         stats = LossStats(
             loss=float(loss.item()),
             tokens=int(selected.sum().item()),
-            entropy_sum=float((entropy * mask).sum().item()),
+            entropy_sum=_entropy_sum(logp, selected),
             ratios=ratio[selected].detach().float().cpu(),
             clipped=clipped,
             kl_sum=kl_sum,

@@ -187,32 +187,33 @@ def _tensors(
     num_dropped_too_long: int,
 ) -> PackedBatch:
     rows = len(sequences)
-    tokens = torch.full((rows, seq_len), pad_token_id, dtype=torch.int64)
-    mask = torch.zeros((rows, seq_len), dtype=torch.bool)
-    old = torch.full((rows, seq_len), math.nan, dtype=torch.float32)
-    advantages = torch.zeros((rows, seq_len), dtype=torch.float32)
-    weights = torch.zeros((rows, seq_len), dtype=torch.float32)
-    position_ids = torch.arange(seq_len, dtype=torch.int64).repeat(rows, 1)
-    segment_ids = torch.full((rows, seq_len), -1, dtype=torch.int64)
-
     per_trajectory: dict[tuple[int, int], int] = {}
     for s in sequences:
         key = (s.group_index, s.trajectory_index)
         per_trajectory[key] = per_trajectory.get(key, 0) + s.num_completion_tokens
     total_tokens = sum(per_trajectory.values())
-    for r, s in enumerate(sequences):
-        n = len(s)
-        tokens[r, :n] = torch.tensor(s.tokens, dtype=torch.int64)
-        row_mask = torch.tensor(s.completion, dtype=torch.bool)
-        mask[r, :n] = row_mask
-        old[r, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
-        segment_ids[r, :n] = 0
-        advantages[r, :n] = torch.where(row_mask, s.advantage, 0.0)
-        # Each trajectory gets total weight total_tokens / n_trajectories, spread evenly over
-        # its completion tokens: mean 1 per token over the batch, equal say per trajectory.
-        own = per_trajectory[(s.group_index, s.trajectory_index)]
-        weight = total_tokens / (len(per_trajectory) * own)
-        weights[r, :n] = torch.where(row_mask, weight, 0.0)
+    # Each trajectory gets total weight total_tokens / n_trajectories, spread evenly over its
+    # completion tokens: mean 1 per token over the batch, equal say per trajectory.
+    row_weights = [
+        total_tokens / (len(per_trajectory) * per_trajectory[(s.group_index, s.trajectory_index)])
+        for s in sequences
+    ]
+    # Every row's values at once: a boolean index fills the real (left) part of each row in
+    # row-major order, which is the order of the concatenated sequences.
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.int64)
+    real = torch.arange(seq_len).unsqueeze(0) < lengths.unsqueeze(1)
+    tokens = torch.full((rows, seq_len), pad_token_id, dtype=torch.int64)
+    tokens[real] = torch.tensor([t for s in sequences for t in s.tokens], dtype=torch.int64)
+    mask = torch.zeros((rows, seq_len), dtype=torch.bool)
+    mask[real] = torch.tensor([c for s in sequences for c in s.completion], dtype=torch.bool)
+    old = torch.full((rows, seq_len), math.nan, dtype=torch.float32)
+    old[real] = torch.tensor([x for s in sequences for x in s.logprobs], dtype=torch.float32)
+    per_row = torch.tensor([s.advantage for s in sequences], dtype=torch.float32).unsqueeze(1)
+    advantages = torch.where(mask, per_row, 0.0)
+    per_row = torch.tensor(row_weights, dtype=torch.float32).unsqueeze(1)
+    weights = torch.where(mask, per_row, 0.0)
+    position_ids = torch.arange(seq_len, dtype=torch.int64).repeat(rows, 1)
+    segment_ids = torch.where(real, 0, -1).to(torch.int64)
     return PackedBatch(
         tokens=tokens,
         mask=mask,
