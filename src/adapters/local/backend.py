@@ -36,6 +36,7 @@ from ...ports.training_backend import (
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
+    StepMetricsSource,
     TrainingBackend,
 )
 
@@ -277,27 +278,32 @@ class LocalBackend:
                 "data/step_num_dropped_too_long": float(batch.num_dropped_too_long),
             }
             if batch.num_trainable_tokens == 0:
-                try:
-                    await asyncio.to_thread(ckpt.copy_step, state.model_dir, step, step + 1)
-                except OSError as exc:
-                    raise _save_failed(run, step, state.model_dir, exc) from exc
-                await self._serve(state, step + 1)
-                yield {
+                nothing = {
                     **counts,
                     "data/step_num_gradient_steps": 0.0,
                     "data/step_num_tokens": 0.0,
                     "data/step_num_sequences": 0.0,
                 }
+                try:
+                    await asyncio.to_thread(
+                        ckpt.copy_step, state.model_dir, step, step + 1, [nothing]
+                    )
+                except OSError as exc:
+                    raise _save_failed(run, step, state.model_dir, exc) from exc
+                await self._serve(state, step + 1)
+                yield nothing
                 return
             finished = False
             pinned = config.kl_penalty_reference_step if config.kl_penalty_coef > 0 else None
             self._pin(run, pinned, +1)
             try:
                 steps = trainer.train(batch, config, reference=reference, extra_metrics=counts)
+                samples: list[dict[str, float]] = []
                 while True:
                     metrics = await asyncio.to_thread(next, steps, None)
                     if metrics is None:
                         break
+                    samples.append(dict(metrics))
                     yield metrics
                 try:
                     await asyncio.to_thread(
@@ -305,7 +311,7 @@ class LocalBackend:
                         state.model_dir,
                         step + 1,
                         trainer.write_checkpoint,
-                        trainer.trainer_state(),
+                        {**trainer.trainer_state(), ckpt.METRICS_KEY: samples},
                     )
                 except OSError as exc:
                     raise _save_failed(run, step, state.model_dir, exc) from exc
@@ -317,6 +323,17 @@ class LocalBackend:
                     source = ckpt.step_dir(state.model_dir, latest) if latest is not None else None
                     await asyncio.to_thread(trainer.load, source)
             await self._serve(state, step + 1)
+
+    async def step_metrics(self, run: RunRef, step: int) -> list[dict[str, float]] | None:
+        """The metrics `train` yielded for the update that made `step`, from its checkpoint
+        (so the frontend can rebuild a history row a crash lost)."""
+        from . import checkpoints as ckpt
+
+        state = self._require(run)
+        if step not in ckpt.complete_steps(state.model_dir):
+            return None
+        kept = ckpt.read_state(ckpt.step_dir(state.model_dir, step)).get(ckpt.METRICS_KEY)
+        return None if not isinstance(kept, list) else [dict(sample) for sample in kept]
 
     def _kl_reference(self, state: _Run, config: TrainConfig) -> Path | None:
         from . import checkpoints as ckpt
@@ -445,3 +462,4 @@ def _save_failed(run: RunRef, step: int, model_dir: Path, exc: OSError) -> Backe
 
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = LocalBackend
+    _keeps_metrics: type[StepMetricsSource] = LocalBackend

@@ -15,7 +15,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from ...core.errors import BackendError, CorruptDataError
 from .._files import TEMP_PREFIX, fsync_dir
 
 STATE_FILE = "trainer_state.json"
+METRICS_KEY = "train_metrics"  # in the state file: what `train` yielded for this step
 WEIGHTS_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 OPTIMIZER_META_FILE = "optimizer.json"
@@ -114,7 +115,9 @@ def publish(
     return target
 
 
-def copy_step(model_dir: Path, source: int, step: int) -> Path:
+def copy_step(
+    model_dir: Path, source: int, step: int, metrics: Sequence[Mapping[str, float]] = ()
+) -> Path:
     """Publish checkpoint `step` as a copy of `source` (the nothing-trainable step)."""
     origin = step_dir(model_dir, source)
     state = read_state(origin)
@@ -124,7 +127,12 @@ def copy_step(model_dir: Path, source: int, step: int) -> Path:
             if path.is_file() and path.name != STATE_FILE:
                 shutil.copy2(path, temp / path.name)
 
-    return publish(model_dir, step, write, {**state, "copied_from": source})
+    return publish(
+        model_dir,
+        step,
+        write,
+        {**state, "copied_from": source, METRICS_KEY: [dict(m) for m in metrics]},
+    )
 
 
 def delete_steps(model_dir: Path, steps: Iterable[int]) -> list[int]:
