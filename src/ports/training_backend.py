@@ -43,6 +43,9 @@ class BackendCapabilities:
             raise UnsupportedCapability(name, backend, hint)
 
 
+ALL_CAPABILITIES = BackendCapabilities(set(Capability))
+
+
 @attrs.frozen
 class InferenceEndpoint:
     """An OpenAI-compatible endpoint serving `{name}` (latest) and `{name}@{step}`."""
@@ -97,6 +100,7 @@ class StepMetricsSource(Protocol):
 
 
 __all__ = [
+    "ALL_CAPABILITIES",
     "BackendCapabilities",
     "Capability",
     "InferenceEndpoint",

@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
-from openai import AsyncOpenAI
 from safetensors.torch import load_file
 
 from arthex.adapters.local import LocalBackend
@@ -24,9 +23,11 @@ from arthex.adapters.local.trainer import optimizer_tensors, trainable_state
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError, NotRegisteredError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.core.trajectories import Trajectory, TrajectoryGroup
+from arthex.core.trajectories import TrajectoryGroup
 from arthex.ports.training_backend import InferenceEndpoint
 from arthex.testing.contracts.training_backend import (
+    openai_client_for,
+    rollout_groups,
     synthetic_groups,
 )
 from arthex.testing.tiny_model import tiny_model
@@ -76,35 +77,9 @@ def checkpoint(root: Path, step: int, run: RunRef = RUN) -> Path:
     return root / run.project / "models" / run.name / "checkpoints" / f"{step:04d}"
 
 
-def client_for(endpoint: InferenceEndpoint) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
-
-
 async def served(endpoint: InferenceEndpoint) -> set[str]:
-    async with client_for(endpoint) as client:
+    async with openai_client_for(endpoint) as client:
         return {m.id async for m in client.models.list()}
-
-
-async def sampled_groups(
-    endpoint: InferenceEndpoint, model: str, *, groups: int = 2, n: int = 4, seed: int = 0
-) -> list[TrajectoryGroup]:
-    """Real rollouts through the server: rewards by index, so every group is trainable."""
-    out = []
-    async with client_for(endpoint) as client:
-        for g in range(groups):
-            messages: list[Any] = [{"role": "user", "content": f"Count to {g + 3}."}]
-            response = await client.chat.completions.create(
-                model=model, messages=messages, n=n, max_tokens=6, logprobs=True, seed=seed + g
-            )
-            out.append(
-                TrajectoryGroup(
-                    [
-                        Trajectory(messages_and_choices=[*messages, c], reward=float(i % 2))
-                        for i, c in enumerate(response.choices)
-                    ]
-                )
-            )
-    return out
 
 
 def same_tensors(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -120,7 +95,7 @@ def test_register_saves_step_zero_and_serves_it_with_token_ids(
     base_model: str, tmp_path: Path
 ) -> None:
     async def body(b: LocalBackend, endpoint: InferenceEndpoint) -> tuple[set[str], Any]:
-        async with client_for(endpoint) as client:
+        async with openai_client_for(endpoint) as client:
             response = await client.chat.completions.create(
                 model="agent@0",
                 messages=[{"role": "user", "content": "hi"}],
@@ -154,9 +129,9 @@ def test_register_saves_step_zero_and_serves_it_with_token_ids(
 
 def test_train_writes_the_next_checkpoint_and_serves_it(base_model: str, tmp_path: Path) -> None:
     async def body(b: LocalBackend, endpoint: InferenceEndpoint) -> Any:
-        groups = await sampled_groups(endpoint, "agent")
+        groups = await rollout_groups(endpoint, "agent")
         metrics = await train(b, groups)
-        async with client_for(endpoint) as client:
+        async with openai_client_for(endpoint) as client:
             prompt: list[Any] = [{"role": "user", "content": "Count to 3."}]
             at = {}
             for name in ("agent@0", "agent@1", "agent"):
@@ -426,64 +401,3 @@ def test_kl_penalty_reports_the_divergence_from_the_reference(
     # reference = checkpoint 0 = the base weights: the same divergence measure as the base
     assert math.isfinite(third[0]["loss/kl_policy_ref"])
     assert third[0]["loss/kl_policy_ref"] != pytest.approx(0.0, abs=1e-6)
-
-
-# --- the learning signal -------------------------------------------------------------------
-
-
-def test_rewarding_a_completion_raises_its_logprob_under_the_served_model(
-    base_model: str, tmp_path: Path
-) -> None:
-    prompt: list[Any] = [{"role": "user", "content": "What is two plus two?"}]
-
-    async def greedy(endpoint: InferenceEndpoint, model: str) -> tuple[list[int], float]:
-        async with client_for(endpoint) as client:
-            r = await client.chat.completions.create(
-                model=model, messages=prompt, max_tokens=6, temperature=0, logprobs=True
-            )
-        choice = r.choices[0]
-        assert choice.logprobs is not None and choice.logprobs.content is not None
-        return (choice.model_extra or {})["token_ids"], sum(
-            t.logprob for t in choice.logprobs.content
-        )
-
-    async def body(b: LocalBackend, endpoint: InferenceEndpoint) -> Any:
-        async with client_for(endpoint) as client:
-            good = (
-                await client.chat.completions.create(
-                    model="agent", messages=prompt, max_tokens=6, temperature=0, logprobs=True
-                )
-            ).choices[0]
-            bad = (
-                await client.chat.completions.create(
-                    model="agent",
-                    messages=prompt,
-                    max_tokens=6,
-                    temperature=1.0,
-                    logprobs=True,
-                    seed=7,
-                )
-            ).choices[0]
-        before = await greedy(endpoint, "agent@0")
-        group = TrajectoryGroup(
-            [
-                Trajectory(messages_and_choices=[*prompt, good], reward=1.0),
-                Trajectory(messages_and_choices=[*prompt, bad], reward=0.0),
-            ]
-        )
-        for _ in range(4):
-            await train(b, [group], TrainConfig(learning_rate=1e-2))
-        after = await greedy(endpoint, "agent")
-        return (
-            (good.model_extra or {})["token_ids"],
-            (bad.model_extra or {})["token_ids"],
-            before,
-            after,
-        )
-
-    good_ids, bad_ids, before, after = with_backend(
-        LocalBackend(full_finetune=True), spec_for(base_model, tmp_path), body
-    )
-    assert good_ids != bad_ids
-    assert before[0] == good_ids and after[0] == good_ids
-    assert after[1] > before[1] + 1.0, f"logprob of the rewarded completion: {before} -> {after}"

@@ -33,6 +33,7 @@ from ...core.identity import ModelSpec, RunRef
 from ...core.trajectories import TrajectoryGroup
 from ...core.validation import check_training_groups
 from ...ports.training_backend import (
+    ALL_CAPABILITIES,
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
@@ -48,19 +49,6 @@ if TYPE_CHECKING:
     from .trainer import PolicyTrainer
 
 EngineKind = Literal["auto", "torch", "vllm"]
-
-_CAPABILITIES = BackendCapabilities(
-    {
-        Capability.TRAIN,
-        Capability.INFERENCE,
-        Capability.DELETE_CHECKPOINTS,
-        Capability.RESUME,
-        Capability.KL_PENALTY,
-        Capability.LOSS_CISPO,
-        Capability.LOSS_PPO,
-        Capability.LOSS_IMPORTANCE_SAMPLING,
-    }
-)
 
 
 @attrs.define
@@ -124,7 +112,7 @@ class LocalBackend:
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        return _CAPABILITIES
+        return ALL_CAPABILITIES
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from ...core.errors import (
 from ...core.identity import ModelSpec, RunRef
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
+    ALL_CAPABILITIES,
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
@@ -77,19 +78,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
-
-_CAPABILITIES = BackendCapabilities(
-    {
-        Capability.TRAIN,
-        Capability.INFERENCE,
-        Capability.DELETE_CHECKPOINTS,
-        Capability.RESUME,
-        Capability.KL_PENALTY,
-        Capability.LOSS_CISPO,
-        Capability.LOSS_PPO,
-        Capability.LOSS_IMPORTANCE_SAMPLING,
-    }
-)
 
 
 @attrs.define
@@ -180,8 +168,8 @@ class TinkerBackend:
     @property
     def capabilities(self) -> BackendCapabilities:
         if self._serve:
-            return _CAPABILITIES
-        return BackendCapabilities(_CAPABILITIES.names - {str(Capability.INFERENCE)})
+            return ALL_CAPABILITIES
+        return BackendCapabilities(ALL_CAPABILITIES.names - {str(Capability.INFERENCE)})
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -318,7 +318,7 @@ class TrainingBackendContract:
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
         ) -> tuple[set[str], Choice]:
             assert endpoint is not None, "a backend with 'inference' returns an endpoint"
-            async with _client(endpoint) as client:
+            async with openai_client_for(endpoint) as client:
                 names = {m.id async for m in client.models.list()}
                 response = await client.chat.completions.create(
                     model=s.run.inference_name(0), messages=PROMPT, max_tokens=5, logprobs=True
@@ -345,7 +345,7 @@ class TrainingBackendContract:
             assert endpoint is not None
             before = await _greedy(endpoint, s.run.inference_name(0))
             for i in range(2):
-                groups = await _rollout_groups(endpoint, s.run.inference_name(), offset=i)
+                groups = await rollout_groups(endpoint, s.run.inference_name(), offset=i)
                 async for _m in b.train(
                     s.run, groups, self.config(learning_rate=self.learning_signal_lr)
                 ):
@@ -376,7 +376,7 @@ class TrainingBackendContract:
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
         ) -> tuple[Greedy, Greedy, list[int]]:
             assert endpoint is not None
-            async with _client(endpoint) as client:
+            async with openai_client_for(endpoint) as client:
                 good = (
                     await client.chat.completions.create(
                         model=s.run.inference_name(),
@@ -428,12 +428,13 @@ class Greedy:
     logprob: float
 
 
-def _client(endpoint: InferenceEndpoint) -> AsyncOpenAI:
+def openai_client_for(endpoint: InferenceEndpoint) -> AsyncOpenAI:
+    """A client for a backend's endpoint that fails fast instead of retrying."""
     return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
 
 
 async def _greedy(endpoint: InferenceEndpoint, model: str) -> Greedy:
-    async with _client(endpoint) as client:
+    async with openai_client_for(endpoint) as client:
         response = await client.chat.completions.create(
             model=model, messages=PROMPT, max_tokens=6, temperature=0, logprobs=True
         )
@@ -445,12 +446,12 @@ async def _greedy(endpoint: InferenceEndpoint, model: str) -> Greedy:
     )
 
 
-async def _rollout_groups(
+async def rollout_groups(
     endpoint: InferenceEndpoint, model: str, *, offset: int = 0, groups: int = 2, n: int = 4
 ) -> list[TrajectoryGroup]:
     """Real rollouts through the endpoint, rewarded by index so every group is trainable."""
     out = []
-    async with _client(endpoint) as client:
+    async with openai_client_for(endpoint) as client:
         for g in range(groups):
             messages: list[Any] = [{"role": "user", "content": f"Count to {g + 3 + offset}."}]
             response = await client.chat.completions.create(
