@@ -28,6 +28,12 @@ def parquet_store(base_path: str) -> TrajectoryStore:
 
 
 def jsonl_history(base_path: str) -> MetricsHistory:
+    if "://" in str(base_path):
+        raise InvalidInputError(
+            f"base_path {base_path!r} is a URI, but history.jsonl needs a local file system "
+            "(appends under a file lock): keep base_path local and pass "
+            f"store=ParquetTrajectoryStore({str(base_path)!r}) for the trajectories"
+        )
     from .adapters.jsonl_history import JsonlHistory
 
     return JsonlHistory(base_path)

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core.errors import CorruptDataError, InvalidInputError
-from .core.identity import validate_name
 
 if TYPE_CHECKING:
     import polars as pl
@@ -45,8 +43,6 @@ __all__ = [
 ]
 
 HISTORY_FILE = "history.jsonl"
-TEMP_PREFIX = ".tmp-"  # what arthex's writers name files that are not published yet
-_PART_NAME = re.compile(r"([0-9]+)(?:-([1-9][0-9]*))?\.parquet")
 _MARKERS = ("history.jsonl", "model.json", "trajectories", "checkpoints")
 _VERSION_KEY = "art.trajectory_parquet.version"
 _FORMAT_VERSION = "2"
@@ -98,37 +94,13 @@ def list_parts(
     """(split, step, part, path) of every published part file of a model directory, sorted.
 
     Files being written (temp names) and names the trajectory store does not write are
-    skipped, so a part appears whole or not at all.
-    """
-    root = directory / "trajectories"
-    wanted_splits = _as_set(split, str, "split")
-    wanted_steps = _as_set(steps, int, "steps")
-    for name in wanted_splits or ():
-        validate_name(name, "split")
-    try:
-        split_entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    found: list[tuple[str, int, int, Path]] = []
-    for split_entry in split_entries:
-        if wanted_splits is not None and split_entry.name not in wanted_splits:
-            continue
-        if split_entry.name.startswith(".") or not split_entry.is_dir():
-            continue
-        for entry in os.scandir(split_entry.path):
-            if entry.name.startswith(TEMP_PREFIX):
-                continue
-            match = _PART_NAME.fullmatch(entry.name)
-            if match is None:
-                continue
-            step = int(match.group(1))
-            if f"{step:04d}" != match.group(1):
-                continue  # `12.parquet` or `00012.parquet` is not a name the store writes
-            if wanted_steps is not None and step not in wanted_steps:
-                continue
-            found.append((split_entry.name, step, int(match.group(2) or 0), Path(entry.path)))
-    found.sort(key=lambda item: item[:3])
-    return found
+    skipped, so a part appears whole or not at all (the store's own listing rules)."""
+    import pyarrow.fs as pafs
+
+    from .adapters.parquet_store import list_parts as store_parts
+
+    found = store_parts(pafs.LocalFileSystem(), str(directory / "trajectories"), split, steps)
+    return [(p.split, p.step, p.part, Path(p.path)) for p in found]
 
 
 def load_trajectories(
@@ -281,19 +253,3 @@ def _read_locked(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
-
-
-def _as_set(value: Any, kind: type, what: str) -> set[Any] | None:
-    if value is None:
-        return None
-    if isinstance(value, kind) and not isinstance(value, bool):
-        return {value}
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise InvalidInputError(
-            f"{what} must be a {kind.__name__} or an iterable of them, got {value!r:.100}"
-        )
-    items = list(value)
-    bad = [item for item in items if not isinstance(item, kind) or isinstance(item, bool)]
-    if bad:
-        raise InvalidInputError(f"{what} must hold only {kind.__name__} values, got {bad[:3]!r}")
-    return set(items)

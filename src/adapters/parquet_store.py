@@ -3,88 +3,143 @@
 Layout: `{root}/{project}/models/{name}/trajectories/{split}/{step:04d}.parquet`, and for each
 further write at the same (split, step) `{step:04d}-1.parquet`, `{step:04d}-2.parquet`, ...
 ART overwrote the file instead, losing the earlier batch; here a part is published under a
-name nobody holds yet (a hard link), so two processes racing for one step both keep their data.
+name nobody holds yet, so two writers racing for one step both keep their data. What a part
+holds (ART's v2 layout) is parquet_layout.py.
 
-The file is ART's v2 layout, so ART's tools and ours read each other's runs: `group_json` and
-`trajectory_json` are authoritative, the other columns are an analytics view derived from them.
+The root is a local directory or any pyarrow filesystem URI:
+
+    ParquetTrajectoryStore(".art")
+    ParquetTrajectoryStore("s3://bucket/prefix")   # credentials, region, endpoint: see below
+    ParquetTrajectoryStore("s3://bucket/prefix", filesystem=pyarrow.fs.S3FileSystem(
+        endpoint_override="localhost:9000", scheme="http", access_key=..., secret_key=...))
+
+A URI alone gets its filesystem from `pyarrow.fs.FileSystem.from_uri`, which reads the usual
+AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL,
+~/.aws) and URI options (`s3://bucket/prefix?endpoint_override=host:9000&scheme=http`); pass
+`filesystem=` to configure it in code. With `filesystem=`, the root is a path within it
+(`bucket/prefix`); a URI root there only has its scheme dropped.
+
+Publishing a part:
+- local disk: the part is written to a temp file, fsynced, and hard-linked to the first free
+  name (a link fails if the name exists), so no writer, in any process, replaces another's
+  part, and a crash leaves no half part.
+- object stores (S3 and the rest): the part is uploaded to a uniquely named temp object (an
+  upload appears whole or not at all), then copied server-side to the first name the listing
+  shows free, the copy checked against the temp object, and the temp object deleted. Writers
+  in one process publish one at a time; writers in different processes can still race
+  between the check and the copy (milliseconds, against the whole upload for a check done
+  before uploading), and if both copy to one name the later copy wins: the one whose copy was
+  replaced notices, when it reads the copy back before deleting its temp object, and takes
+  the next name. A part can only be lost when the other process's copy lands between that
+  read-back and the delete; object stores offer no create-if-absent through pyarrow.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import functools
 import itertools
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import secrets
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from openai.types.chat.chat_completion import Choice
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError, SchemaSerializer, to_json
 
-from ..core.errors import CorruptDataError, InvalidInputError
+from ..core.errors import InvalidInputError, UnsupportedCapability
 from ..core.identity import ModelSpec, RunRef, validate_name
-from ..core.trajectories import Trajectory, TrajectoryGroup
+from ..core.trajectories import TrajectoryGroup
 from ._files import TEMP_PREFIX, atomic_write_bytes, fsync_dir, publish_new, temp_path_for
+from .parquet_layout import (
+    BATCH_BYTES,
+    FORMAT_VERSION,
+    SCHEMA,
+    VERSION_KEY,
+    WRITE_OPTIONS,
+    Batch,
+    encode_batches,
+    read_part,
+)
 
 if TYPE_CHECKING:
     from ..ports.trajectory_store import TrajectoryStore
 
-FORMAT_VERSION = 2
-VERSION_KEY = b"art.trajectory_parquet.version"
-
-# NaN and infinities (a NaN metric, a -inf logprob) must survive: the JSON is written with
-# `NaN`/`Infinity` tokens, as ART does, instead of pydantic's default `null`, which would not
-# validate back into a float.
-_SERIALIZER_CONFIG: Any = {"ser_json_inf_nan": "constants"}
-_TRAJECTORY_JSON = SchemaSerializer(Trajectory.__pydantic_core_schema__, _SERIALIZER_CONFIG)
-_GROUP_JSON = SchemaSerializer(TrajectoryGroup.__pydantic_core_schema__, _SERIALIZER_CONFIG)
-
-_MESSAGE_TYPE = pa.struct(
-    [
-        pa.field("role", pa.string()),
-        pa.field("content", pa.string()),
-        pa.field("tool_calls", pa.string()),
-        pa.field("tool_call_id", pa.string()),
-        pa.field("trainable", pa.bool_()),
-    ]
-)
-SCHEMA = pa.schema(
-    [
-        pa.field("format_version", pa.int16()),
-        pa.field("group_index", pa.int64()),
-        pa.field("trajectory_index", pa.int64()),
-        pa.field("group_json", pa.large_string()),
-        pa.field("trajectory_json", pa.large_string()),
-        pa.field("group_metadata", pa.string()),
-        pa.field("group_metrics", pa.string()),
-        pa.field("group_logs", pa.list_(pa.string())),
-        pa.field("reward", pa.float64()),
-        pa.field("metrics", pa.string()),
-        pa.field("metadata", pa.string()),
-        pa.field("tools", pa.string()),
-        pa.field("logs", pa.list_(pa.string())),
-        pa.field("messages", pa.list_(_MESSAGE_TYPE)),
-    ],
-    metadata={VERSION_KEY: str(FORMAT_VERSION).encode()},
-)
-_AUTHORITATIVE = ["format_version", "group_index", "trajectory_index", "group_json",
-                  "trajectory_json"]  # fmt: skip
+__all__ = [
+    "FORMAT_VERSION",
+    "SCHEMA",
+    "VERSION_KEY",
+    "ParquetTrajectoryStore",
+    "PartFile",
+    "list_parts",
+    "read_part",
+    "resolve_root",
+]
 
 _PART_NAME = re.compile(r"([0-9]+)(?:-([1-9][0-9]*))?\.parquet")
-# Fields ART's Trajectory has and arthex's does not; dropped on read (exchanges only when empty).
-_ART_ONLY_FIELDS = ("initial_policy_version", "final_policy_version")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# Filesystems where a directory is only a key prefix: nothing to create before writing.
+_PREFIX_ONLY = ("s3", "gcs", "abfs")
+_KNOWN_SCHEMES = frozenset({"file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss"})
+_TAIL_BYTES = 64 * 1024  # a parquet footer, and the pages before it on small parts
+_LOCAL = pafs.LocalFileSystem()
+
+
+class PartFile(NamedTuple):
+    """A published part: its split, step and part number (0 for `0003.parquet`, n for
+    `0003-n.parquet`), and its path within the store's filesystem."""
+
+    split: str
+    step: int
+    part: int
+    path: str
 
 
 class ParquetTrajectoryStore:
     """Trajectory groups under `{root}/{project}/models/{name}/`, in ART's v2 parquet layout."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+    batch_bytes = BATCH_BYTES  # JSON per row group; a part larger than this is streamed
+
+    def __init__(
+        self, root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
+    ) -> None:
+        self._root = root
+        self._given_filesystem = filesystem
+        text = os.fspath(root) if isinstance(root, str | os.PathLike) else root
+        if isinstance(text, str) and _URI.match(text) and filesystem is None:
+            scheme = text.split("://", 1)[0].lower()
+            if scheme not in _KNOWN_SCHEMES:
+                raise InvalidInputError(
+                    f"cannot open the store root {text!r}: unknown scheme {scheme!r}; use a "
+                    f"local path, one of {sorted(_KNOWN_SCHEMES)}, or pass filesystem="
+                )
+        else:  # a local path or an explicit filesystem: resolving does no I/O, check it now
+            self.__dict__["_resolved"] = resolve_root(root, filesystem)
+
+    @functools.cached_property
+    def _resolved(self) -> tuple[pafs.FileSystem, str]:
+        # Resolved on first use, not in __init__: resolving an object-store URI may reach the
+        # network (the bucket's region), and building a store must stay free of I/O.
+        return resolve_root(self._root, self._given_filesystem)
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        return self._resolved[0]
+
+    @property
+    def base(self) -> str:
+        return self._resolved[1]
+
+    @property
+    def local(self) -> bool:
+        return bool(self.filesystem.type_name == "local")
 
     async def write(
         self, run: RunRef, split: str, step: int, groups: Sequence[TrajectoryGroup]
@@ -108,52 +163,114 @@ class ParquetTrajectoryStore:
                 f"the config of model {spec.run} cannot be written as JSON ({error}); "
                 "use plain strings, numbers, booleans, lists and dicts"
             ) from error
-        path = self._model_dir(spec.run) / "model.json"
-        await asyncio.to_thread(_write_spec, path, data.encode())
+        path = f"{self.model_dir(spec.run)}/model.json"
+        await asyncio.to_thread(self._write_spec, path, data.encode())
 
-    def split_dir(self, run: RunRef, split: str) -> Path:
+    # --- where things are -------------------------------------------------------------------
+
+    def model_dir(self, run: RunRef) -> str:
+        """The model's directory, a path within `self.filesystem`."""
+        return f"{self.base}/{run.project}/models/{run.name}"
+
+    def split_dir(self, run: RunRef, split: str) -> str:
         """Where the parts of `split` live (the directory may not exist yet)."""
-        return self._model_dir(run) / "trajectories" / validate_name(split, "split")
+        return f"{self.model_dir(run)}/trajectories/{validate_name(split, 'split')}"
+
+    def parts(
+        self,
+        run: RunRef,
+        split: str | Iterable[str] | None = None,
+        steps: int | Iterable[int] | None = None,
+    ) -> list[PartFile]:
+        """Every published part of the run (or of the given splits and steps), sorted by
+        (split, step, part): the order they were written. Paths are within
+        `self.filesystem`; read one with `read_part(part.path, store.filesystem)`."""
+        return list_parts(self.filesystem, f"{self.model_dir(run)}/trajectories", split, steps)
 
     def part_paths(self, run: RunRef, split: str, step: int) -> list[Path]:
-        """The parts of (split, step), in the order they were written."""
+        """The local files of (split, step), in the order they were written. Local stores
+        only; `parts` works on every filesystem."""
         _check_location(split, step)
-        directory = self.split_dir(run, split)
-        parts = sorted(
-            (part, directory / name)
-            for part_step, part, name in _list_parts(directory)
-            if part_step == step
-        )
-        return [path for _, path in parts]
+        if not self.local:
+            raise UnsupportedCapability(
+                "part_paths", f"a ParquetTrajectoryStore on {self.filesystem.type_name}",
+                "Use store.parts(run, split, step): paths within store.filesystem.",
+            )  # fmt: skip
+        return [Path(part.path) for part in self.parts(run, split, step)]
 
-    def _model_dir(self, run: RunRef) -> Path:
-        return self.root / run.project / "models" / run.name
+    def location(self, path: str) -> str:
+        """A path within the filesystem as a user would write it: local paths as they are,
+        object-store paths as URIs (`s3://bucket/key`)."""
+        if self.local or self.filesystem.type_name not in (*_PREFIX_ONLY, "hdfs"):
+            return path
+        return f"{self.filesystem.type_name}://{path}"
+
+    # --- writing ------------------------------------------------------------------------------
 
     def _write(self, run: RunRef, split: str, step: int, groups: Sequence[TrajectoryGroup]) -> str:
-        table = _encode(groups)  # every input error surfaces here, before any file exists
+        batches = encode_batches(groups, self.batch_bytes)
+        first = next(batches)  # the type checks and the first batch: before any file exists
         directory = self.split_dir(run, split)
-        _make_dirs(directory)
-        temp = temp_path_for(directory / _part_name(step, 0))
-        try:
-            pq.write_table(table, temp, compression="zstd")
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-        taken = [part for part_step, part, _ in _list_parts(directory) if part_step == step]
-        # Start after the newest part so parts keep write order even if an earlier one is gone;
-        # a name taken meanwhile by a concurrent writer is skipped by publish_new.
-        start = max(taken) + 1 if taken else 0
-        candidates = (directory / _part_name(step, part) for part in itertools.count(start))
-        return str(publish_new(temp, candidates))
+        if self.local:
+            return str(_write_local(Path(directory), step, first, batches))
+        return self.location(_write_remote(self.filesystem, directory, step, first, batches))
+
+    def _write_spec(self, path: str, data: bytes) -> None:
+        if self.local:
+            _make_dirs(Path(path).parent)
+            atomic_write_bytes(Path(path), data)
+            return
+        _make_remote_dirs(self.filesystem, str(PurePosixPath(path).parent))
+        with self.filesystem.open_output_stream(path) as out:  # one PUT: whole or nothing
+            out.write(data)
+
+    # --- reading ------------------------------------------------------------------------------
 
     def _read(self, run: RunRef, split: str, step: int) -> list[TrajectoryGroup]:
         groups: list[TrajectoryGroup] = []
-        for path in self.part_paths(run, split, step):
-            groups.extend(read_part(path))
+        filesystem = None if self.local else self.filesystem
+        for part in self.parts(run, split, step):
+            groups.extend(read_part(part.path, filesystem))
         return groups
 
     def _steps(self, run: RunRef, split: str) -> list[int]:
-        return sorted({step for step, _, _ in _list_parts(self.split_dir(run, split))})
+        return sorted({part.step for part in self.parts(run, split)})
+
+
+def resolve_root(
+    root: str | os.PathLike[str], filesystem: pafs.FileSystem | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path within it) for a store root: a local path, a URI, or a path within
+    `filesystem`."""
+    text = os.fspath(root)
+    if not isinstance(text, str) or not text:
+        raise InvalidInputError(f"the store root must be a non-empty path or URI, got {root!r}")
+    is_uri = _URI.match(text) is not None
+    if filesystem is None:
+        if not is_uri:
+            return _rooted(pafs.LocalFileSystem(), text)
+        try:
+            found, path = pafs.FileSystem.from_uri(text)
+        except (pa.ArrowException, ValueError, OSError) as error:
+            raise InvalidInputError(
+                f"cannot open the store root {text!r} ({error}); pass a local path, a "
+                "filesystem URI such as 's3://bucket/prefix', or filesystem="
+            ) from error
+        return _rooted(found, path)
+    if not isinstance(filesystem, pafs.FileSystem):
+        raise InvalidInputError(
+            f"filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__}"
+        )
+    if is_uri:
+        text = text.split("://", 1)[1]
+    return _rooted(filesystem, text)
+
+
+def _rooted(filesystem: pafs.FileSystem, path: str) -> tuple[pafs.FileSystem, str]:
+    """Paths are joined with `/` below the root, so the root must not end in one."""
+    if filesystem.type_name == "local":
+        return filesystem, os.path.normpath(path)
+    return filesystem, path.rstrip("/")
 
 
 def _check_location(split: str, step: int) -> None:
@@ -166,22 +283,152 @@ def _part_name(step: int, part: int) -> str:
     return f"{step:04d}.parquet" if part == 0 else f"{step:04d}-{part}.parquet"
 
 
-def _list_parts(directory: Path) -> Iterator[tuple[int, int, str]]:
-    """(step, part, file name) of every part file; temp files and foreign names are skipped."""
-    try:
-        entries = list(os.scandir(directory))
-    except FileNotFoundError:
+def parse_part_name(name: str) -> tuple[int, int] | None:
+    """(step, part) of a file name this store writes, else None (temp files, `12.parquet`,
+    `0008-0.parquet` and any other name are not parts)."""
+    if name.startswith(TEMP_PREFIX):
+        return None
+    match = _PART_NAME.fullmatch(name)
+    if match is None:
+        return None
+    step = int(match.group(1))
+    if f"{step:04d}" != match.group(1):
+        return None
+    return step, int(match.group(2) or 0)
+
+
+def list_parts(
+    filesystem: pafs.FileSystem,
+    trajectories_dir: str,
+    split: str | Iterable[str] | None = None,
+    steps: int | Iterable[int] | None = None,
+) -> list[PartFile]:
+    """The published parts under a model's `trajectories/` directory (a path within
+    `filesystem`), sorted by (split, step, part). Files being written and names the store
+    does not write are skipped, so a part is listed whole or not at all."""
+    splits = _as_set(split, str, "split")
+    wanted = _as_set(steps, int, "steps")
+    for name in splits or ():
+        validate_name(name, "split")
+    if splits is None:
+        dirs = [
+            info.base_name
+            for info in _list_dir(filesystem, trajectories_dir)
+            if info.type == pafs.FileType.Directory and not info.base_name.startswith(".")
+        ]
+    else:
+        dirs = sorted(splits)
+    found: list[PartFile] = []
+    for split_name in dirs:
+        directory = f"{trajectories_dir}/{split_name}"
+        for info in _list_dir(filesystem, directory):
+            parsed = parse_part_name(info.base_name)
+            if parsed is None or info.type != pafs.FileType.File:
+                continue
+            if wanted is not None and parsed[0] not in wanted:
+                continue
+            found.append(
+                PartFile(split_name, parsed[0], parsed[1], f"{directory}/{info.base_name}")
+            )
+    found.sort()
+    return found
+
+
+def _list_dir(filesystem: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
+    if filesystem.type_name == "local":  # scandir: one system call, no stat per entry
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [
+            pafs.FileInfo(
+                entry.path,
+                pafs.FileType.Directory
+                if entry.is_dir()
+                else pafs.FileType.File
+                if entry.is_file()
+                else pafs.FileType.Unknown,
+            )
+            for entry in entries
+        ]
+    selector = pafs.FileSelector(directory, allow_not_found=True)
+    return list(filesystem.get_file_info(selector))
+
+
+def _as_set(value: Any, kind: type, what: str) -> set[Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, kind) and not isinstance(value, bool):
+        return {value}
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidInputError(
+            f"{what} must be a {kind.__name__} or an iterable of them, got {value!r:.100}"
+        )
+    items = list(value)
+    bad = [item for item in items if not isinstance(item, kind) or isinstance(item, bool)]
+    if bad:
+        raise InvalidInputError(f"{what} must hold only {kind.__name__} values, got {bad[:3]!r}")
+    return set(items)
+
+
+def _taken(filesystem: pafs.FileSystem, directory: str, step: int) -> list[int]:
+    found = []
+    for info in _list_dir(filesystem, directory):
+        parsed = parse_part_name(info.base_name)
+        if parsed is not None and parsed[0] == step:
+            found.append(parsed[1])
+    return found
+
+
+def _candidates(filesystem: pafs.FileSystem, directory: str, step: int) -> Iterator[str]:
+    """Free-looking names for a new part: after the newest, so parts keep write order even if
+    an earlier one is gone."""
+    taken = _taken(filesystem, directory, step)
+    start = max(taken) + 1 if taken else 0
+    return (f"{directory}/{_part_name(step, part)}" for part in itertools.count(start))
+
+
+# --- streaming a part out -------------------------------------------------------------------
+
+
+def _write_part(sink: Any, first: Batch, rest: Iterator[Batch]) -> None:
+    """Write the part to `sink`: a local path (never parsed as a URI) or an output stream.
+
+    A part of one batch is one `write_table`. A larger part is streamed: batch k is encoded,
+    compressed and written on a helper thread while batch k+1 is serialized here. Serializing
+    holds the GIL; parquet encoding, zstd and the writes release it, so with two cores the
+    part costs about its serialization alone, and at most two batches are in memory at once
+    (the one being written and the one being built)."""
+    options = dict(WRITE_OPTIONS, filesystem=_LOCAL) if isinstance(sink, str) else WRITE_OPTIONS
+    if first.last:
+        pq.write_table(first.table, sink, **options)
         return
-    for entry in entries:
-        if entry.name.startswith(TEMP_PREFIX):
-            continue
-        match = _PART_NAME.fullmatch(entry.name)
-        if match is None or not entry.is_file():
-            continue
-        step = int(match.group(1))
-        if _part_name(step, 0).removesuffix(".parquet") != match.group(1):
-            continue  # `12.parquet` or `00012.parquet` is not a name this store writes
-        yield step, int(match.group(2) or 0), entry.name
+    with (
+        pq.ParquetWriter(sink, SCHEMA, **options) as writer,
+        concurrent.futures.ThreadPoolExecutor(1, "arthex-parquet") as pool,
+    ):
+        pending = pool.submit(writer.write_table, first.table)
+        try:
+            for batch in rest:
+                pending.result()
+                pending = pool.submit(writer.write_table, batch.table)
+        except BaseException:
+            concurrent.futures.wait([pending])  # never close the writer mid-write
+            raise
+        pending.result()
+
+
+def _write_local(directory: Path, step: int, first: Batch, rest: Iterator[Batch]) -> Path:
+    _make_dirs(directory)
+    temp = temp_path_for(directory / _part_name(step, 0))
+    try:
+        _write_part(str(temp), first, rest)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    candidates = (Path(name) for name in _candidates(_LOCAL, str(directory), step))
+    # A name taken meanwhile by a concurrent writer is skipped by publish_new.
+    return publish_new(temp, candidates)
 
 
 def _make_dirs(directory: Path) -> None:
@@ -199,310 +446,66 @@ def _make_dirs(directory: Path) -> None:
         fsync_dir(path.parent)
 
 
-def _write_spec(path: Path, data: bytes) -> None:
-    _make_dirs(path.parent)
-    atomic_write_bytes(path, data)
+# One lock per split directory of a remote store: writers in this process publish there one at
+# a time, so they never race each other for a name (processes still can; see the docstring).
+_PUBLISH_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_PUBLISH_LOCKS_GUARD = threading.Lock()
 
 
-# --- encoding -----------------------------------------------------------------------------
+def _publish_lock(filesystem: pafs.FileSystem, directory: str) -> threading.Lock:
+    key = (filesystem.type_name, directory)
+    with _PUBLISH_LOCKS_GUARD:
+        return _PUBLISH_LOCKS.setdefault(key, threading.Lock())
 
 
-def _json(value: object) -> bytes:
-    return to_json(value, inf_nan_mode="constants")
+def _make_remote_dirs(filesystem: pafs.FileSystem, directory: str) -> None:
+    if filesystem.type_name not in _PREFIX_ONLY:
+        filesystem.create_dir(directory, recursive=True)
 
 
-def _json_or_none(value: object) -> bytes | None:
-    return _json(value) if value else None
-
-
-def _encode(groups: Sequence[TrajectoryGroup]) -> pa.Table:
-    """The whole part as one table; raises InvalidInputError naming the item that cannot be
-    serialized, so a bad batch never reaches the disk.
-
-    Rows are collected as tuples and transposed once at the end: with small trajectories the
-    per-row Python work, not the JSON, is what dominates."""
-    given: object = groups  # checked at runtime: callers may pass anything
-    if isinstance(given, TrajectoryGroup) or not isinstance(given, Sequence):
-        raise InvalidInputError(
-            f"groups must be a list of TrajectoryGroup, got {type(given).__name__}"
-        )
-    rows: list[tuple[Any, ...]] = []
-    messages: list[_Entry] = []
-    offsets = [0]
-    null_messages: list[bool] = []
-    for g, group in enumerate(given):
-        if not isinstance(group, TrajectoryGroup):
-            raise InvalidInputError(
-                f"groups[{g}] must be a TrajectoryGroup, got {type(group).__name__}"
-            )
-        try:
-            shared = (
-                g,
-                _GROUP_JSON.to_json(
-                    group, exclude=_NOT_IN_GROUP_JSON, exclude_defaults=True, warnings="error"
-                ),
-                _json_or_none(group.metadata),
-                _json_or_none(group.metrics),
-                list(group.logs) or None,
-            )
-        except PydanticSerializationError as error:
-            raise InvalidInputError(f"groups[{g}] cannot be stored as JSON: {error}") from error
-        if not group.trajectories:  # every rollout failed: one sentinel row keeps the group
-            rows.append((*shared, None, None, None, None, None, None, None))
-            offsets.append(offsets[-1])
-            null_messages.append(True)
-            continue
-        trajectory: object
-        for t, trajectory in enumerate(group.trajectories):
-            if not isinstance(trajectory, Trajectory):
-                raise InvalidInputError(
-                    f"groups[{g}].trajectories[{t}] must be a Trajectory, "
-                    f"got {type(trajectory).__name__}"
-                )
-            try:
-                rows.append(
-                    (
-                        *shared,
-                        t,
-                        _TRAJECTORY_JSON.to_json(
-                            trajectory, exclude=_default_fields(trajectory), warnings="error"
-                        ),
-                        trajectory.reward,
-                        _json_or_none(trajectory.metrics),
-                        _json_or_none(trajectory.metadata),
-                        _json_or_none(trajectory.tools),
-                        list(trajectory.logs) or None,
-                    )
-                )
-                entries = _message_entries(trajectory)
-            except PydanticSerializationError as error:
-                raise InvalidInputError(
-                    f"groups[{g}].trajectories[{t}] cannot be stored as JSON: {error}"
-                ) from error
-            if entries is None:
-                offsets.append(offsets[-1])
-                null_messages.append(True)
-            else:
-                messages.extend(entries)
-                offsets.append(offsets[-1] + len(entries))
-                null_messages.append(False)
-
-    n = len(rows)
-    (group_index, group_json, group_metadata, group_metrics, group_logs, trajectory_index,
-     trajectory_json, reward, metrics, metadata, tools, logs) = (
-        list(zip(*rows)) if rows else [()] * 12
-    )  # fmt: skip
-    role, content, tool_calls, tool_call_id, trainable = (
-        list(zip(*messages)) if messages else [()] * 5
-    )
-    message_values = pa.StructArray.from_arrays(
-        [
-            pa.array(role, pa.string()),
-            pa.array(content, pa.string()),
-            pa.array(tool_calls, pa.string()),
-            pa.array(tool_call_id, pa.string()),
-            pa.array(trainable, pa.bool_()),
-        ],
-        fields=list(_MESSAGE_TYPE),
-    )
-    columns = [
-        pa.array([FORMAT_VERSION] * n, pa.int16()),
-        pa.array(group_index, pa.int64()),
-        pa.array(trajectory_index, pa.int64()),
-        pa.array(group_json, pa.large_string()),
-        pa.array(trajectory_json, pa.large_string()),
-        pa.array(group_metadata, pa.string()),
-        pa.array(group_metrics, pa.string()),
-        pa.array(group_logs, pa.list_(pa.string())),
-        pa.array(reward, pa.float64()),
-        pa.array(metrics, pa.string()),
-        pa.array(metadata, pa.string()),
-        pa.array(tools, pa.string()),
-        pa.array(logs, pa.list_(pa.string())),
-        pa.ListArray.from_arrays(
-            pa.array(offsets, pa.int32()), message_values, mask=pa.array(null_messages, pa.bool_())
-        ),
-    ]
-    return pa.Table.from_arrays(columns, schema=SCHEMA)
-
-
-# Sets (not frozensets) because that is what pydantic's `exclude` is typed to take; never mutated.
-_NOT_IN_GROUP_JSON = {"trajectories"}
-_OPTIONAL_FIELDS = ("tools", "additional_histories", "metrics", "metadata", "logs")
-# Every combination of defaulted fields, so building the exclude set is one dict lookup.
-_EXCLUDES = {
-    flags: {name for name, flag in zip(_OPTIONAL_FIELDS, flags) if flag}
-    for flags in itertools.product((False, True), repeat=len(_OPTIONAL_FIELDS))
-}
-
-
-def _default_fields(trajectory: Trajectory) -> set[str]:
-    """Top-level fields still at their default, left out of trajectory_json as ART does.
-    Choices inside stay full dumps (ART's readers recognise them by `finish_reason`)."""
-    return _EXCLUDES[
-        (
-            trajectory.tools is None,
-            not trajectory.additional_histories,
-            not trajectory.metrics,
-            not trajectory.metadata,
-            not trajectory.logs,
-        )
-    ]
-
-
-_Entry = tuple[str | None, str | None, bytes | None, str | None, bool]
-
-
-def _message_entries(trajectory: Trajectory) -> list[_Entry] | None:
-    """The analytics view of the main conversation; None (a null cell) when a content is not
-    text, e.g. multimodal parts. A missing content (an assistant turn with only tool calls) is
-    a null content, not a reason to drop the whole view."""
-    entries: list[_Entry] = []
-    append = entries.append
-    for item in trajectory.messages_and_choices:
-        if isinstance(item, Choice):
-            message = item.message
-            calls = _json(message.tool_calls) if message.tool_calls else None
-            append((message.role, message.content, calls, None, True))
-            continue
-        trainable = "finish_reason" in item
-        source = item.get("message") if trainable else item
-        if not isinstance(source, dict):
-            source = {}
-        content = source.get("content")
-        if content is not None and not isinstance(content, str):
-            return None
-        role = source.get("role")
-        call_id = None if trainable else item.get("tool_call_id")
-        calls = source.get("tool_calls")
-        append(
-            (
-                role if isinstance(role, str) else None,
-                content,
-                _json(calls) if calls else None,
-                call_id if isinstance(call_id, str) else None,
-                trainable,
-            )
-        )
-    return entries
-
-
-# --- decoding -----------------------------------------------------------------------------
-
-
-def read_part(path: Path) -> list[TrajectoryGroup]:
-    """Rebuild the groups of one part from its authoritative JSON columns. Fails closed with
-    CorruptDataError naming the file on anything not exactly ART's v2 layout."""
+def _write_remote(
+    filesystem: pafs.FileSystem,
+    directory: str,
+    step: int,
+    first: Batch,
+    rest: Iterator[Batch],
+) -> str:
+    _make_remote_dirs(filesystem, directory)
+    temp = f"{directory}/{TEMP_PREFIX}{_part_name(step, 0)}.{os.getpid()}.{secrets.token_hex(8)}"
     try:
-        with pq.ParquetFile(path) as file:
-            version = (file.schema_arrow.metadata or {}).get(VERSION_KEY)
-            if version is None:
-                raise CorruptDataError(
-                    f"{path} has no {VERSION_KEY.decode()!r} schema metadata, so it is not an "
-                    "ART v2 trajectory file (v1 files are not read); move it out of the split"
-                )
-            if version != str(FORMAT_VERSION).encode():
-                raise CorruptDataError(
-                    f"{path} is trajectory parquet version {version.decode(errors='replace')!r}; "
-                    f"this arthex reads version {FORMAT_VERSION} only (upgrade arthex?)"
-                )
-            missing = [c for c in _AUTHORITATIVE if c not in file.schema_arrow.names]
-            if missing:
-                raise CorruptDataError(f"{path} lacks the column(s) {', '.join(missing)}")
-            table = file.read(columns=_AUTHORITATIVE)
-    except (pa.ArrowException, OSError) as error:
-        raise CorruptDataError(f"{path} cannot be read as parquet: {error}") from error
-    columns = [table.column(name).to_pylist() for name in _AUTHORITATIVE]
-    return _decode(path, *columns)
+        with filesystem.open_output_stream(temp) as out:
+            _write_part(out, first, rest)
+        with _publish_lock(filesystem, directory):
+            return _publish_remote(filesystem, temp, directory, step)
+    finally:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            filesystem.delete_file(temp)
 
 
-def _decode(
-    path: Path,
-    versions: list[Any],
-    group_indexes: list[Any],
-    trajectory_indexes: list[Any],
-    group_jsons: list[Any],
-    trajectory_jsons: list[Any],
-) -> list[TrajectoryGroup]:
-    rows: dict[int, list[tuple[int | None, str | None]]] = {}
-    group_json: dict[int, str] = {}
-    for row, (version, g, t, gj, tj) in enumerate(
-        zip(versions, group_indexes, trajectory_indexes, group_jsons, trajectory_jsons)
-    ):
-        if version != FORMAT_VERSION:
-            raise CorruptDataError(f"{path}: row {row} has format_version {version!r}")
-        if not _is_index(g) or gj is None:
-            raise CorruptDataError(f"{path}: row {row} has no group_index or group_json")
-        if t is not None and not _is_index(t):
-            raise CorruptDataError(f"{path}: row {row} has trajectory_index {t!r}")
-        if (t is None) != (tj is None):
-            raise CorruptDataError(
-                f"{path}: row {row} must have both trajectory_index and trajectory_json or "
-                "neither (a sentinel row)"
-            )
-        if group_json.setdefault(g, gj) != gj:
-            raise CorruptDataError(f"{path}: group {g} has differing group_json across rows")
-        rows.setdefault(g, []).append((t, tj))
-    if sorted(rows) != list(range(len(rows))):
-        raise CorruptDataError(f"{path}: group indexes {sorted(rows)} are not contiguous from 0")
-    return [_decode_group(path, g, group_json[g], rows[g]) for g in range(len(rows))]
-
-
-def _is_index(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _decode_group(
-    path: Path, g: int, dumped: str, rows: list[tuple[int | None, str | None]]
-) -> TrajectoryGroup:
-    sentinel = [t for t, _ in rows if t is None]
-    if sentinel and len(rows) != 1:
-        raise CorruptDataError(
-            f"{path}: group {g} mixes a sentinel row with other rows ({len(rows)} rows)"
+def _publish_remote(filesystem: pafs.FileSystem, temp: str, directory: str, step: int) -> str:
+    size = filesystem.get_file_info(temp).size
+    ours = _tail(filesystem, temp)
+    while True:
+        candidate = next(
+            name
+            for name in _candidates(filesystem, directory, step)
+            if filesystem.get_file_info(name).type == pafs.FileType.NotFound
         )
-    data = _loads(path, f"group {g}", dumped)
-    if "trajectories" in data:
-        raise CorruptDataError(f"{path}: group_json of group {g} must not hold trajectories")
-    trajectories: list[dict[str, Any]] = []
-    if not sentinel:
-        ordered = sorted((t, tj) for t, tj in rows if t is not None and tj is not None)
-        if [t for t, _ in ordered] != list(range(len(rows))):
-            raise CorruptDataError(
-                f"{path}: group {g} has trajectory indexes {[t for t, _ in ordered]}, "
-                f"expected 0..{len(rows) - 1}"
-            )
-        trajectories = [
-            _art_trajectory(path, g, t, _loads(path, f"group {g} trajectory {t}", tj))
-            for t, tj in ordered
-        ]
-    try:
-        return TrajectoryGroup.model_validate({**data, "trajectories": trajectories})
-    except ValidationError as error:
-        raise CorruptDataError(
-            f"{path}: group {g} is not a valid trajectory group: {error}"
-        ) from error
+        filesystem.copy_file(temp, candidate)  # server-side; the object appears whole
+        if (
+            filesystem.get_file_info(candidate).size == size
+            and _tail(filesystem, candidate) == ours
+        ):
+            return candidate
+        # Another process's copy replaced ours; the name is taken now, so the next listing
+        # starts after it.
 
 
-def _loads(path: Path, what: str, text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as error:
-        raise CorruptDataError(f"{path}: the JSON of {what} is malformed: {error}") from error
-    if not isinstance(value, dict):
-        raise CorruptDataError(f"{path}: the JSON of {what} is not an object")
-    return value
-
-
-def _art_trajectory(path: Path, g: int, t: int, data: dict[str, Any]) -> dict[str, Any]:
-    """Drop the ART-only fields arthex has no place for; refuse what it cannot represent."""
-    for name in _ART_ONLY_FIELDS:
-        data.pop(name, None)
-    if data.pop("exchanges", None):
-        raise CorruptDataError(
-            f"{path}: group {g} trajectory {t} was captured as ART `exchanges`, which arthex "
-            "does not read; log it with messages_and_choices"
-        )
-    return data
+def _tail(filesystem: pafs.FileSystem, path: str) -> bytes:
+    with filesystem.open_input_file(path) as file:
+        size = file.size()
+        file.seek(max(0, size - _TAIL_BYTES))
+        return bytes(file.read())
 
 
 if TYPE_CHECKING:

@@ -60,8 +60,8 @@ def enospc(what: str) -> OSError:
     return OSError(errno.ENOSPC, f"No space left on device (injected: {what})")
 
 
-def visible_temps(root: Path) -> list[Path]:
-    return [p for p in root.rglob(f"{TEMP_PREFIX}*")]
+def visible_temps(root: Path | str) -> list[Path]:
+    return list(Path(root).rglob(f"{TEMP_PREFIX}*"))
 
 
 def history_rows(base: Path, run: RunRef) -> list[MetricsRow]:

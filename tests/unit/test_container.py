@@ -61,3 +61,8 @@ def test_unknown_reporters_and_backends_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="nope"):
         backend("nope")
     assert isinstance(backend("inmemory"), InMemoryBackend)
+
+
+def test_a_uri_base_path_is_refused_for_the_local_history() -> None:
+    with pytest.raises(InvalidInputError, match=r"history\.jsonl needs a local file system"):
+        arthex.Model(name="m", project="p", base_path="s3://bucket/runs", report_metrics=[])
