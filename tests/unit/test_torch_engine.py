@@ -158,7 +158,10 @@ def test_max_batch_size_splits_rows_into_several_batches(model_dir: str) -> None
         prompt = engine.render_chat("base", MESSAGES, None)
         before = engine.batches_run
         results = await asyncio.gather(
-            *(engine.sample("base", prompt, 3, SamplingParams(max_tokens=3)) for _ in range(3))
+            *(
+                engine.sample("base", prompt, 3, SamplingParams(max_tokens=3, seed=i))
+                for i in range(3)
+            )
         )
         return engine.batches_run - before, list(results)
 

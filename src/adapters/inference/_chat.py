@@ -23,6 +23,7 @@ class ChatTokenizer:
                 "or set `tokenizer.chat_template` and save it into the model directory"
             )
         self._tokenizer = tokenizer
+        self._token_texts: dict[int, str] = {}
         self.source = source
         self.vocab_size = len(tokenizer)
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -46,6 +47,7 @@ class ChatTokenizer:
         once can fail with "Already borrowed" when one of them changes its settings."""
         twin = copy.copy(self)
         twin._tokenizer = copy.deepcopy(self._tokenizer)
+        twin._token_texts = {}
         return twin
 
     def add_eos_token_ids(self, token_ids: object) -> None:
@@ -87,7 +89,12 @@ class ChatTokenizer:
         return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=False))
 
     def token_text(self, token_id: int) -> str:
-        return self.decode_raw([token_id])
+        """One token's own text, remembered: a response with logprobs spells every token, and
+        a tokenizer call per token cost more than the rest of the response together."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.decode_raw([token_id])
+        return text
 
     def check_prompt(self, prompt_token_ids: Sequence[int], context_length: int) -> list[int]:
         prompt = list(prompt_token_ids)

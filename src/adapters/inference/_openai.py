@@ -121,8 +121,9 @@ def build_response(
     """The ChatCompletion JSON. Every choice carries `prompt_token_ids` and `token_ids` (as
     vLLM does with return_token_ids) so training never re-tokenizes; `logprobs.content` is
     filled when the request asked for logprobs, with tokens spelled `token_id:{id}`."""
+    spell = _Speller(engine, request.model)
     choices = [
-        _choice(engine, request, index, prompt_token_ids, sample, params)
+        _choice(engine, request, index, prompt_token_ids, sample, params, spell)
         for index, sample in enumerate(samples)
     ]
     completion_tokens = sum(len(sample.token_ids) for sample in samples)
@@ -148,6 +149,7 @@ def _choice(
     prompt_token_ids: list[int],
     sample: Sample,
     params: SamplingParams,
+    spell: _Speller,
 ) -> dict[str, Any]:
     text = engine.decode(request.model, sample.token_ids)
     if sample.finish_reason == "stop" and params.stop:
@@ -166,7 +168,14 @@ def _choice(
     if request.logprobs:
         logprobs = {
             "content": [
-                _token_logprob(engine, request.model, token, logprob, top)
+                {
+                    **spell(token),
+                    "logprob": _finite(logprob),
+                    "top_logprobs": [
+                        {**spell(other), "logprob": _finite(other_logprob)}
+                        for other, other_logprob in top
+                    ],
+                }
                 for token, logprob, top in zip(
                     sample.token_ids, sample.logprobs, sample.top_logprobs
                 )
@@ -183,26 +192,22 @@ def _choice(
     }
 
 
-def _token_logprob(
-    engine: SamplingEngine,
-    model: str,
-    token: int,
-    logprob: float,
-    top: Sequence[tuple[int, float]],
-) -> dict[str, Any]:
-    return {
-        "token": f"token_id:{token}",
-        "logprob": _finite(logprob),
-        "bytes": list(engine.token_text(model, token).encode("utf-8")),
-        "top_logprobs": [
-            {
-                "token": f"token_id:{other}",
-                "logprob": _finite(other_logprob),
-                "bytes": list(engine.token_text(model, other).encode("utf-8")),
-            }
-            for other, other_logprob in top
-        ],
-    }
+class _Speller:
+    """`token` and `bytes` of a token's logprob entry, looked up once per token id in a
+    response (a response spells every token, and its top alternatives repeat a lot)."""
+
+    def __init__(self, engine: SamplingEngine, model: str) -> None:
+        self._engine = engine
+        self._model = model
+        self._known: dict[int, dict[str, Any]] = {}
+
+    def __call__(self, token: int) -> dict[str, Any]:
+        entry = self._known.get(token)
+        if entry is None:
+            text = self._engine.token_text(self._model, token)
+            entry = {"token": f"token_id:{token}", "bytes": list(text.encode("utf-8"))}
+            self._known[token] = entry
+        return entry
 
 
 def _finite(value: float) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import importlib
 import json
 import logging
 import secrets
@@ -33,6 +34,7 @@ __all__ = ["InferenceServer", "create_app"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+CHAT_COMPLETIONS = "/v1/chat/completions"
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -171,17 +173,31 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     default_max_tokens: int = 1024,
 ) -> ASGIApp:
-    """The ASGI app: FastAPI routes behind a guard for the key and the body size."""
+    """The ASGI app: FastAPI routes behind a guard for the key and the body size. The guard
+    answers chat completions itself: under load that route is most of the server's work,
+    and the framework's layers of middleware cost more than the route does."""
     try:
-        from fastapi import FastAPI, Request
+        from fastapi import FastAPI
         from fastapi.responses import JSONResponse
+        from starlette.exceptions import HTTPException
     except ImportError as exc:
         raise MissingExtraError("fastapi", "local") from exc
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
-    def error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-        return JSONResponse(error_body(message, kind, status, param), status_code=status)
+    async def http_error(_request: Any, exc: Exception) -> JSONResponse:
+        # Unknown paths and wrong methods: the OpenAI error shape, like every other error.
+        assert isinstance(exc, HTTPException)
+        kind = {404: "NotFoundError", 405: "MethodNotAllowed"}.get(
+            exc.status_code, "BadRequestError"
+        )
+        return JSONResponse(
+            error_body(str(exc.detail), kind, exc.status_code),
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+
+    app.add_exception_handler(HTTPException, http_error)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -198,35 +214,42 @@ def create_app(
             ],
         }
 
-    # A plain Starlette route: FastAPI would resolve the `Request` annotation against this
-    # module's globals, where the lazily imported name does not live.
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(body: bytes) -> tuple[int, dict[str, Any]]:
         try:
-            parsed = parse_request(await request.body())
+            parsed = parse_request(body)
             params = parsed.sampling_params(default_max_tokens)
             messages = [message.model_dump(exclude_unset=True) for message in parsed.messages]
             prompt = engine.render_chat(parsed.model, messages, parsed.tools)
             samples = await engine.sample(parsed.model, prompt, parsed.n, params)
-            body = build_response(engine, parsed, prompt, samples, params)
+            return 200, build_response(engine, parsed, prompt, samples, params)
         except UnknownModelError as exc:
-            return error(404, str(exc), "NotFoundError", "model")
+            return 404, error_body(str(exc), "NotFoundError", 404, "model")
         except InvalidInputError as exc:
-            return error(400, str(exc), "BadRequestError")
+            return 400, error_body(str(exc), "BadRequestError", 400)
         except Exception as exc:
             logger.exception("chat completion failed")
-            return error(500, f"{type(exc).__name__}: {exc}", "InternalServerError")
-        return JSONResponse(body)
+            message = f"{type(exc).__name__}: {exc}"
+            return 500, error_body(message, "InternalServerError", 500)
 
-    app.router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
-    return _Guard(app, api_key=api_key, max_body_bytes=max_body_bytes)
+    return _Guard(
+        app, chat_completions=chat_completions, api_key=api_key, max_body_bytes=max_body_bytes
+    )
 
 
 class _Guard:
     """ASGI wrapper: bearer key on /v1 (compared in constant time), a body size cap, and a
     JSON error for whatever the framework itself rejects."""
 
-    def __init__(self, app: Any, *, api_key: str, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        chat_completions: Callable[[bytes], Awaitable[tuple[int, dict[str, Any]]]],
+        api_key: str,
+        max_body_bytes: int,
+    ) -> None:
         self.app = app
+        self._chat_completions = chat_completions
         self._key = api_key.encode()
         self._max = max_body_bytes
 
@@ -253,6 +276,13 @@ class _Guard:
                 return
             if not message.get("more_body", False):
                 break
+        if scope["path"] == CHAT_COMPLETIONS:
+            if scope["method"] == "POST":
+                await self._complete(bytes(body), receive, send)
+            else:
+                hint = f"{scope['method']} is not allowed here; POST a chat completion request"
+                await _send_json(send, 405, error_body(hint, "MethodNotAllowed", 405))
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -263,6 +293,23 @@ class _Guard:
             return {"type": "http.request", "body": bytes(body), "more_body": False}
 
         await self.app(scope, replay, send)
+
+    async def _complete(self, body: bytes, receive: Receive, send: Send) -> None:
+        """Answer a chat completion, or drop it when the client disconnects first: its
+        rows then leave the engine's batch instead of generating for nobody."""
+        answer = asyncio.ensure_future(self._chat_completions(body))
+        gone = asyncio.ensure_future(_disconnect(receive))
+        try:
+            await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not answer.done():
+                answer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await answer
+        if not answer.cancelled():
+            status, payload = answer.result()
+            await _send_json(send, status, payload)
 
     def _authorized(self, scope: Scope) -> bool:
         header = _header(scope, b"authorization")
@@ -276,6 +323,14 @@ class _Guard:
         await _send_json(send, 413, error_body(message, "RequestTooLarge", 413))
 
 
+async def _disconnect(receive: Receive) -> None:
+    """Return when the client disconnects. With the body read, the next message an ASGI
+    server sends is the disconnect, whenever it comes; a server that sends anything else
+    does not report disconnects, and then this never returns."""
+    if (await receive())["type"] != "http.disconnect":
+        await asyncio.Event().wait()
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
@@ -284,7 +339,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
-    body = json.dumps(payload).encode()
+    body = _dumps(payload)
     await send(
         {
             "type": "http.response.start",
@@ -296,3 +351,27 @@ async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _dumps(payload: dict[str, Any]) -> bytes:
+    """Compact JSON; orjson's encoder when it is installed (several times faster on a
+    response that spells out every token's logprobs), else the standard library's. Text
+    that is not valid UTF-8 (a lone surrogate from a request's escapes) is sent escaped."""
+    if _orjson is not None:
+        with contextlib.suppress(TypeError):  # orjson.JSONEncodeError is a TypeError
+            encoded: bytes = _orjson.dumps(payload)
+            return encoded
+    try:
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _optional_orjson() -> Any:
+    try:
+        return importlib.import_module("orjson")
+    except ImportError:  # an optional speed-up, not a dependency
+        return None
+
+
+_orjson: Any = _optional_orjson()
