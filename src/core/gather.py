@@ -3,52 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-import time
 from collections.abc import Awaitable, Iterable
-from typing import TextIO
 
 from .errors import InvalidInputError, TooManyExceptionsError
+from .progress import ProgressLine
 from .trajectories import CapturedException, TrajectoryGroup
-
-
-class ProgressLine:
-    """A one-line progress display on a terminal; silent when the stream is not a TTY."""
-
-    def __init__(
-        self,
-        description: str,
-        total: int,
-        stream: TextIO | None = None,
-        enabled: bool | None = None,
-    ) -> None:
-        self.description = description
-        self.total = total
-        self.done = 0
-        self.failed = 0
-        self._stream = stream if stream is not None else sys.stderr
-        if enabled is None:
-            enabled = bool(getattr(self._stream, "isatty", lambda: False)())
-        self.enabled = enabled
-        self._started = time.monotonic()
-
-    def advance(self, done: int = 1, failed: int = 0) -> None:
-        self.done += done
-        self.failed += failed
-        if self.enabled:
-            width = 24
-            filled = width * self.done // max(self.total, 1)
-            elapsed = time.monotonic() - self._started
-            self._stream.write(
-                f"\r{self.description} [{'#' * filled}{'.' * (width - filled)}] "
-                f"{self.done}/{self.total} failed={self.failed} {elapsed:5.1f}s"
-            )
-            self._stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self._stream.write("\n")
-            self._stream.flush()
 
 
 def _check_budget(max_exceptions: int | float) -> None:

@@ -23,6 +23,7 @@ from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
 from .metrics import MetricsRow, aggregate_training_metrics, qualify, summarize
+from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
 from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_training_groups, groups_from_log_input
@@ -309,8 +310,12 @@ class TrainableModel(Model):
         config: TrainConfig | None = None,
         *,
         verbose: bool = False,
+        progress: bool | None = None,
     ) -> TrainResult:
-        """One RL update: log the groups at step N, train, record the metrics at N+1."""
+        """One RL update: log the groups at step N, train, record the metrics at N+1.
+
+        `progress` shows a line per gradient step on a terminal (None: only when stderr is a
+        terminal; False: never)."""
         backend = self.backend
         config = config if config is not None else TrainConfig()
         groups = check_training_groups(trajectory_groups, config)
@@ -323,7 +328,17 @@ class TrainableModel(Model):
                 self._pinned.add(effective.kl_penalty_reference_step)
             self._record_config({"train": effective.to_json()})
             started = time.monotonic()
-            samples = [dict(sample) async for sample in backend.train(self.run, groups, effective)]
+            bar = ProgressLine(
+                f"train step {step} -> {step + 1}: gradient step", None, enabled=progress
+            )
+            samples: list[dict[str, float]] = []
+            try:
+                async for sample in backend.train(self.run, groups, effective):
+                    samples.append(dict(sample))
+                    loss = sample.get("loss/train", sample.get("loss"))
+                    bar.advance(note="" if loss is None else f"loss={loss:.4g}")
+            finally:
+                bar.close()
             elapsed = time.monotonic() - started
             new_step = await backend.get_step(self.run)
             if new_step != step + 1:

@@ -250,3 +250,20 @@ def test_a_lost_training_row_is_rebuilt_from_the_checkpoint(tmp_path: Path) -> N
     rebuilt = training[0]
     assert rebuilt.values["loss/learning_rate"] == pytest.approx(5e-6)
     assert rebuilt.values["time/step_trainer_s"] is None  # not kept with the checkpoint
+
+
+def test_train_shows_a_line_per_gradient_step_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def main() -> None:
+        model = arthex.TrainableModel(
+            name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
+        )
+        await model.register(InMemoryBackend())
+        await model.train(synthetic_groups(n_groups=3), progress=True)
+        await model.train(synthetic_groups(), progress=False)
+
+    asyncio.run(main())
+    err = capsys.readouterr().err
+    assert "train step 0 -> 1: gradient step 3" in err
+    assert "train step 1 -> 2" not in err

@@ -8,8 +8,9 @@ from openai.types.chat.chat_completion import Choice
 
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError, InvalidNameError, TooManyExceptionsError
-from arthex.core.gather import ProgressLine, gather_trajectory_groups
+from arthex.core.gather import gather_trajectory_groups
 from arthex.core.identity import RunRef, validate_name
+from arthex.core.progress import ProgressLine
 from arthex.core.trajectories import (
     CapturedException,
     Trajectory,
@@ -209,3 +210,14 @@ def test_trajectory_group_takes_its_rollouts_at_the_call() -> None:
         ["b", "b"],
         ["c", "c"],
     ]
+
+
+def test_open_ended_progress_counts_without_a_bar() -> None:
+    out = io.StringIO()
+    bar = ProgressLine("train", None, stream=out, enabled=True)
+    bar.advance(note="loss=0.5")
+    bar.advance(note="loss=0.25")
+    bar.close()
+    assert "train 2" in out.getvalue()
+    assert "loss=0.25" in out.getvalue()
+    assert "/" not in out.getvalue().split("\r")[-1]
