@@ -31,6 +31,7 @@ from .core.errors import CorruptDataError, InvalidInputError
 
 if TYPE_CHECKING:
     import polars as pl
+    import pyarrow.fs as pafs
 
     from .core.model import Model
 
@@ -107,6 +108,8 @@ def load_trajectories(
     path_or_model: str | os.PathLike[str] | Model,
     split: str | Iterable[str] | None = None,
     steps: int | Iterable[int] | None = None,
+    *,
+    filesystem: pafs.FileSystem | None = None,
 ) -> pl.LazyFrame:
     """Every trajectory row of a model as one polars LazyFrame, with `split`, `step` and `part`.
 
@@ -125,6 +128,9 @@ def load_trajectories(
     """
     import polars as pl
 
+    remote = _remote_model_dir(path_or_model, filesystem)
+    if remote is not None:
+        return _load_remote(*remote, split, steps)
     directory = model_dir(path_or_model)
     parts = list_parts(directory, split, steps)
     if not parts:
@@ -145,6 +151,61 @@ def load_trajectories(
         location.struct.field("2").cast(pl.Int64).alias("step"),
         location.struct.field("3").cast(pl.Int64).fill_null(0).alias("part"),
     ).drop("__arthex_part_path")
+
+
+def _remote_model_dir(
+    path_or_model: str | os.PathLike[str] | Model, filesystem: pafs.FileSystem | None
+) -> tuple[pafs.FileSystem, str] | None:
+    """(filesystem, model dir) when the model lives on a filesystem URI (`s3://...`) or an
+    explicit pyarrow filesystem; None for a local model directory."""
+    core_model = sys.modules.get("arthex.core.model")
+    if core_model is not None and isinstance(path_or_model, core_model.Model):
+        model: Model = path_or_model
+        root = f"{str(model.base_path).rstrip('/')}/{model.run.project}/models/{model.run.name}"
+    elif isinstance(path_or_model, str | os.PathLike):
+        root = os.fspath(path_or_model)
+    else:
+        return None
+    if filesystem is None and "://" not in root:
+        return None
+    from .adapters.parquet_store import resolve_root
+
+    return resolve_root(root, filesystem)
+
+
+def _load_remote(
+    filesystem: pafs.FileSystem,
+    directory: str,
+    split: str | Iterable[str] | None,
+    steps: int | Iterable[int] | None,
+) -> pl.LazyFrame:
+    import polars as pl
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from .adapters.parquet_layout import SCHEMA
+    from .adapters.parquet_store import list_parts as store_parts
+
+    parts = store_parts(filesystem, f"{directory}/trajectories", split, steps)
+    if not parts:
+        return _empty_trajectories().lazy()
+    frames = []
+    for part in parts:
+        metadata = pq.read_schema(part.path, filesystem=filesystem).metadata or {}
+        version = metadata.get(_VERSION_KEY.encode())
+        if version != _FORMAT_VERSION.encode():
+            raise CorruptDataError(
+                f"{part.path} is not ART v2 trajectory parquet ({_VERSION_KEY!r} is {version!r})"
+            )
+        dataset = ds.dataset(part.path, filesystem=filesystem, format="parquet", schema=SCHEMA)
+        frames.append(
+            pl.scan_pyarrow_dataset(dataset).with_columns(
+                pl.lit(part.split).alias("split"),
+                pl.lit(part.step, pl.Int64).alias("step"),
+                pl.lit(part.part, pl.Int64).alias("part"),
+            )
+        )
+    return pl.concat(frames)
 
 
 def _check_version(path: Path) -> None:

@@ -18,6 +18,7 @@ from arthex.adapters.parquet_store import ParquetTrajectoryStore, read_part
 from arthex.core.errors import CorruptDataError
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import TrajectoryGroup
+from arthex.loaders import load_trajectories
 from arthex.ports.trajectory_store import TrajectoryStore
 from arthex.testing.builders import make_choice, make_group, make_trajectory, rich_groups
 from arthex.testing.contracts.trajectory_store import (
@@ -263,3 +264,20 @@ def test_a_copy_replaced_by_another_writer_is_noticed(s3: S3) -> None:
         "0009-1.parquet",
         "0009.parquet",
     ]
+
+
+def test_load_trajectories_reads_a_run_on_s3(s3: S3) -> None:
+    prefix = s3.prefix()
+    store = ParquetTrajectoryStore(f"s3://{prefix}", filesystem=s3.filesystem)
+    groups = rich_groups()
+    write(store, groups, step=1)
+    write(store, [make_group()], step=1)
+    write(store, [make_group()], step=2)
+    frame = load_trajectories(
+        f"s3://{prefix}/proj/models/run-1", split="train", steps=1, filesystem=s3.filesystem
+    ).collect()
+    expected = [t.reward for g in groups for t in g.trajectories]
+    expected += [t.reward for t in make_group().trajectories]
+    assert frame["step"].unique().to_list() == [1]
+    assert frame["part"].unique().sort().to_list() == [0, 1]
+    assert [r for r in frame["reward"].to_list() if r is not None] == expected
