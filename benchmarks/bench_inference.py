@@ -240,34 +240,10 @@ async def run(
 
 
 def small_model(directory: str) -> str:
-    """The tiny model's tokenizer on a wider, deeper random Llama (about 20M parameters):
+    """A wider, deeper random Llama (about 20M parameters) with the tiny model's tokenizer:
     a model whose decode step costs real arithmetic on a CPU, unlike the tiny model's, whose
     cost is nearly all Python."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model(os.path.join(directory, "tiny")))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    target = os.path.join(directory, "small")
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    return target
+    return tiny_model(os.path.join(directory, "small"), size="20M")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -104,30 +104,9 @@ def make_groups(work: Workload, vocab: int, seed: int = 0) -> list[TrajectoryGro
     return out
 
 
-def larger_model(directory: Path, tokenizer_dir: str) -> str:
-    """A random Llama with real width, sharing the tiny model's tokenizer."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer: Any = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=256,
-        intermediate_size=688,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model: Any = LlamaForCausalLM(config)
-    model.save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return str(directory)
+def larger_model(directory: Path) -> str:
+    """A random Llama with real width (about 3M parameters), the tiny model's tokenizer."""
+    return tiny_model(directory, size="3M")
 
 
 # --- the floor ---------------------------------------------------------------------------
@@ -316,7 +295,7 @@ def run(threads: int, device: str, rounds: int, models: Sequence[str]) -> list[l
         if "tiny" in models:
             table += measure(tiny, TINY, device, rounds, root / "tiny-run")
         if "larger" in models:
-            larger = larger_model(root / "larger", tiny)
+            larger = larger_model(root / "larger")
             table += measure(larger, LARGER, device, rounds, root / "larger-run")
     return table
 

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from arthex.core.errors import MissingExtraError
+from ..core.errors import InvalidInputError, MissingExtraError
 
 __all__ = ["CHAT_TEMPLATE", "tiny_model"]
 
@@ -74,12 +74,25 @@ _CORPUS = (
 )
 
 
-def tiny_model(directory: str | os.PathLike[str], *, seed: int = 0) -> str:
+# (hidden, intermediate, layers, heads, kv heads) per size: "tiny" for tests and the demo,
+# the larger ones for benchmarks, where a step should cost real arithmetic, not only Python.
+SIZES: dict[str, tuple[int, int, int, int, int]] = {
+    "tiny": (64, 128, 2, 4, 2),
+    "3M": (256, 688, 4, 4, 2),
+    "20M": (512, 1536, 8, 8, 4),
+}
+
+
+def tiny_model(directory: str | os.PathLike[str], *, seed: int = 0, size: str = "tiny") -> str:
     """Write the tiny model into `directory` unless it is already there; return the path.
+
+    `size` picks a wider, deeper random Llama with the same tokenizer ("3M", "20M" params).
 
     Creation takes a second or two on a CPU. It is written into a sibling temp folder and
     renamed into place, so a reader never sees half a model and two racing creators are fine.
     """
+    if size not in SIZES:
+        raise InvalidInputError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     target = Path(directory)
     if _is_complete(target):
         return str(target)
@@ -96,7 +109,7 @@ def tiny_model(directory: str | os.PathLike[str], *, seed: int = 0) -> str:
         temp.mkdir()
         tokenizer = _build_tokenizer()
         tokenizer.save_pretrained(str(temp))
-        _build_model(len(tokenizer), tokenizer, seed).save_pretrained(str(temp))
+        _build_model(len(tokenizer), tokenizer, seed, size).save_pretrained(str(temp))
         if target.exists() and not any(target.iterdir()):
             target.rmdir()
         with contextlib.suppress(FileExistsError, OSError):
@@ -144,17 +157,18 @@ def _build_tokenizer() -> Any:
     return tokenizer
 
 
-def _build_model(vocab_size: int, tokenizer: Any, seed: int) -> Any:
+def _build_model(vocab_size: int, tokenizer: Any, seed: int, size: str = "tiny") -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    hidden, intermediate, layers, heads, kv_heads = SIZES[size]
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
