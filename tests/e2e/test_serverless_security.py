@@ -216,9 +216,10 @@ def test_second_job_on_a_training_model_is_409(server: ServerProcess) -> None:
     client = http(server, key)
     model = register(client)
     body = {"model_id": model, "trajectory_groups": groups_json(1)}
-    # Six gradient steps of 0.4 s: the job is surely still running during the checks.
+    # Fifteen gradient steps of 0.4 s: the job is surely still running during the checks,
+    # even on a loaded machine.
     first = client.post(
-        "/preview/training-jobs", json={**body, "trajectory_groups": groups_json(6)}
+        "/preview/training-jobs", json={**body, "trajectory_groups": groups_json(15)}
     )
     assert first.status_code == 201
     jobs_before = directories(server.state_dir / "jobs")

@@ -21,12 +21,23 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
 from ...core.errors import BackendError, InvalidInputError, MissingExtraError
 from ._openai import build_response, error_body, parse_request
+from .asgi import (
+    ASGIApp,
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    replaying,
+    send_json,
+)
 from .engine import SamplingEngine, UnknownModelError
 
 __all__ = ["InferenceServer", "create_app"]
@@ -35,11 +46,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 CHAT_COMPLETIONS = "/v1/chat/completions"
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class InferenceServer:
@@ -261,38 +267,21 @@ class _Guard:
             hint = "missing or wrong API key; send 'Authorization: Bearer <key>'"
             await _send_json(send, 401, error_body(hint, "AuthenticationError", 401))
             return
-        declared = _header(scope, b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self._max):
+        try:
+            body = await read_body(scope, receive, self._max)
+        except BodyTooLarge:
             await self._too_large(send)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > self._max:
-                await self._too_large(send)
-                return
-            if not message.get("more_body", False):
-                break
+        if body is None:
+            return
         if scope["path"] == CHAT_COMPLETIONS:
             if scope["method"] == "POST":
-                await self._complete(bytes(body), receive, send)
+                await self._complete(body, receive, send)
             else:
                 hint = f"{scope['method']} is not allowed here; POST a chat completion request"
                 await _send_json(send, 405, error_body(hint, "MethodNotAllowed", 405))
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     async def _complete(self, body: bytes, receive: Receive, send: Send) -> None:
         """Answer a chat completion, or drop it when the client disconnects first: its
@@ -312,10 +301,10 @@ class _Guard:
             await _send_json(send, status, payload)
 
     def _authorized(self, scope: Scope) -> bool:
-        header = _header(scope, b"authorization")
-        if header is None:
+        value = header(scope, b"authorization")
+        if value is None:
             return False
-        scheme, _, token = header.partition(" ")
+        scheme, _, token = value.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._key)
 
     async def _too_large(self, send: Send) -> None:
@@ -331,26 +320,8 @@ async def _disconnect(receive: Receive) -> None:
         await asyncio.Event().wait()
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
 async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
-    body = _dumps(payload)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, status, _dumps(payload))
 
 
 def _dumps(payload: dict[str, Any]) -> bytes:

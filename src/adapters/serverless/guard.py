@@ -8,17 +8,23 @@ Content-Length says so, otherwise while it streams in, never after buffering all
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from ..inference.asgi import (
+    ASGIApp,
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    replaying,
+)
+from ..inference.asgi import send_json as send_body
 from ._wire import AUTHENTICATION_ERROR, REQUEST_TOO_LARGE, error_body
 from .keys import KeyRing
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+__all__ = ["TENANT_SCOPE_KEY", "ASGIApp", "Guard"]
 
 TENANT_SCOPE_KEY = "arthex.tenant"
 
@@ -44,31 +50,14 @@ class Guard:
             )
             return
         scope[TENANT_SCOPE_KEY] = tenant
-        declared = header(scope, b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
+        try:
+            body = await read_body(scope, receive, self.max_body_bytes)
+        except BodyTooLarge:
             await self._too_large(send)
             return
-        body = bytearray()
-        while True:
-            received = await receive()
-            if received["type"] == "http.disconnect":
-                return
-            body += received.get("body", b"")
-            if len(body) > self.max_body_bytes:
-                await self._too_large(send)
-                return
-            if not received.get("more_body", False):
-                break
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if delivered:
-                return await receive()  # later reads wait for the disconnect, as ASGI says
-            delivered = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
+        if body is None:
+            return
+        await self.app(scope, replaying(body, receive), send)
 
     def _tenant(self, scope: Scope) -> str | None:
         value = header(scope, b"authorization")
@@ -90,29 +79,10 @@ class Guard:
         )
 
 
-def header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if bytes(key).lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
 async def send_json(
     send: Send,
     status: int,
     payload: dict[str, Any],
     extra_headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    body = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *(extra_headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_body(send, status, json.dumps(payload).encode(), extra_headers or ())
