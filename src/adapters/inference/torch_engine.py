@@ -35,7 +35,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ import attrs
 from ...core.errors import BackendError, InvalidInputError
 from ._chat import ChatTokenizer
 from ._decoding import DecodeRow, run_session
+from ._served import ServedNames
 from ._weights import ModelWeights, Weights
 from .engine import Sample, SamplingEngine, SamplingParams, UnknownModelError
 
@@ -78,7 +79,7 @@ class _Row:
         return DecodeRow(self.request.prompt, self.request.params, self.seed)
 
 
-class TorchEngine:
+class TorchEngine(ServedNames[Weights]):
     """A SamplingEngine on transformers. Construct, then `await start()` (or let `load` do
     it). Batching runs on whichever event loop is calling; the models stay loaded across loops.
 
@@ -124,7 +125,7 @@ class TorchEngine:
         self._store = ModelWeights(self.base_model, device=device, dtype=dtype)
         self._chat: ChatTokenizer | None = None  # for the event loop's thread
         self._worker_chat: ChatTokenizer | None = None  # for the worker thread
-        self._weights: dict[str, Weights] = {}
+        self._served: dict[str, Weights] = {}
         self._aliases: dict[str, str] = {}
         # Rows waiting for a batch: appended on the event loop, taken by the scheduler and
         # (to join a running batch) by the worker thread, hence the lock.
@@ -203,7 +204,7 @@ class TorchEngine:
             self._queue.clear()
         if self._executor is not None:
             await asyncio.to_thread(self._executor.shutdown, wait=True)
-        self._weights.clear()
+        self._served.clear()
         self._aliases.clear()
         self._store.release_all()
 
@@ -216,9 +217,9 @@ class TorchEngine:
         _check_served_name(name)
         await self.start()
         weights = await self._in_worker(self._store.load, checkpoint_dir)
-        previous = self._weights.get(name)
+        previous = self._served.get(name)
         self._aliases.pop(name, None)
-        self._weights[name] = weights
+        self._served[name] = weights
         if previous is not None and previous is not weights:
             await self._retire(previous)
 
@@ -226,9 +227,9 @@ class TorchEngine:
         """Make `name` serve whatever `target` serves now (e.g. "agent" -> "agent@3")."""
         _check_served_name(name)
         resolved = self._aliases.get(target, target)
-        if resolved not in self._weights:
+        if resolved not in self._served:
             raise UnknownModelError(target, self.served_models())
-        if name in self._weights:
+        if name in self._served:
             raise InvalidInputError(
                 f"{name!r} already serves loaded weights; unload it before using it as an alias"
             )
@@ -243,34 +244,12 @@ class TorchEngine:
         if name in self._aliases:
             del self._aliases[name]
             return
-        weights = self._weights.pop(name, None)
+        weights = self._served.pop(name, None)
         if weights is None:
             raise UnknownModelError(name, self.served_models())
         for alias in [alias for alias, target in self._aliases.items() if target == name]:
             del self._aliases[alias]
         await self._retire(weights)
-
-    def is_served(self, name: str) -> bool:
-        return name in self._weights or name in self._aliases
-
-    def served_models(self) -> list[str]:
-        return sorted([*self._weights, *self._aliases])
-
-    # tokenizer ---------------------------------------------------------------------------
-
-    def render_chat(
-        self,
-        model: str,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int]:
-        return self._chat_for(model).render(messages, tools)
-
-    def decode(self, model: str, token_ids: Sequence[int]) -> str:
-        return self._chat_for(model).decode(token_ids)
-
-    def token_text(self, model: str, token_id: int) -> str:
-        return self._chat_for(model).token_text(token_id)
 
     # sampling ----------------------------------------------------------------------------
 
@@ -303,17 +282,6 @@ class TorchEngine:
                 weights.drained.set()
 
     # internals: event-loop side ----------------------------------------------------------
-
-    def _resolve(self, model: str) -> Weights:
-        weights = self._weights.get(self._aliases.get(model, model))
-        if weights is None:
-            raise UnknownModelError(model, self.served_models())
-        return weights
-
-    def _chat_for(self, model: str) -> ChatTokenizer:
-        self._resolve(model)
-        assert self._chat is not None
-        return self._chat
 
     async def _in_worker(self, function: Any, *args: Any) -> Any:
         assert self._executor is not None

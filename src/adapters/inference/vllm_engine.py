@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import itertools
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from ...core.errors import (
     UnsupportedCapability,
 )
 from ._chat import ChatTokenizer
+from ._served import ServedNames
 from .engine import FinishReason, Sample, SamplingEngine, SamplingParams, UnknownModelError
 
 __all__ = ["VllmEngine"]
@@ -43,7 +44,7 @@ def _import_vllm() -> Any:
     return vllm
 
 
-class VllmEngine:
+class VllmEngine(ServedNames[Any]):
     """A SamplingEngine on vLLM. Construction stores arguments only; `start()` (or the first
     `load`) creates the vLLM engine, which takes the GPU memory share given by
     `gpu_memory_utilization` (leave room for the trainer on the same GPU).
@@ -78,7 +79,7 @@ class VllmEngine:
         self._engine: Any = None
         self._chat: ChatTokenizer | None = None
         self._context_length = 0
-        self._loras: dict[str, Any] = {}  # served name -> LoRARequest, or None for the base
+        self._served: dict[str, Any] = {}  # served name -> LoRARequest, or None for the base
         self._aliases: dict[str, str] = {}
         self._lora_ids = itertools.count(1)
         self._start_lock: asyncio.Lock | None = None
@@ -142,7 +143,7 @@ class VllmEngine:
             return
         self._closed = True
         engine, self._engine = self._engine, None
-        self._loras.clear()
+        self._served.clear()
         self._aliases.clear()
         if engine is not None:
             shutdown = getattr(engine, "shutdown", None)
@@ -173,17 +174,17 @@ class VllmEngine:
             )
             # Load now, so a bad adapter fails here rather than in the first rollout.
             await self._engine.add_lora(lora)
-        previous = self._loras.get(name)
+        previous = self._served.get(name)
         self._aliases.pop(name, None)
-        self._loras[name] = lora
+        self._served[name] = lora
         if previous is not None:
             await self._engine.remove_lora(previous.lora_int_id)
 
     def alias(self, name: str, target: str) -> None:
         resolved = self._aliases.get(target, target)
-        if resolved not in self._loras:
+        if resolved not in self._served:
             raise UnknownModelError(target, self.served_models())
-        if name in self._loras:
+        if name in self._served:
             raise InvalidInputError(
                 f"{name!r} already serves loaded weights; unload it before using it as an alias"
             )
@@ -195,35 +196,13 @@ class VllmEngine:
         if name in self._aliases:
             del self._aliases[name]
             return
-        if name not in self._loras:
+        if name not in self._served:
             raise UnknownModelError(name, self.served_models())
-        lora = self._loras.pop(name)
+        lora = self._served.pop(name)
         for alias in [alias for alias, target in self._aliases.items() if target == name]:
             del self._aliases[alias]
         if lora is not None and self._engine is not None:
             await self._engine.remove_lora(lora.lora_int_id)
-
-    def is_served(self, name: str) -> bool:
-        return name in self._loras or name in self._aliases
-
-    def served_models(self) -> list[str]:
-        return sorted([*self._loras, *self._aliases])
-
-    # tokenizer ---------------------------------------------------------------------------
-
-    def render_chat(
-        self,
-        model: str,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int]:
-        return self._chat_for(model).render(messages, tools)
-
-    def decode(self, model: str, token_ids: Sequence[int]) -> str:
-        return self._chat_for(model).decode(token_ids)
-
-    def token_text(self, model: str, token_id: int) -> str:
-        return self._chat_for(model).token_text(token_id)
 
     # sampling ----------------------------------------------------------------------------
 
@@ -263,17 +242,6 @@ class VllmEngine:
         return [_to_sample(completion, params.top_logprobs) for completion in completions]
 
     # internals ---------------------------------------------------------------------------
-
-    def _resolve(self, model: str) -> Any:
-        name = self._aliases.get(model, model)
-        if name not in self._loras:
-            raise UnknownModelError(model, self.served_models())
-        return self._loras[name]
-
-    def _chat_for(self, model: str) -> ChatTokenizer:
-        self._resolve(model)
-        assert self._chat is not None
-        return self._chat
 
 
 def _model_len(engine: Any) -> int | None:

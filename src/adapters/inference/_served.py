@@ -1,0 +1,51 @@
+"""What every engine keeps the same way: served names (each bound to its weights), aliases
+onto them, and the one tokenizer behind them all."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from ._chat import ChatTokenizer
+from .engine import UnknownModelError
+
+W = TypeVar("W")
+
+
+class ServedNames(Generic[W]):
+    """Subclasses fill `_served` (name -> weights), `_aliases` (alias -> name) and `_chat`."""
+
+    _served: dict[str, W]
+    _aliases: dict[str, str]
+    _chat: ChatTokenizer | None
+
+    def is_served(self, name: str) -> bool:
+        return name in self._served or name in self._aliases
+
+    def served_models(self) -> list[str]:
+        return sorted([*self._served, *self._aliases])
+
+    def render_chat(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int]:
+        return self._chat_for(model).render(messages, tools)
+
+    def decode(self, model: str, token_ids: Sequence[int]) -> str:
+        return self._chat_for(model).decode(token_ids)
+
+    def token_text(self, model: str, token_id: int) -> str:
+        return self._chat_for(model).token_text(token_id)
+
+    def _resolve(self, model: str) -> W:
+        name = self._aliases.get(model, model)
+        if name not in self._served:
+            raise UnknownModelError(model, self.served_models())
+        return self._served[name]
+
+    def _chat_for(self, model: str) -> ChatTokenizer:
+        self._resolve(model)
+        assert self._chat is not None, "the engine is not started"
+        return self._chat
