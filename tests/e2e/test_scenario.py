@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -14,6 +15,13 @@ from arthex.core.errors import InvalidInputError, InvalidNameError, NotRegistere
 from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.fake_backend import InMemoryBackend
 from arthex.testing.fake_history import InMemoryHistory
+
+
+def trainable(base: Path, **ports: Any) -> arthex.TrainableModel:
+    """The model most scenarios use: `p/m` under `base`, no mirrors."""
+    return arthex.TrainableModel(
+        name="m", project="p", base_model="tiny", base_path=str(base), report_metrics=[], **ports
+    )
 
 
 def val_trajectories(reward: float) -> list[arthex.Trajectory]:
@@ -99,9 +107,7 @@ def test_log_train_delete_and_the_files_on_disk(tmp_path: Path) -> None:
 
 async def _retention_without_metric(base: Path) -> tuple[arthex.RetentionDecision, list[int]]:
     backend = InMemoryBackend()
-    model = arthex.TrainableModel(
-        name="m", project="p", base_model="tiny", base_path=str(base), report_metrics=[]
-    )
+    model = trainable(base)
     await model.register(backend)
     await model.train(synthetic_groups())
     decision = await model.delete_checkpoints("val/reward")
@@ -119,9 +125,7 @@ async def _dry_run_then_min(
     base: Path,
 ) -> tuple[arthex.RetentionDecision, list[int], arthex.RetentionDecision]:
     backend = InMemoryBackend()
-    model = arthex.TrainableModel(
-        name="m", project="p", base_model="tiny", base_path=str(base), report_metrics=[]
-    )
+    model = trainable(base)
     await model.register(backend)
     for step in range(3):
         await model.train(synthetic_groups(offset=step))
@@ -145,9 +149,7 @@ def test_dry_run_reports_without_deleting_and_min_direction(tmp_path: Path) -> N
 
 
 async def _bad_inputs(base: Path) -> None:
-    model = arthex.TrainableModel(
-        name="m", project="p", base_model="tiny", base_path=str(base), report_metrics=[]
-    )
+    model = trainable(base)
     with pytest.raises(NotRegisteredError):
         await model.train(synthetic_groups())
     await model.register(InMemoryBackend())
@@ -177,9 +179,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None
 
 async def _lr_policy(base: Path) -> list[float]:
     backend = InMemoryBackend()
-    model = arthex.TrainableModel(
-        name="m", project="p", base_model="tiny", base_path=str(base), report_metrics=[]
-    )
+    model = trainable(base)
     await model.register(backend)
     config = arthex.TrainConfig(learning_rate=1e-2, scale_learning_rate_by_reward_std_dev=True)
     rates = []
@@ -215,27 +215,13 @@ class FailingOnceHistory(InMemoryHistory):
 
 async def _lost_training_row(base: Path) -> tuple[list[arthex.MetricsRow], int]:
     backend, history = InMemoryBackend(), FailingOnceHistory()
-    model = arthex.TrainableModel(
-        name="m",
-        project="p",
-        base_model="tiny",
-        base_path=str(base),
-        report_metrics=[],
-        history=history,
-    )
+    model = trainable(base, history=history)
     await model.register(backend)
     with pytest.raises(OSError, match="No space"):
         await model.train(synthetic_groups())
     assert await backend.get_step(model.run) == 1  # the update itself is durable
     # a restarted process registers again: the lost row of step 1 is rebuilt
-    again = arthex.TrainableModel(
-        name="m",
-        project="p",
-        base_model="tiny",
-        base_path=str(base),
-        report_metrics=[],
-        history=history,
-    )
+    again = trainable(base, history=history)
     await again.register(backend)
     await again.register(backend)  # and only once
     await again.train(synthetic_groups(offset=1))
@@ -256,9 +242,7 @@ def test_train_shows_a_line_per_gradient_step_on_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async def main() -> None:
-        model = arthex.TrainableModel(
-            name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
-        )
+        model = trainable(tmp_path)
         await model.register(InMemoryBackend())
         await model.train(synthetic_groups(n_groups=3), progress=True)
         await model.train(synthetic_groups(), progress=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
+from ...core.errors import BackendError, InvalidInputError
 from ._chat import ChatTokenizer
 from .engine import UnknownModelError
 
@@ -24,6 +25,19 @@ class ServedNames(Generic[W]):
 
     def served_models(self) -> list[str]:
         return sorted([*self._served, *self._aliases])
+
+    def alias(self, name: str, target: str) -> None:
+        """Make `name` serve whatever `target` serves now (e.g. "agent" -> "agent@3")."""
+        resolved = self._aliases.get(target, target)
+        if resolved not in self._served:
+            raise UnknownModelError(target, self.served_models())
+        if name in self._served:
+            raise InvalidInputError(
+                f"{name!r} already serves loaded weights; unload it before using it as an alias"
+            )
+        if name == resolved:
+            raise InvalidInputError(f"{name!r} cannot be an alias of itself")
+        self._aliases[name] = resolved
 
     def render_chat(
         self,
@@ -45,7 +59,12 @@ class ServedNames(Generic[W]):
             raise UnknownModelError(model, self.served_models())
         return self._served[name]
 
+    def _forget_aliases_of(self, name: str) -> None:
+        for alias in [alias for alias, target in self._aliases.items() if target == name]:
+            del self._aliases[alias]
+
     def _chat_for(self, model: str) -> ChatTokenizer:
         self._resolve(model)
-        assert self._chat is not None, "the engine is not started"
+        if self._chat is None:
+            raise BackendError(f"{type(self).__name__} is not started; await start() first")
         return self._chat

@@ -224,18 +224,8 @@ class TorchEngine(ServedNames[Weights]):
             await self._retire(previous)
 
     def alias(self, name: str, target: str) -> None:
-        """Make `name` serve whatever `target` serves now (e.g. "agent" -> "agent@3")."""
         _check_served_name(name)
-        resolved = self._aliases.get(target, target)
-        if resolved not in self._served:
-            raise UnknownModelError(target, self.served_models())
-        if name in self._served:
-            raise InvalidInputError(
-                f"{name!r} already serves loaded weights; unload it before using it as an alias"
-            )
-        if name == resolved:
-            raise InvalidInputError(f"{name!r} cannot be an alias of itself")
-        self._aliases[name] = resolved
+        super().alias(name, target)
 
     async def unload(self, name: str) -> None:
         """Stop serving `name`: new requests for it get UnknownModelError at once, requests
@@ -247,8 +237,7 @@ class TorchEngine(ServedNames[Weights]):
         weights = self._served.pop(name, None)
         if weights is None:
             raise UnknownModelError(name, self.served_models())
-        for alias in [alias for alias, target in self._aliases.items() if target == name]:
-            del self._aliases[alias]
+        self._forget_aliases_of(name)
         await self._retire(weights)
 
     # sampling ----------------------------------------------------------------------------

@@ -180,18 +180,6 @@ class VllmEngine(ServedNames[Any]):
         if previous is not None:
             await self._engine.remove_lora(previous.lora_int_id)
 
-    def alias(self, name: str, target: str) -> None:
-        resolved = self._aliases.get(target, target)
-        if resolved not in self._served:
-            raise UnknownModelError(target, self.served_models())
-        if name in self._served:
-            raise InvalidInputError(
-                f"{name!r} already serves loaded weights; unload it before using it as an alias"
-            )
-        if name == resolved:
-            raise InvalidInputError(f"{name!r} cannot be an alias of itself")
-        self._aliases[name] = resolved
-
     async def unload(self, name: str) -> None:
         if name in self._aliases:
             del self._aliases[name]
@@ -199,8 +187,7 @@ class VllmEngine(ServedNames[Any]):
         if name not in self._served:
             raise UnknownModelError(name, self.served_models())
         lora = self._served.pop(name)
-        for alias in [alias for alias, target in self._aliases.items() if target == name]:
-            del self._aliases[alias]
+        self._forget_aliases_of(name)
         if lora is not None and self._engine is not None:
             await self._engine.remove_lora(lora.lora_int_id)
 

@@ -9,11 +9,12 @@ sampler weights); names are added by the backend as steps are saved.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BackendError, InvalidInputError
 from ..inference._chat import ChatTokenizer
+from ..inference._served import ServedNames
 from ..inference.engine import FinishReason, Sample, SamplingParams, UnknownModelError
 from .clients import SamplingClientLike, call
 
@@ -24,14 +25,14 @@ MAX_SAMPLES_PER_REQUEST = 256
 UNBOUNDED_CONTEXT = 1 << 30
 
 
-class TinkerSamplingEngine:
+class TinkerSamplingEngine(ServedNames[SamplingClientLike]):
     """Serve names backed by tinker sampling clients; `await start()` loads the tokenizer."""
 
     def __init__(self, tokenizer: str, *, timeout_s: float | None = None) -> None:
         self.tokenizer_source = tokenizer
         self.timeout_s = timeout_s
         self._chat: ChatTokenizer | None = None
-        self._clients: dict[str, SamplingClientLike] = {}
+        self._served: dict[str, SamplingClientLike] = {}
         self._aliases: dict[str, str] = {}
         # The service knows the model's context and rejects longer prompts itself.
         self._context_length = UNBOUNDED_CONTEXT
@@ -43,7 +44,7 @@ class TinkerSamplingEngine:
 
     async def close(self) -> None:
         self._closed = True
-        self._clients.clear()
+        self._served.clear()
         self._aliases.clear()
 
     # names -------------------------------------------------------------------------------
@@ -51,43 +52,21 @@ class TinkerSamplingEngine:
     def serve(self, name: str, client: SamplingClientLike) -> None:
         """Serve `name` from `client` (replacing what it served)."""
         self._aliases.pop(name, None)
-        self._clients[name] = client
+        self._served[name] = client
 
     def alias(self, name: str, target: str) -> None:
+        """Point `name` at `target`; unlike the local engines, a name that served a client
+        itself may be re-pointed (the backend moves the latest name from step to step)."""
         resolved = self._aliases.get(target, target)
-        if resolved not in self._clients:
+        if resolved not in self._served:
             raise UnknownModelError(target, self.served_models())
-        self._clients.pop(name, None)
+        self._served.pop(name, None)
         self._aliases[name] = resolved
 
     def unload(self, name: str) -> None:
-        self._clients.pop(name, None)
+        self._served.pop(name, None)
         self._aliases.pop(name, None)
-        for alias in [a for a, target in self._aliases.items() if target == name]:
-            del self._aliases[alias]
-
-    def is_served(self, name: str) -> bool:
-        return name in self._clients or name in self._aliases
-
-    def served_models(self) -> list[str]:
-        return sorted([*self._clients, *self._aliases])
-
-    # tokenizer ---------------------------------------------------------------------------
-
-    def render_chat(
-        self,
-        model: str,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int]:
-        self._resolve(model)
-        return self._require_chat().render(messages, tools)
-
-    def decode(self, model: str, token_ids: Sequence[int]) -> str:
-        return self._require_chat().decode(token_ids)
-
-    def token_text(self, model: str, token_id: int) -> str:
-        return self._require_chat().token_text(token_id)
+        self._forget_aliases_of(name)
 
     # sampling ----------------------------------------------------------------------------
 
@@ -101,7 +80,7 @@ class TinkerSamplingEngine:
         if self._closed:
             raise BackendError("the Tinker sampling engine was closed")
         client = self._resolve(model)
-        prompt = self._require_chat().check_prompt(prompt_token_ids, self._context_length)
+        prompt = self._chat_for(model).check_prompt(prompt_token_ids, self._context_length)
         sampling = types.SamplingParams(
             max_tokens=params.max_tokens,
             seed=params.seed,
@@ -119,17 +98,6 @@ class TinkerSamplingEngine:
             topk_sample_logprobs=params.top_logprobs,
         )
         return [_sample(sequence, params.top_logprobs, model) for sequence in response.sequences]
-
-    def _resolve(self, model: str) -> SamplingClientLike:
-        client = self._clients.get(self._aliases.get(model, model))
-        if client is None:
-            raise UnknownModelError(model, self.served_models())
-        return client
-
-    def _require_chat(self) -> ChatTokenizer:
-        if self._chat is None:
-            raise BackendError("the Tinker sampling engine is not started; await start()")
-        return self._chat
 
 
 def _sample(sequence: Any, top_k: int, model: str) -> Sample:
