@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "BackendError": "arthex.core.errors",
     "TooManyExceptionsError": "arthex.core.errors",
     "MissingExtraError": "arthex.core.errors",
+    "RunBusyError": "arthex.core.errors",
     "LocalBackend": "arthex.adapters.local",
     "ServerlessBackend": "arthex.adapters.serverless",
     "TinkerBackend": "arthex.adapters.tinker",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from .core.errors import InvalidNameError as InvalidNameError
     from .core.errors import MissingExtraError as MissingExtraError
     from .core.errors import NotRegisteredError as NotRegisteredError
+    from .core.errors import RunBusyError as RunBusyError
     from .core.errors import TooManyExceptionsError as TooManyExceptionsError
     from .core.errors import UnsupportedCapability as UnsupportedCapability
     from .core.gather import gather_trajectory_groups as gather_trajectory_groups

@@ -50,3 +50,10 @@ class MissingExtraError(ArthexError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+class RunBusyError(ArthexError, RuntimeError):
+    """Another trainer holds the run's lease; the message names the holder (pid, host, since).
+
+    Raised before anything is written. Loggers never need the lease; a lease whose holder is
+    dead is taken over instead."""
