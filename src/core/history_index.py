@@ -1,8 +1,9 @@
 """Per-step means of every metric, kept up to date row by row.
 
 The policies (learning rate, retention) read per-step means. Re-reading history.jsonl for each
-decision costs O(history); this index is built once from the ledger and then updated with each
-row the model reports, so a decision costs O(steps of one metric) at most.
+decision costs O(history). This index instead remembers where in the ledger it stopped reading
+(`cursor`) and, before each decision, takes in only the rows anyone appended since: the model's
+own rows and an evaluator's alike. A decision then costs O(new rows + steps of one metric).
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ class HistoryIndex:
         # key -> step -> [sum, count]
         self._sums: dict[str, dict[int, list[float]]] = {}
         self._listeners: dict[str, list[StepMeanListener]] = {}
+        self.cursor = 0  # where the ledger's next unread row starts (see MetricsHistory)
         for row in rows:
             self.observe(row)
+
+    def catch_up(self, rows: Iterable[MetricsRow], cursor: int) -> None:
+        """Take in the rows read from the ledger since `self.cursor`; `cursor` is where the
+        next read starts."""
+        for row in rows:
+            self.observe(row)
+        self.cursor = cursor
 
     def observe(self, row: MetricsRow) -> None:
         for key, value in row.values.items():

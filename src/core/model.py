@@ -18,7 +18,7 @@ from ..ports.metrics_reporter import ConfigRecorder, MetricsHistory, MetricsRepo
 from ..ports.training_backend import InferenceEndpoint, StepMetricsSource, TrainingBackend
 from ..ports.trajectory_store import TrajectoryStore
 from .config import TrainConfig
-from .errors import BackendError, InvalidInputError, NotRegisteredError
+from .errors import BackendError, CorruptDataError, InvalidInputError, NotRegisteredError
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
@@ -140,11 +140,10 @@ class Model:
     # -- internals shared with TrainableModel ---------------------------------------------
 
     async def _report(self, row: MetricsRow) -> None:
-        """The history first (authoritative), then the mirrors; keep the index current."""
+        """The history first (authoritative), then the mirrors. The index learns of the row
+        when it next catches up with the ledger, like any other writer's row."""
         self._record_config()
         await self._history.report(self.run, row)
-        if self._index is not None:
-            self._index.observe(row)
         for mirror in self._mirrors:
             await mirror.report(self.run, row)
 
@@ -165,11 +164,24 @@ class Model:
                 mirror.update_config(self.run, payload)
 
     async def _history_index(self) -> HistoryIndex:
-        """Built once from the ledger, then kept current by `_report`: the policies' cost per
-        decision does not grow with the history."""
-        if self._index is None:
-            self._index = HistoryIndex(await self._history.rows(self.run))
-        return self._index
+        """The index, caught up with every row appended to the ledger by anyone (this model,
+        an evaluator process, a restarted trainer) since its last look. Called before every
+        policy decision; it reads only the new rows, so its cost does not grow with the
+        history. A ledger cut short or replaced behind its back is read again from the start
+        (the policies built on the old index are dropped with it)."""
+        index = self._index
+        if index is None:
+            index = self._index = HistoryIndex()
+        try:
+            rows, cursor = await self._history.rows_since(self.run, index.cursor)
+        except CorruptDataError:
+            if index.cursor == 0:
+                raise  # damaged in the middle: reading again would fail the same way
+            logger.warning("the ledger of %s changed behind this model; reading it again", self.run)
+            self._index, self._lr_policies, self._best_steps = None, {}, {}
+            return await self._history_index()
+        index.catch_up(rows, cursor)
+        return index
 
 
 GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
@@ -356,11 +368,12 @@ class TrainableModel(Model):
     async def _apply_lr_policy(self, config: TrainConfig) -> tuple[TrainConfig, dict[str, float]]:
         if not config.scale_learning_rate_by_reward_std_dev:
             return config, {}
+        index = await self._history_index()  # first: catching up may drop stale policies
         window = config.lr_multiplier_window
         policy = self._lr_policies.get(window)
         if policy is None:
             policy = RewardStdDevPolicy(window)
-            (await self._history_index()).subscribe(REWARD_STD_DEV_KEY, policy)
+            index.subscribe(REWARD_STD_DEV_KEY, policy)
             self._lr_policies[window] = policy
         multiplier = policy.multiplier(config.min_lr_multiplier, config.max_lr_multiplier)
         return (
@@ -369,10 +382,11 @@ class TrainableModel(Model):
         )
 
     async def _best_step(self, metric: str, direction: Direction) -> int | None:
+        index = await self._history_index()  # first: catching up may drop stale trackers
         tracker = self._best_steps.get((metric, direction))
         if tracker is None:
             tracker = BestStep(direction)
-            (await self._history_index()).subscribe(metric, tracker)
+            index.subscribe(metric, tracker)
             self._best_steps[(metric, direction)] = tracker
         return tracker.step
 

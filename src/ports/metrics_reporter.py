@@ -21,8 +21,19 @@ class MetricsReporter(Protocol):
 
 
 class MetricsHistory(MetricsReporter, Protocol):
+    """The ledger the policies read. Other processes (an evaluator, a restarted trainer) may
+    append to the same run's ledger; `rows_since` lets a reader catch up on what anyone
+    appended since its last look, at a cost that does not grow with the ledger."""
+
     async def rows(self, run: RunRef) -> Sequence[MetricsRow]:
         """Every row reported for `run`, in the order they were appended."""
+        ...
+
+    async def rows_since(self, run: RunRef, cursor: int) -> tuple[list[MetricsRow], int]:
+        """The rows appended after the opaque `cursor` (0: from the start) by anyone, and the
+        cursor to pass next time. A row still being written is returned by a later call, never
+        twice. When the ledger was cut below `cursor` or replaced, raise CorruptDataError: the
+        caller reads it again from 0."""
         ...
 
 

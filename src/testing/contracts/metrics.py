@@ -243,13 +243,10 @@ class MetricsHistoryContract(MetricsReporterContract):
         self._assert_rows(self._rows(history), sent)
 
     def test_rows_since_returns_only_new_rows(self, history: MetricsHistory) -> None:
-        """Capability `rows_since` (an incremental read for the policies); optional."""
-        rows_since = getattr(history, "rows_since", None)
-        if rows_since is None:
-            pytest.skip("capability rows_since: this history does not offer incremental reads")
+        """The incremental read the policies catch up with before every decision."""
 
         def since(cursor: int) -> tuple[list[MetricsRow], int]:
-            return cast(tuple[list[MetricsRow], int], asyncio.run(rows_since(RUN, cursor)))
+            return asyncio.run(history.rows_since(RUN, cursor))
 
         assert since(0) == ([], 0)
         first = [make_row(i, i, **{"train/reward": float(i)}) for i in range(3)]
