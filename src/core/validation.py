@@ -60,8 +60,9 @@ def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGr
                 n_choices += 1
                 if not config.allow_training_without_logprobs and not _has_logprobs(choice):
                     raise InvalidInputError(
-                        f"group {g}, trajectory {t}, choice {c} has no token logprobs; request "
-                        "them with logprobs=True, or set allow_training_without_logprobs"
+                        f"group {g}, trajectory {t}, choice {c} has no token logprobs (arthex's "
+                        "servers return them unless a request says logprobs=False); sample "
+                        "without logprobs=False, or set allow_training_without_logprobs"
                     )
     if n_choices == 0 and any(group.trajectories for group in items):
         raise InvalidInputError(
