@@ -45,12 +45,19 @@ _EXPORTS: dict[str, str] = {
     "WandbReporter": "arthex.adapters.wandb_reporter",
     "load_trajectories": "arthex.loaders",
     "load_history": "arthex.loaders",
+    "retry": "arthex.utils.retry",
 }
+# Subpackages reachable as attributes (`arthex.utils.iterate_dataset(...)`), as in ART.
+_SUBPACKAGES = ("utils",)
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        package = importlib.import_module(f"arthex.{name}")
+        globals()[name] = package
+        return package
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'arthex' has no attribute {name!r}")
@@ -61,7 +68,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     """The public names only: not the helpers this module itself imports."""
-    return sorted({*_EXPORTS, "__version__"})
+    return sorted({*_EXPORTS, *_SUBPACKAGES, "__version__"})
 
 
 if TYPE_CHECKING:
@@ -98,3 +105,4 @@ if TYPE_CHECKING:
     from .core.trajectories import trajectory_group as trajectory_group
     from .loaders import load_history as load_history
     from .loaders import load_trajectories as load_trajectories
+    from .utils.retry import retry as retry
