@@ -22,6 +22,11 @@ _EXPORTS: dict[str, str] = {
     "CapturedException": "arthex.core.trajectories",
     "trajectory_group": "arthex.core.trajectories",
     "gather_trajectory_groups": "arthex.core.gather",
+    "gather_trajectories": "arthex.core.gather",
+    "trajectory_group_batches": "arthex.core.batches",
+    "Messages": "arthex.core.chat_types",
+    "MessagesAndChoices": "arthex.core.chat_types",
+    "Tools": "arthex.core.chat_types",
     "RunRef": "arthex.core.identity",
     "ModelSpec": "arthex.core.identity",
     "MetricsRow": "arthex.core.metrics",
@@ -81,6 +86,10 @@ if TYPE_CHECKING:
     from .api import Model as Model
     from .api import TrainableModel as TrainableModel
     from .core.advantages import group_advantages as group_advantages
+    from .core.batches import trajectory_group_batches as trajectory_group_batches
+    from .core.chat_types import Messages as Messages
+    from .core.chat_types import MessagesAndChoices as MessagesAndChoices
+    from .core.chat_types import Tools as Tools
     from .core.config import TrainConfig as TrainConfig
     from .core.errors import ArthexError as ArthexError
     from .core.errors import BackendError as BackendError
@@ -92,6 +101,7 @@ if TYPE_CHECKING:
     from .core.errors import RunBusyError as RunBusyError
     from .core.errors import TooManyExceptionsError as TooManyExceptionsError
     from .core.errors import UnsupportedCapability as UnsupportedCapability
+    from .core.gather import gather_trajectories as gather_trajectories
     from .core.gather import gather_trajectory_groups as gather_trajectory_groups
     from .core.identity import ModelSpec as ModelSpec
     from .core.identity import RunRef as RunRef
