@@ -22,6 +22,11 @@ _EXPORTS: dict[str, str] = {
     "CapturedException": "arthex.core.trajectories",
     "trajectory_group": "arthex.core.trajectories",
     "gather_trajectory_groups": "arthex.core.gather",
+    "gather_trajectories": "arthex.core.gather",
+    "trajectory_group_batches": "arthex.core.batches",
+    "Messages": "arthex.core.chat_types",
+    "MessagesAndChoices": "arthex.core.chat_types",
+    "Tools": "arthex.core.chat_types",
     "RunRef": "arthex.core.identity",
     "ModelSpec": "arthex.core.identity",
     "MetricsRow": "arthex.core.metrics",
@@ -45,12 +50,19 @@ _EXPORTS: dict[str, str] = {
     "WandbReporter": "arthex.adapters.wandb_reporter",
     "load_trajectories": "arthex.loaders",
     "load_history": "arthex.loaders",
+    "retry": "arthex.utils.retry",
 }
+# Subpackages reachable as attributes (`arthex.utils.iterate_dataset(...)`), as in ART.
+_SUBPACKAGES = ("utils",)
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        package = importlib.import_module(f"arthex.{name}")
+        globals()[name] = package
+        return package
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'arthex' has no attribute {name!r}")
@@ -61,7 +73,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     """The public names only: not the helpers this module itself imports."""
-    return sorted({*_EXPORTS, "__version__"})
+    return sorted({*_EXPORTS, *_SUBPACKAGES, "__version__"})
 
 
 if TYPE_CHECKING:
@@ -74,6 +86,10 @@ if TYPE_CHECKING:
     from .api import Model as Model
     from .api import TrainableModel as TrainableModel
     from .core.advantages import group_advantages as group_advantages
+    from .core.batches import trajectory_group_batches as trajectory_group_batches
+    from .core.chat_types import Messages as Messages
+    from .core.chat_types import MessagesAndChoices as MessagesAndChoices
+    from .core.chat_types import Tools as Tools
     from .core.config import TrainConfig as TrainConfig
     from .core.errors import ArthexError as ArthexError
     from .core.errors import BackendError as BackendError
@@ -85,6 +101,7 @@ if TYPE_CHECKING:
     from .core.errors import RunBusyError as RunBusyError
     from .core.errors import TooManyExceptionsError as TooManyExceptionsError
     from .core.errors import UnsupportedCapability as UnsupportedCapability
+    from .core.gather import gather_trajectories as gather_trajectories
     from .core.gather import gather_trajectory_groups as gather_trajectory_groups
     from .core.identity import ModelSpec as ModelSpec
     from .core.identity import RunRef as RunRef
@@ -98,3 +115,4 @@ if TYPE_CHECKING:
     from .core.trajectories import trajectory_group as trajectory_group
     from .loaders import load_history as load_history
     from .loaders import load_trajectories as load_trajectories
+    from .utils.retry import retry as retry

@@ -6,12 +6,14 @@ import asyncio
 import inspect
 import math
 import traceback as traceback_module
-from collections.abc import Awaitable, Coroutine, Iterable, Iterator, Sequence
-from typing import Annotated, Any, TypeAlias
+from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator, Sequence
+from typing import Annotated, Any, TypeAlias, cast
 
 from openai.types.chat.chat_completion import Choice
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.functional_validators import BeforeValidator
+
+from .chat_types import Messages
 
 Message: TypeAlias = dict[str, Any]
 MetricValue: TypeAlias = float | int | bool
@@ -90,9 +92,10 @@ class Trajectory(BaseModel):
                 if isinstance(item, Choice):
                     yield item
 
-    def messages(self) -> list[Message]:
-        """The conversation as plain chat messages (Choices become assistant messages)."""
-        return [_as_message(item) for item in self.messages_and_choices]
+    def messages(self) -> Messages:
+        """The conversation as plain chat messages (Choices become assistant messages), typed
+        as the OpenAI SDK's message params so it passes to `chat.completions.create`."""
+        return cast(Messages, [_as_message(item) for item in self.messages_and_choices])
 
 
 def _as_message(item: MessageOrChoice) -> Message:
@@ -142,6 +145,12 @@ class TrajectoryGroup(BaseModel):
 
     `TrajectoryGroup([t1, t2, error])` and `TrajectoryGroup(trajectories=[t1, t2])` both work;
     input order is kept and exceptions become `CapturedException` entries.
+
+    As in ART, the group may also be built from rollout awaitables:
+    `await TrajectoryGroup(rollout(s) for _ in range(8))` (or passing the unawaited group to
+    `gather_trajectory_groups`) awaits them concurrently, like `trajectory_group`. Unlike ART,
+    the object is a `TrajectoryGroup` from the start, pending until awaited (so it type-checks
+    as one); `log` and `train` refuse a group whose rollouts were never awaited.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -151,10 +160,14 @@ class TrajectoryGroup(BaseModel):
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     metrics: dict[str, MetricValue] = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
+    _pending: Coroutine[Any, Any, TrajectoryGroup] | None = PrivateAttr(default=None)
+    _resolution: asyncio.Future[TrajectoryGroup] | None = PrivateAttr(default=None)
 
     def __init__(
         self,
-        trajectories: Iterable[Trajectory | BaseException | dict[str, Any]] = (),
+        trajectories: Iterable[
+            Trajectory | BaseException | dict[str, Any] | Awaitable[Trajectory]
+        ] = (),
         *,
         exceptions: Iterable[BaseException | CapturedException | dict[str, Any]] = (),
         metadata: dict[str, MetadataValue] | None = None,
@@ -163,17 +176,22 @@ class TrajectoryGroup(BaseModel):
     ) -> None:
         items = list(trajectories)
         if any(inspect.isawaitable(item) for item in items):
-            raise TypeError(
-                "TrajectoryGroup takes finished trajectories; to await rollouts use "
-                "`await arthex.trajectory_group(rollouts)`"
+            super().__init__(metadata=metadata or {}, metrics=metrics or {}, logs=logs or [])
+            self._pending = trajectory_group(
+                items,  # type: ignore[arg-type]  # dict items are refused when awaited
+                exceptions=exceptions,
+                metadata=metadata,
+                metrics=metrics,
+                logs=logs,
             )
+            return
         kept: list[Trajectory | dict[str, Any]] = []
         captured: list[CapturedException | dict[str, Any]] = []
         for item in items:
             if isinstance(item, BaseException):
                 captured.append(CapturedException.from_exception(item))
             else:
-                kept.append(item)
+                kept.append(cast(Trajectory | dict[str, Any], item))
         for error in exceptions:
             captured.append(
                 CapturedException.from_exception(error)
@@ -188,6 +206,27 @@ class TrajectoryGroup(BaseModel):
             logs=logs or [],
         )
 
+    @property
+    def pending(self) -> bool:
+        """True while the group holds rollouts that were not awaited to the end."""
+        return self._pending is not None
+
+    def __await__(self) -> Generator[Any, None, TrajectoryGroup]:
+        """Await the rollouts the group was built from (once, however often it is awaited);
+        a finished group is returned as it is."""
+        return self._resolve().__await__()
+
+    async def _resolve(self) -> TrajectoryGroup:
+        if self._pending is None:
+            return self
+        if self._resolution is None:
+            self._resolution = asyncio.ensure_future(self._pending)
+        done = await asyncio.shield(self._resolution)
+        self.trajectories = done.trajectories
+        self.exceptions = done.exceptions
+        self._pending = None
+        return self
+
     def __iter__(self) -> Iterator[Trajectory]:  # type: ignore[override]
         return iter(self.trajectories)
 
@@ -196,35 +235,74 @@ class TrajectoryGroup(BaseModel):
 
 
 def trajectory_group(
-    rollouts: Iterable[Awaitable[Trajectory]],
+    trajectories: Iterable[Trajectory | BaseException | Awaitable[Trajectory]],
     *,
+    exceptions: Iterable[BaseException | CapturedException | dict[str, Any]] = (),
     metadata: dict[str, MetadataValue] | None = None,
     metrics: dict[str, MetricValue] | None = None,
     logs: list[str] | None = None,
+    return_exceptions: bool = True,
 ) -> Coroutine[Any, Any, TrajectoryGroup]:
-    """Await rollouts concurrently; keep input order; a rollout that raises an `Exception`
-    becomes an exception entry (a `BaseException` such as cancellation propagates).
+    """Await rollouts concurrently and return them as one group, in input order.
 
-    The rollouts are taken from `rollouts` now, not when the group is awaited, so a generator
-    over a loop variable (`trajectory_group(rollout(t) for _ in range(8))` inside
+    Items may be rollout awaitables, finished trajectories and exceptions; one awaitable
+    object listed twice is awaited once. A rollout that raises an `Exception` becomes an
+    exception entry (a `BaseException` such as cancellation propagates). ART's
+    `trajectory_group` raises the first failure instead unless `return_exceptions=True`;
+    arthex captures by default, so one failed rollout does not cost the group its other
+    rollouts (`return_exceptions=False` gives ART's behaviour).
+
+    The rollouts are taken from `trajectories` now, not when the group is awaited, so a
+    generator over a loop variable (`trajectory_group(rollout(t) for _ in range(8))` inside
     `for t in tickets`) captures each `t` as it is at the call.
     """
-    awaitables = list(rollouts)
+    items = list(trajectories)
+    given = list(exceptions)
 
     async def gather() -> TrajectoryGroup:
-        results = await asyncio.gather(*awaitables, return_exceptions=True)
-        items: list[Trajectory | BaseException] = []
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
-            if not isinstance(result, Trajectory | BaseException):
-                raise TypeError(
-                    f"a rollout returned {type(result).__name__}, expected a Trajectory"
-                )
-            items.append(result)
-        return TrajectoryGroup(items, metadata=metadata, metrics=metrics, logs=logs)
+        tasks: dict[int, asyncio.Future[Any]] = {}
+        for item in items:
+            if not isinstance(item, Trajectory | BaseException) and id(item) not in tasks:
+                if not inspect.isawaitable(item):
+                    raise TypeError(
+                        f"trajectory_group takes rollout awaitables, Trajectory objects and "
+                        f"exceptions, got {type(item).__name__}"
+                    )
+                tasks[id(item)] = asyncio.ensure_future(item)
+        try:
+            if tasks:
+                when = asyncio.ALL_COMPLETED if return_exceptions else asyncio.FIRST_EXCEPTION
+                await asyncio.wait(tasks.values(), return_when=when)
+            if not return_exceptions:
+                for task in tasks.values():  # the first failure, in input order
+                    if task.done() and not task.cancelled() and task.exception() is not None:
+                        raise cast(BaseException, task.exception())
+            results: list[Trajectory | BaseException] = []
+            for item in items:
+                result = _outcome(tasks[id(item)]) if id(item) in tasks else item
+                if isinstance(result, BaseException) and not isinstance(result, Exception):
+                    raise result
+                if not isinstance(result, Trajectory | BaseException):
+                    raise TypeError(
+                        f"a rollout returned {type(result).__name__}, expected a Trajectory"
+                    )
+                results.append(result)
+        finally:
+            for task in tasks.values():
+                task.cancel()
+        return TrajectoryGroup(
+            results, exceptions=given, metadata=metadata, metrics=metrics, logs=logs
+        )
 
     return gather()
+
+
+def _outcome(task: asyncio.Future[Any]) -> Any:
+    """A settled task's result or exception (cancelled: the CancelledError)."""
+    if task.cancelled():
+        return asyncio.CancelledError()
+    error = task.exception()
+    return error if error is not None else task.result()
 
 
 def count_rollouts(groups: Sequence[TrajectoryGroup]) -> tuple[int, int]:

@@ -17,7 +17,7 @@ def groups_from_log_input(trajectories: Any) -> list[TrajectoryGroup]:
     if trajectories is None:
         return []
     if isinstance(trajectories, TrajectoryGroup):
-        return [trajectories]
+        return _awaited([trajectories], "log")
     if isinstance(trajectories, Trajectory):
         return [TrajectoryGroup([trajectories])]
     if isinstance(trajectories, str | bytes) or not isinstance(trajectories, Iterable):
@@ -29,7 +29,7 @@ def groups_from_log_input(trajectories: Any) -> list[TrajectoryGroup]:
     if not items:
         return []
     if all(isinstance(item, TrajectoryGroup) for item in items):
-        return items
+        return _awaited(items, "log")
     if all(isinstance(item, Trajectory | BaseException) for item in items):
         return [TrajectoryGroup(items)]
     kinds = sorted({type(item).__name__ for item in items})
@@ -53,6 +53,7 @@ def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGr
                 f"train takes TrajectoryGroup items only; item {g} is {type(group).__name__} "
                 "(wrap trajectories of one scenario in a TrajectoryGroup)"
             )
+    _awaited(items, "train")
     n_choices = 0
     for g, group in enumerate(items):
         for t, trajectory in enumerate(group.trajectories):
@@ -60,8 +61,9 @@ def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGr
                 n_choices += 1
                 if not config.allow_training_without_logprobs and not _has_logprobs(choice):
                     raise InvalidInputError(
-                        f"group {g}, trajectory {t}, choice {c} has no token logprobs; request "
-                        "them with logprobs=True, or set allow_training_without_logprobs"
+                        f"group {g}, trajectory {t}, choice {c} has no token logprobs (arthex's "
+                        "servers return them unless a request says logprobs=False); sample "
+                        "without logprobs=False, or set allow_training_without_logprobs"
                     )
     if n_choices == 0 and any(group.trajectories for group in items):
         raise InvalidInputError(
@@ -73,3 +75,15 @@ def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGr
 
 def _has_logprobs(choice: Choice) -> bool:
     return choice.logprobs is not None and bool(choice.logprobs.content)
+
+
+def _awaited(groups: list[TrajectoryGroup], call: str) -> list[TrajectoryGroup]:
+    """Refuse a group built from rollout awaitables that were never awaited: its rollouts
+    would be silently missing."""
+    for g, group in enumerate(groups):
+        if group.pending:
+            raise InvalidInputError(
+                f"{call} got group {g} with rollouts not awaited yet; await it first "
+                "(`await group`, or pass the groups to `await gather_trajectory_groups(...)`)"
+            )
+    return groups

@@ -120,12 +120,31 @@ def test_completion_carries_logprobs_and_token_ids(model_dir: str) -> None:
         assert list(samples[0].token_ids) == token_ids
         assert [e.logprob for e in content] == pytest.approx(list(samples[0].logprobs), abs=1e-5)
 
-        # Without logprobs=True the token ids are still there; the logprobs are not.
+        # A request that never mentions logprobs still gets them, with the token ids, so
+        # rollout code written for ART (which never asks) can be trained.
         plain = await client.chat.completions.create(
-            model="agent@0", messages=MESSAGES, max_completion_tokens=4
+            model="agent@0", messages=MESSAGES, max_completion_tokens=4, temperature=0.8, seed=1
         )
-        assert plain.choices[0].logprobs is None
-        assert len((plain.choices[0].model_extra or {})["token_ids"]) <= 4
+        plain_ids = (plain.choices[0].model_extra or {})["token_ids"]
+        assert 0 < len(plain_ids) <= 4
+        assert plain.choices[0].logprobs is not None
+        plain_content = plain.choices[0].logprobs.content or []
+        assert [e.logprob for e in plain_content] == pytest.approx(
+            list(samples[0].logprobs)[: len(plain_ids)], abs=1e-5
+        )
+        assert all(entry.top_logprobs == [] for entry in plain_content)
+
+        # Told not to, it leaves them out: logprobs=false, and vLLM's return_token_ids=false.
+        bare = await client.chat.completions.create(
+            model="agent@0",
+            messages=MESSAGES,
+            max_completion_tokens=4,
+            logprobs=False,
+            extra_body={"return_token_ids": False},
+        )
+        assert bare.choices[0].logprobs is None
+        assert "token_ids" not in (bare.choices[0].model_extra or {})
+        assert "prompt_token_ids" not in (bare.model_extra or {})
 
     serve(model_dir, body)
 
@@ -190,7 +209,11 @@ def test_auth_unknown_models_and_bad_bodies_get_json_errors(model_dir: str) -> N
                 (json.dumps({**good, "messages": [{"content": "x"}]}).encode(), 400, "role"),
                 (json.dumps({**good, "temperature": 7}).encode(), 400, "temperature"),
                 (json.dumps({**good, "stream": True}).encode(), 400, "stream"),
-                (json.dumps({**good, "top_logprobs": 3}).encode(), 400, "logprobs"),
+                (
+                    json.dumps({**good, "top_logprobs": 3, "logprobs": False}).encode(),
+                    400,
+                    "logprobs",
+                ),
                 (json.dumps({"messages": MESSAGES}).encode(), 400, "model"),
                 (b"x" * (9 * 1024 * 1024), 413, "larger"),
             ]

@@ -100,14 +100,23 @@ def test_group_keeps_order_and_captures_qualified_exception_types() -> None:
     assert legacy.type == "ValueError"
 
 
-def test_group_refuses_awaitables() -> None:
+def test_a_group_of_awaitables_is_refused_by_log_and_train_until_awaited() -> None:
     async def rollout() -> Trajectory:
         return Trajectory()
 
-    coro = rollout()
-    with pytest.raises(TypeError, match="trajectory_group"):
-        TrajectoryGroup([coro])  # type: ignore[list-item]
-    coro.close()
+    pending = TrajectoryGroup([rollout()])
+    assert pending.pending
+    with pytest.raises(InvalidInputError, match="not awaited"):
+        groups_from_log_input([pending])
+    with pytest.raises(InvalidInputError, match="not awaited"):
+        check_training_groups([pending], TrainConfig())
+    done = asyncio.run(_await(pending))
+    assert done is pending and len(done) == 1
+    assert not done.pending
+
+
+async def _await(group: TrajectoryGroup) -> TrajectoryGroup:
+    return await group
 
 
 def test_trajectory_group_awaits_concurrently_in_input_order() -> None:

@@ -38,7 +38,11 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(BaseModel):
     """The subset of the OpenAI request we honour. Unknown fields are accepted and ignored,
     as OpenAI clients send some by default; options that would change the output and that
-    we cannot honour are rejected instead (see `unsupported`)."""
+    we cannot honour are rejected instead (see `unsupported`).
+
+    Logprobs and token ids come back unless the request says `logprobs: false` (or
+    `return_token_ids: false`, vLLM's switch): rollout code written for ART never asks for
+    them, and a choice without them cannot be trained."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -53,6 +57,7 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     logprobs: bool | None = None
+    return_token_ids: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     stream: bool | None = None
     frequency_penalty: float | None = None
@@ -65,11 +70,19 @@ class ChatCompletionRequest(BaseModel):
             value = getattr(self, name)
             if value not in (None, 0, 0.0):
                 return f"{name} is not supported (got {value}); leave it unset or 0"
-        if self.top_logprobs and not self.logprobs:
-            return "top_logprobs needs logprobs=true"
+        if self.top_logprobs and not self.wants_logprobs:
+            return "top_logprobs needs logprobs (leave it unset or true), got logprobs=false"
         if isinstance(self.stop, list) and any(not stop for stop in self.stop):
             return "stop strings must not be empty"
         return None
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is not False
+
+    @property
+    def wants_token_ids(self) -> bool:
+        return self.return_token_ids is not False
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         stop: tuple[str, ...]
@@ -119,8 +132,8 @@ def build_response(
     params: SamplingParams,
 ) -> dict[str, Any]:
     """The ChatCompletion JSON. Every choice carries `prompt_token_ids` and `token_ids` (as
-    vLLM does with return_token_ids) so training never re-tokenizes; `logprobs.content` is
-    filled when the request asked for logprobs, with tokens spelled `token_id:{id}`."""
+    vLLM does with return_token_ids) so training never re-tokenizes, and `logprobs.content`
+    with tokens spelled `token_id:{id}`; a request can turn either off (see the request)."""
     spell = _Speller(engine, request.model)
     choices = [
         _choice(engine, request, index, prompt_token_ids, sample, params, spell)
@@ -133,7 +146,7 @@ def build_response(
         "created": int(time.time()),
         "model": request.model,
         "choices": choices,
-        "prompt_token_ids": prompt_token_ids,
+        **({"prompt_token_ids": prompt_token_ids} if request.wants_token_ids else {}),
         "usage": {
             "prompt_tokens": len(prompt_token_ids),
             "completion_tokens": completion_tokens,
@@ -165,7 +178,7 @@ def _choice(
             if finish_reason == "stop":
                 finish_reason = "tool_calls"
     logprobs = None
-    if request.logprobs:
+    if request.wants_logprobs:
         logprobs = {
             "content": [
                 {
@@ -182,14 +195,16 @@ def _choice(
             ],
             "refusal": None,
         }
-    return {
+    choice: dict[str, Any] = {
         "index": index,
         "message": message,
         "logprobs": logprobs,
         "finish_reason": finish_reason,
-        "prompt_token_ids": prompt_token_ids,
-        "token_ids": list(sample.token_ids),
     }
+    if request.wants_token_ids:
+        choice["prompt_token_ids"] = prompt_token_ids
+        choice["token_ids"] = list(sample.token_ids)
+    return choice
 
 
 class _Speller:

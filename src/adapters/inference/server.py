@@ -6,8 +6,9 @@ server over loopback without a second interpreter. Every `/v1` route needs the b
 `/health` does not. Request bodies are capped (413) and every failure is a JSON error in
 OpenAI's shape, never a dead server.
 
-Users who train on the completions must pass `logprobs=True`: token ids are always in the
-choice (`prompt_token_ids`, `token_ids`), logprobs only when asked for.
+Every choice carries what training needs unless the request turns it off: token ids
+(`prompt_token_ids`, `token_ids`; off with `return_token_ids: false`) and logprobs (off with
+`logprobs: false`), so rollouts that never ask for logprobs can be trained, as with ART.
 """
 
 from __future__ import annotations
