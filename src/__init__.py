@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Model": "arthex.api",
     "TrainableModel": "arthex.api",
+    "PipelineTrainer": "arthex.api",
+    "make_group_rollout_fn": "arthex.core.pipeline",
     "TrainResult": "arthex.core.model",
     "TrainConfig": "arthex.core.config",
     "Trajectory": "arthex.core.trajectories",
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
     from .adapters.tinker import TinkerBackend as TinkerBackend
     from .adapters.wandb_reporter import WandbReporter as WandbReporter
     from .api import Model as Model
+    from .api import PipelineTrainer as PipelineTrainer
     from .api import TrainableModel as TrainableModel
     from .core.advantages import group_advantages as group_advantages
     from .core.batches import trajectory_group_batches as trajectory_group_batches
@@ -107,6 +110,7 @@ if TYPE_CHECKING:
     from .core.identity import RunRef as RunRef
     from .core.metrics import MetricsRow as MetricsRow
     from .core.model import TrainResult as TrainResult
+    from .core.pipeline import make_group_rollout_fn as make_group_rollout_fn
     from .core.retention import RetentionDecision as RetentionDecision
     from .core.trajectories import CapturedException as CapturedException
     from .core.trajectories import History as History

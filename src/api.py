@@ -3,12 +3,15 @@ ports taken from the composition root. An adapter passed explicitly wins over th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .container import container
 from .core import model as core
+from .core import pipeline
 from .ports.metrics_reporter import MetricsHistory, MetricsReporter
+from .ports.pipeline_state import PipelineStateStore
+from .ports.training_backend import TrainingBackend
 from .ports.trajectory_store import TrajectoryStore
 
 
@@ -81,4 +84,36 @@ class TrainableModel(core.TrainableModel):
             mirrors=mirrors,
             base_path=base_path,
             config=config,
+        )
+
+
+class PipelineTrainer(pipeline.PipelineTrainer):
+    """`PipelineTrainer(model, backend, rollout_fn, scenarios, config, eval_fn=None, ...)`:
+    rollouts overlap training (see `arthex.core.pipeline.PipelineTrainer` for every option).
+    Its record goes to `pipeline_state.json` in the model's run directory unless `state_store`
+    is given."""
+
+    def __init__(
+        self,
+        model: core.TrainableModel,
+        backend: TrainingBackend,
+        rollout_fn: pipeline.RolloutFn,
+        scenarios: Iterable[Any] | AsyncIterable[Any],
+        config: Any,
+        eval_fn: pipeline.EvalFn | None = None,
+        *,
+        state_store: PipelineStateStore | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            model,
+            backend,
+            rollout_fn,
+            scenarios,
+            config,
+            eval_fn,
+            state_store=state_store
+            if state_store is not None
+            else container.pipeline_state(model.base_path),
+            **options,
         )

@@ -15,6 +15,7 @@ from dependency_injector import containers, providers
 
 from .core.errors import InvalidInputError
 from .ports.metrics_reporter import MetricsHistory, MetricsReporter
+from .ports.pipeline_state import PipelineStateStore
 from .ports.training_backend import TrainingBackend
 from .ports.trajectory_store import TrajectoryStore
 
@@ -37,6 +38,12 @@ def jsonl_history(base_path: str) -> MetricsHistory:
     from .adapters.jsonl_history import JsonlHistory
 
     return JsonlHistory(base_path)
+
+
+def json_pipeline_state(base_path: str) -> PipelineStateStore:
+    from .adapters.pipeline_state import JsonPipelineStateStore
+
+    return JsonPipelineStateStore(base_path)
 
 
 def wandb_wanted(report_metrics: Sequence[str] | None) -> bool:
@@ -99,6 +106,7 @@ class Container(containers.DeclarativeContainer):
     history = providers.Factory(jsonl_history)
     mirrors = providers.Factory(mirrors)
     backend = providers.Factory(backend)
+    pipeline_state = providers.Factory(json_pipeline_state)
 
 
 container = Container()

@@ -18,6 +18,8 @@ SECTIONS: frozenset[str] = frozenset(
         "data",
         "time",
         "costs",
+        "discarded",
+        "queue",
         "throughput",
         "objective",
         "offpolicy",

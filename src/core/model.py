@@ -127,6 +127,11 @@ class Model:
         """Every row of this model's history, oldest first."""
         return await self._history.rows(self.run)
 
+    async def logged_groups(self, split: str, step: int) -> list[TrajectoryGroup]:
+        """Every group logged at (split, step), in the order they were logged."""
+        validate_name(split, "split")
+        return await self._store.read(self.run, split, step)
+
     async def close(self) -> None:
         for reporter in (self._history, *self._mirrors):
             await reporter.close()
@@ -323,18 +328,22 @@ class TrainableModel(Model):
         *,
         verbose: bool = False,
         progress: bool | None = None,
+        log_groups: bool = True,
     ) -> TrainResult:
         """One RL update: log the groups at step N, train, record the metrics at N+1.
 
         `progress` shows a line per gradient step on a terminal (None: only when stderr is a
-        terminal; False: never)."""
+        terminal; False: never). `log_groups=False` skips logging the groups at N: for groups
+        already logged there (read back with `logged_groups` to finish an update a crash
+        interrupted), so they are not stored twice."""
         backend = self.backend
         config = config if config is not None else TrainConfig()
         groups = check_training_groups(trajectory_groups, config)
         async with self._train_lock:
             step = await backend.get_step(self.run)
             await self._repair_training_row(step)
-            await self.log(groups, split="train", step=step)
+            if log_groups:
+                await self.log(groups, split="train", step=step)
             effective, extra = await self._apply_lr_policy(config)
             if effective.kl_penalty_reference_step is not None:
                 self._pinned.add(effective.kl_penalty_reference_step)

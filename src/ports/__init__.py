@@ -1,6 +1,7 @@
-"""The three ports the core depends on. Protocols only, no implementation."""
+"""The ports the core depends on. Protocols only, no implementation."""
 
 from .metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
+from .pipeline_state import PipelineStateStore
 from .training_backend import (
     BackendCapabilities,
     Capability,
@@ -18,6 +19,7 @@ __all__ = [
     "InferenceEndpoint",
     "MetricsHistory",
     "MetricsReporter",
+    "PipelineStateStore",
     "SampleRecorder",
     "StepMetricsSource",
     "TrainingBackend",

@@ -1,0 +1,74 @@
+"""What a pipeline calls: rollout and evaluation functions, with ART's shapes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeVar
+
+from ..errors import InvalidInputError
+from ..model import TrainableModel
+from ..trajectories import Trajectory, TrajectoryGroup
+
+ScenarioT = TypeVar("ScenarioT")
+ConfigT = TypeVar("ConfigT")
+
+RolloutFn: TypeAlias = Callable[[TrainableModel, Any, Any], Awaitable[TrajectoryGroup]]
+"""`rollout_fn(model, scenario, config) -> TrajectoryGroup`: every rollout of one scenario."""
+
+SingleRolloutFn: TypeAlias = Callable[[TrainableModel, Any, Any], Awaitable[Trajectory]]
+"""`single_rollout_fn(model, scenario, config) -> Trajectory`: one rollout."""
+
+EvalResult: TypeAlias = (
+    Sequence[Trajectory | TrajectoryGroup] | Mapping[str, Sequence[Trajectory | TrajectoryGroup]]
+)
+EvalFn: TypeAlias = Callable[[TrainableModel, int, Any], Awaitable[EvalResult]]
+"""`eval_fn(model, step, config)`: trajectories or groups (logged under `val`), or a mapping
+from split name to them."""
+
+
+def make_group_rollout_fn(single_rollout_fn: SingleRolloutFn, n: int = 4) -> RolloutFn:
+    """A RolloutFn that runs `single_rollout_fn` `n` times concurrently on one scenario.
+
+    A rollout that raises an `Exception` becomes an exception entry of the group (input order
+    is kept), as in `trajectory_group`; cancellation and other BaseExceptions propagate."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidInputError(f"n must be an integer >= 1 (rollouts per group), got {n!r}")
+
+    async def group_rollout(model: TrainableModel, scenario: Any, config: Any) -> TrajectoryGroup:
+        results = await asyncio.gather(
+            *(single_rollout_fn(model, scenario, config) for _ in range(n)),
+            return_exceptions=True,
+        )
+        items: list[Trajectory | BaseException] = []
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            if not isinstance(result, Trajectory | BaseException):
+                raise TypeError(
+                    f"single_rollout_fn returned {type(result).__name__}, expected a Trajectory"
+                )
+            items.append(result)
+        return TrajectoryGroup(items)
+
+    return group_rollout
+
+
+def eval_groups(result: EvalResult) -> dict[str, list[TrajectoryGroup]]:
+    """An eval_fn's result as groups per split: a sequence goes under `val`, loose
+    trajectories form one group."""
+    splits = result if isinstance(result, Mapping) else {"val": result}
+    out: dict[str, list[TrajectoryGroup]] = {}
+    for split, items in splits.items():
+        groups = [item for item in items if isinstance(item, TrajectoryGroup)]
+        loose = [item for item in items if isinstance(item, Trajectory)]
+        if len(groups) + len(loose) != len(items):
+            kinds = sorted({type(item).__name__ for item in items})
+            raise InvalidInputError(
+                f"eval_fn returned {kinds} under {split!r}; return Trajectory or "
+                "TrajectoryGroup items"
+            )
+        if loose:
+            groups.append(TrajectoryGroup(loose))
+        out[split] = groups
+    return out

@@ -1,0 +1,565 @@
+"""PipelineTrainer: rollouts keep running while the model trains, with bounded staleness, and a
+crash at any point never trains a scenario twice or skips one.
+
+Three kinds of task share one event loop:
+
+- rollout workers (`num_rollout_workers`) take the next scenario, wait until the served policy
+  is fresh enough, run `rollout_fn(model, scenario, config)` and queue the group, stamped with
+  its scenario's stream index and the step it was sampled from;
+- the trainer collects `min_batch_size`..`max_batch_size` groups, discards the stale ones
+  (sampled more than `max_steps_off_policy` steps before the step being updated, time in the
+  queue included), those whose rewards are all equal and those whose rollouts all failed, and
+  runs one `model.train` on the rest while the workers keep sampling from the step it serves;
+- an evaluator runs `eval_fn(model, step, config)` on chosen steps.
+
+The backend serves step N while N -> N+1 trains and switches to N+1 when it is durable (new
+requests get N+1, requests in flight finish on N). The off-policy correction is the loss's:
+CISPO and PPO weigh each token by the ratio of the new policy's probability to the sampler's
+logprob carried by the Choice, so groups a few steps old train correctly.
+
+Exactly once: see record.py (what is recorded) and resume.py (how an interrupted update is
+settled). The record is saved before each update and after it, and again when an evaluation
+ends; scenarios in flight at a crash are pending in it and sampled again on resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from ...ports.pipeline_state import PipelineStateStore
+from ...ports.training_backend import Capability, TrainingBackend
+from ..config import LOSSES, TrainConfig
+from ..errors import InvalidInputError, NotRegisteredError, TooManyExceptionsError
+from ..metrics import is_trainable_group, summarize
+from ..model import TrainableModel
+from ..pipeline_record import DISCARD_REASONS, InFlight, PipelineRecord
+from ..trajectories import TrajectoryGroup
+from ..validation import check_training_groups
+from .evaluation import Evaluator
+from .measures import (
+    FINAL_STEP_KEY,
+    INITIAL_STEP_KEY,
+    STREAM_INDEX_KEY,
+    RolloutClock,
+    after_update,
+    before_update,
+    group_tokens,
+    policy_age_metrics,
+    sampled_step,
+    stream_index,
+)
+from .resume import settle
+from .rollouts import EvalFn, RolloutFn
+from .stream import ScenarioStream
+
+logger = logging.getLogger("arthex")
+
+StepCallback = Callable[[int, Mapping[str, float | None]], None]
+
+
+@attrs.frozen
+class _Sampled:
+    index: int
+    group: TrajectoryGroup
+    tokens: int
+
+
+@attrs.frozen
+class _Failed:
+    index: int
+    sampled: int
+    error: str
+
+
+_END = object()  # every worker is done: the stream is exhausted
+
+
+def _positive(name: str, value: object, *, allow_none: bool = False, least: int = 1) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidInputError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+class PipelineTrainer:
+    """`await PipelineTrainer(model, backend, rollout_fn, scenarios, config).train()`.
+
+    Parameter names and meanings follow ART's PipelineTrainer where it has them:
+    `num_rollout_workers` (16) concurrent scenarios; batches of `min_batch_size` (4) to
+    `max_batch_size` (10 x min) groups; `queue_maxsize` finished groups waiting (default
+    `max_steps_off_policy` x `max_batch_size`); `max_steps_off_policy` (4; None: no bound);
+    `learning_rate`, `loss_fn`, `normalize_advantages`, `grad_accumulation_sequences`,
+    `kl_penalty_coef` (reference: step 0, or `kl_penalty_step_lag` steps back) build each
+    update's TrainConfig; `max_steps` updates from where this call starts (a resume after a
+    crash continues toward the same last step); `eval_every_n_steps`, `eval_at_start`;
+    `checkpoint_retention` keeps that many newest checkpoints (plus the best evaluated one and
+    every step still in use) and deletes the rest as the run goes, None keeps all, and
+    `save_checkpoint=False` means keep none but those; `resume` continues from the run's
+    pipeline record. `on_step(step, metrics)` is called after each durable update.
+
+    The scenario stream must be the same on resume (a list, a seeded generator); see stream.py.
+    """
+
+    def __init__(
+        self,
+        model: TrainableModel,
+        backend: TrainingBackend,
+        rollout_fn: RolloutFn,
+        scenarios: Iterable[Any] | AsyncIterable[Any],
+        config: Any,
+        eval_fn: EvalFn | None = None,
+        *,
+        state_store: PipelineStateStore,
+        num_rollout_workers: int = 16,
+        min_batch_size: int = 4,
+        max_batch_size: int | None = None,
+        queue_maxsize: int | None = None,
+        max_steps_off_policy: int | None = 4,
+        learning_rate: float = 1e-5,
+        loss_fn: str = "cispo",
+        normalize_advantages: bool = True,
+        grad_accumulation_sequences: int | None = None,
+        kl_penalty_coef: float = 0.0,
+        kl_penalty_step_lag: int | None = None,
+        max_steps: int | None = None,
+        eval_every_n_steps: int = 20,
+        eval_at_start: bool = True,
+        save_checkpoint: bool = True,
+        checkpoint_retention: int | None = None,
+        resume: bool = True,
+        on_step: StepCallback | None = None,
+    ) -> None:
+        _positive("num_rollout_workers", num_rollout_workers)
+        _positive("min_batch_size", min_batch_size)
+        _positive("max_batch_size", max_batch_size, allow_none=True, least=min_batch_size)
+        _positive("queue_maxsize", queue_maxsize, allow_none=True)
+        _positive("max_steps_off_policy", max_steps_off_policy, allow_none=True, least=0)
+        _positive("max_steps", max_steps, allow_none=True, least=0)
+        _positive("eval_every_n_steps", eval_every_n_steps, least=0)
+        _positive("kl_penalty_step_lag", kl_penalty_step_lag, allow_none=True)
+        _positive("checkpoint_retention", checkpoint_retention, allow_none=True, least=0)
+        if loss_fn not in LOSSES:
+            raise InvalidInputError(f"loss_fn must be one of {LOSSES}, got {loss_fn!r}")
+        if not callable(rollout_fn):
+            raise InvalidInputError(f"rollout_fn must be callable, got {rollout_fn!r}")
+        self.model = model
+        self.backend = backend
+        self.rollout_fn = rollout_fn
+        self.config = config
+        self.eval_fn = eval_fn
+        self.num_rollout_workers = num_rollout_workers
+        self.min_batch_size = min_batch_size
+        self.max_batch_size = max_batch_size if max_batch_size is not None else 10 * min_batch_size
+        self.max_steps_off_policy = max_steps_off_policy
+        self.queue_maxsize = queue_maxsize or max(
+            1, (max_steps_off_policy or 1) * self.max_batch_size
+        )
+        self.max_steps = max_steps
+        self.eval_every_n_steps = eval_every_n_steps
+        self.eval_at_start = eval_at_start
+        self.keep_last = 0 if not save_checkpoint else checkpoint_retention
+        self.resume = resume
+        self.on_step = on_step
+        self._state_store = state_store
+        self._kl_lag = kl_penalty_step_lag
+        self._base_config = TrainConfig(  # validates the training settings now
+            learning_rate=learning_rate,
+            loss_fn=loss_fn,  # type: ignore[arg-type]  # checked against LOSSES above
+            scale_rewards=normalize_advantages,
+            grad_accumulation_sequences=grad_accumulation_sequences,
+            kl_penalty_coef=kl_penalty_coef,
+        )
+        self._stream = ScenarioStream(scenarios)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(self.queue_maxsize)
+        self._policy = asyncio.Condition()
+        self._stop = asyncio.Event()
+        self._save_lock = asyncio.Lock()
+        self._clock = RolloutClock()
+        self._in_use: Counter[int] = Counter()  # sampled step -> rollouts running on it
+        self._evaluator: Evaluator | None = None
+        self._started = False
+        # the run's state, as the record will show it (set by _start)
+        self._step = 0
+        self._training_to = 0  # the step the update in progress makes (= _step when idle)
+        # groups admitted per sampled step and not yet discarded or in an update
+        self._admitted: Counter[int] = Counter()
+        self._pending: set[int] = set()
+        self._discarded: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
+        self._trained_groups = 0
+        self._in_flight: InFlight | None = None
+        self._stop_at: int | None = None
+        self._totals: dict[str, float] = {}
+
+    # --- public ---------------------------------------------------------------------------
+
+    async def train(self) -> None:
+        """Run until `max_steps` updates are done, the stream is exhausted, or `request_stop`."""
+        if self._started:
+            raise InvalidInputError("a PipelineTrainer runs once; create a new one to continue")
+        self._started = True
+        await self._start()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                producer = tasks.create_task(self._produce(), name="pipeline-rollouts")
+                if self._evaluator is not None:
+                    tasks.create_task(self._evaluator.run(), name="pipeline-eval")
+                tasks.create_task(self._train_loop(producer), name="pipeline-train")
+        except BaseExceptionGroup as group:
+            # several workers often fail alike (a rollout_fn bug): report the first
+            errors = _leaves(group)
+            if errors:
+                raise errors[0] from None
+            raise
+
+    def request_stop(self) -> None:
+        """Finish the update in progress, save the record and return from `train`; scenarios
+        in flight stay pending and are sampled first by the next run."""
+        self._stop.set()
+
+    # --- start and resume -----------------------------------------------------------------
+
+    async def _start(self) -> None:
+        model = self.model
+        try:
+            registered = model.backend
+        except NotRegisteredError:
+            await model.register(self.backend)
+            registered = model.backend
+        if registered is not self.backend:
+            raise InvalidInputError(
+                f"model {model.run} is registered with another backend than the one given to "
+                "the PipelineTrainer; pass the backend the model was registered with"
+            )
+        name = type(self.backend).__name__
+        self.backend.capabilities.require(Capability.TRAIN, name)
+        self.backend.capabilities.require(f"loss:{self._base_config.loss_fn}", name)
+        if self._base_config.kl_penalty_coef > 0:
+            self.backend.capabilities.require(Capability.KL_PENALTY, name)
+        saved = await self._state_store.load(model.run) if self.resume else None
+        record = PipelineRecord() if saved is None else saved
+        record = await settle(model, record, self._config_for, self.num_rollout_workers)
+        self._step = self._training_to = record.step
+        self._pending = set(record.pending)
+        self._discarded = {reason: set(record.discarded[reason]) for reason in DISCARD_REASONS}
+        self._trained_groups = record.trained_groups
+        self._totals = dict(record.totals)
+        if saved is not None and record.stop_at_step is not None:
+            self._stop_at = record.stop_at_step
+        elif self.max_steps is not None:
+            self._stop_at = record.step + self.max_steps
+        await self._stream.start(record.offset, record.pending)
+        if self.eval_fn is not None:
+            self._evaluator = Evaluator(
+                model,
+                self.eval_fn,
+                self.config,
+                due=record.evaluations_due,
+                last_step=record.last_eval_step,
+                best=record.best_eval,
+                on_change=self._save,
+            )
+            await self._evaluator.settle()
+            if self.eval_at_start:
+                self._evaluator.schedule(record.step)
+        await self._save()
+        logger.info(
+            "%s: pipeline starts at step %d, scenario %d (%d to sample again)",
+            model.run,
+            record.step,
+            record.offset,
+            len(record.pending),
+        )
+
+    def _config_for(self, step: int) -> TrainConfig:
+        config = self._base_config
+        if config.kl_penalty_coef > 0:
+            reference = 0 if self._kl_lag is None else max(0, step - self._kl_lag)
+            config = attrs.evolve(config, kl_penalty_reference_step=reference)
+        return config
+
+    # --- rollouts -------------------------------------------------------------------------
+
+    async def _produce(self) -> None:
+        async with asyncio.TaskGroup() as workers:
+            for number in range(self.num_rollout_workers):
+                workers.create_task(self._rollouts(), name=f"pipeline-worker-{number}")
+        await self._queue.put(_END)
+
+    async def _rollouts(self) -> None:
+        while not self._stop.is_set():
+            taken = await self._stream.next()
+            if taken is None:
+                return
+            index, scenario = taken
+            self._pending.add(index)
+            waited = time.monotonic()
+            async with self._policy:
+                await self._policy.wait_for(self._fresh_enough)
+                sampled = self._step
+                self._admitted[sampled] += 1
+            idle_s = time.monotonic() - waited
+            self._in_use[sampled] += 1
+            started = time.monotonic()
+            outcome: _Sampled | _Failed
+            try:
+                group = await self.rollout_fn(self.model, scenario, self.config)
+            except Exception as error:  # a failing rollout is counted, not fatal (see collect)
+                outcome = _Failed(index, sampled, f"{type(error).__name__}: {error}")
+            else:  # a group that cannot be trained is the caller's bug: fatal, at once
+                outcome = self._stamp(index, scenario, group, sampled)
+            finally:
+                self._in_use[sampled] -= 1
+            rollout_s = time.monotonic() - started
+            put = time.monotonic()
+            await self._queue.put(outcome)
+            put_s = time.monotonic() - put
+            clock = self._clock
+            clock.rollout_s += rollout_s
+            clock.idle_s += idle_s + put_s
+            clock.put_wait_s += put_s
+            clock.tokens += outcome.tokens if isinstance(outcome, _Sampled) else 0
+
+    def _fresh_enough(self) -> bool:
+        """A rollout started now would be young enough for an update it can join.
+
+        ART waits only while the served step is already too old for the next update. But
+        groups started while the batches they could join are full wait for later updates and
+        go stale in the queue (with `max_steps_off_policy=0`, every group started between a
+        batch being collected and its update ending). So the groups admitted at the served
+        step are capped at the batches still to come within the bound: `bound + 1` batches of
+        `max_batch_size`, one fewer while an update from that step runs. Groups admitted at
+        older steps do not count, so a straggler never holds the others back; discards make
+        this an estimate, and the bound itself is enforced when a batch is collected."""
+        bound = self.max_steps_off_policy
+        if self._stop.is_set() or bound is None:
+            return True
+        batches = bound + 1 - (self._training_to - self._step)
+        return self._admitted[self._step] < batches * self.max_batch_size
+
+    async def _release(self, sampled: list[int]) -> None:
+        """Admitted groups left the batches to come (discarded, or their update started):
+        rollouts waiting for room may start."""
+        async with self._policy:
+            self._admitted.subtract(sampled)
+            for step in sampled:
+                if self._admitted[step] <= 0:
+                    del self._admitted[step]
+            self._policy.notify_all()
+
+    def _stamp(self, index: int, scenario: Any, group: Any, sampled: int) -> _Sampled | _Failed:
+        if not isinstance(group, TrajectoryGroup):
+            raise InvalidInputError(
+                f"rollout_fn returned {type(group).__name__} for scenario {index}; it must return "
+                "a TrajectoryGroup (make_group_rollout_fn builds one from single rollouts)"
+            )
+        if not group.trajectories:
+            first = group.exceptions[0] if group.exceptions else None
+            return _Failed(
+                index, sampled, f"{first.type}: {first.message}" if first else "no rollouts"
+            )
+        check_training_groups([group], self._base_config)  # a Choice without logprobs: fail now
+        metadata = scenario.get("metadata") if isinstance(scenario, Mapping) else None
+        if isinstance(metadata, Mapping):  # as ART: scenario_id, and scenario_{key} for others
+            for key, value in metadata.items():
+                if isinstance(key, str) and (value is None or isinstance(value, str | int | float)):
+                    group.metadata[key if key == "scenario_id" else f"scenario_{key}"] = value
+        group.metadata[STREAM_INDEX_KEY] = index
+        group.metadata[INITIAL_STEP_KEY] = sampled
+        group.metadata[FINAL_STEP_KEY] = self._step
+        return _Sampled(index, group, group_tokens([group]))
+
+    # --- training -------------------------------------------------------------------------
+
+    async def _train_loop(self, producer: asyncio.Task[None]) -> None:
+        try:
+            await self._steps()
+            if self._evaluator is not None:
+                await self._evaluator.finish()
+        finally:
+            producer.cancel()
+        await self._save()
+
+    async def _steps(self) -> None:
+        """Update after update until the leg's last step, the end of the stream or a stop. A
+        stop while a batch is being collected leaves its groups pending, untrained."""
+        step_started = time.monotonic()
+        while not self._stop.is_set():
+            if self._stop_at is not None and self._step >= self._stop_at:
+                self._stop_at = None  # this leg is done: the next train() call starts a new one
+                return
+            step = self._step
+            batch, counts, ended = await self._collect(step)
+            if self._stop.is_set():
+                return
+            if batch:
+                rollouts = self._clock.take()
+                before = before_update(
+                    collect_s=time.monotonic() - step_started,
+                    rollouts=rollouts,
+                    discarded_step=counts,
+                    discarded_cum={r: len(self._discarded[r]) for r in DISCARD_REASONS},
+                    trained_cum=self._trained_groups,
+                    dequeued=len(batch) + sum(counts.values()),
+                    queue_depth=self._queue.qsize(),
+                )
+                before.update(policy_age_metrics(step, batch))
+                await self._update(step, batch, before, step_started, rollouts.tokens)
+                step_started = time.monotonic()
+            if ended:
+                self._stop_at = None
+                return
+
+    async def _collect(self, step: int) -> tuple[list[TrajectoryGroup], dict[str, int], bool]:
+        batch: list[TrajectoryGroup] = []
+        counts = dict.fromkeys(DISCARD_REASONS, 0)
+        failed_in_a_row: list[_Failed] = []
+        while len(batch) < self.max_batch_size:
+            if len(batch) >= self.min_batch_size and self._queue.empty():
+                break
+            item = await self._next_item()
+            if item is None:
+                break
+            if item is _END:
+                return batch, counts, True
+            reason = self._discard_reason(item, step)
+            if reason is None:
+                batch.append(item.group)
+                failed_in_a_row.clear()
+                continue
+            await self._release(
+                [item.sampled if isinstance(item, _Failed) else sampled_step(item.group)]
+            )
+            counts[reason] += 1
+            self._pending.discard(item.index)
+            self._discarded[reason].add(item.index)
+            if isinstance(item, _Failed):
+                logger.warning("scenario %d: every rollout failed (%s)", item.index, item.error)
+                failed_in_a_row.append(item)
+                if len(failed_in_a_row) >= self.max_batch_size:
+                    raise TooManyExceptionsError(
+                        f"the rollouts of {len(failed_in_a_row)} scenarios in a row failed; "
+                        f"first: {failed_in_a_row[0].error}. Nothing of them was recorded: a "
+                        "resumed run samples them again"
+                    )
+        return batch, counts, False
+
+    def _discard_reason(self, item: _Sampled | _Failed, step: int) -> str | None:
+        if isinstance(item, _Failed):
+            return "errored"
+        bound = self.max_steps_off_policy
+        if bound is not None and step - sampled_step(item.group) > bound:
+            return "stale"
+        if not is_trainable_group(item.group):
+            return "zero_variance"
+        return None
+
+    async def _next_item(self) -> Any:
+        """The next queued item, or None once a stop is requested."""
+        if not self._queue.empty() or self._stop.is_set():
+            return None if self._stop.is_set() else self._queue.get_nowait()
+        getting = asyncio.ensure_future(self._queue.get())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not getting.done():
+                getting.cancel()
+        if getting.done() and not getting.cancelled():
+            return getting.result()
+        return None
+
+    async def _update(
+        self,
+        step: int,
+        batch: list[TrajectoryGroup],
+        before: dict[str, float],
+        step_started: float,
+        rollout_tokens: int,
+    ) -> None:
+        indices = [stream_index(group) for group in batch]
+        flight = InFlight(step=step, indices=[i for i in indices if i is not None], metrics=before)
+        self._pending.difference_update(flight.indices)
+        self._in_flight = flight
+        await self._save()  # the update's intent is durable before the update starts
+        async with self._policy:
+            self._training_to = step + 1
+        await self._release([sampled_step(group) for group in batch])
+        started = time.monotonic()
+        result = await self.model.train(batch, self._config_for(step), progress=False)
+        train_s = time.monotonic() - started
+        async with self._policy:
+            self._step = self._training_to = result.step
+            self._policy.notify_all()
+        row = after_update(
+            before,
+            wall_s=time.monotonic() - step_started,
+            train_s=train_s,
+            workers=self.num_rollout_workers,
+            batch_tokens=group_tokens(batch),
+            rollout_tokens=rollout_tokens,
+            totals=self._totals,
+        )
+        await self.model.log(None, split="train", step=result.step, metrics=row)
+        self._trained_groups += len(batch)
+        self._in_flight = None
+        await self._save()
+        if self._evaluator is not None:
+            self._evaluator.step_done(result.step, self.eval_every_n_steps)
+        await self._retain()
+        if self.on_step is not None:
+            self.on_step(result.step, {**summarize(batch, "train"), **result.metrics, **row})
+
+    async def _retain(self) -> None:
+        """Delete checkpoints beyond `checkpoint_retention`, never one still in use."""
+        if self.keep_last is None:
+            return
+        steps = await self.backend.checkpoint_steps(self.model.run)
+        keep = set(steps[-self.keep_last :]) if self.keep_last else set()
+        keep |= {self._step} | {s for s, n in self._in_use.items() if n > 0}
+        if self._base_config.kl_penalty_coef > 0:
+            keep.add(self._config_for(self._step).kl_penalty_reference_step or 0)
+        if self._evaluator is not None:
+            keep |= self._evaluator.steps_in_use()
+        if set(steps) - keep:
+            await self.backend.delete_checkpoint_files(self.model.run, sorted(keep))
+
+    # --- the record -----------------------------------------------------------------------
+
+    def _snapshot(self) -> PipelineRecord:
+        evaluator = self._evaluator
+        return PipelineRecord(
+            step=self._step,
+            offset=self._stream.position,
+            pending=self._pending,
+            discarded=self._discarded,
+            trained_groups=self._trained_groups,
+            in_flight=self._in_flight,
+            stop_at_step=self._stop_at,
+            evaluations_due=evaluator.due if evaluator else (),
+            last_eval_step=evaluator.last_step if evaluator else None,
+            best_eval=evaluator.best if evaluator else None,
+            totals=self._totals,
+        )
+
+    async def _save(self) -> None:
+        async with self._save_lock:  # each save writes the state as it is when it runs
+            await self._state_store.save(self.model.run, self._snapshot())
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The errors inside nested task-group errors, cancellations left out."""
+    found: list[BaseException] = []
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            found.extend(_leaves(error))
+        elif not isinstance(error, asyncio.CancelledError):
+            found.append(error)
+    return found
