@@ -9,6 +9,7 @@ from typing import Any
 from .container import container
 from .core import model as core
 from .ports.metrics_reporter import MetricsHistory, MetricsReporter
+from .ports.run_lease import RunLeases
 from .ports.trajectory_store import TrajectoryStore
 
 
@@ -70,6 +71,7 @@ class TrainableModel(core.TrainableModel):
         store: TrajectoryStore | None = None,
         history: MetricsHistory | None = None,
         mirrors: Sequence[MetricsReporter] | None = None,
+        leases: RunLeases | None = None,
     ) -> None:
         store, history, mirrors = _ports(base_path, report_metrics, store, history, mirrors)
         super().__init__(
@@ -81,4 +83,5 @@ class TrainableModel(core.TrainableModel):
             mirrors=mirrors,
             base_path=base_path,
             config=config,
+            leases=leases if leases is not None else container.run_leases(base_path),
         )

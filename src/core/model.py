@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..ports.metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
-from ..ports.training_backend import InferenceEndpoint, StepMetricsSource, TrainingBackend
+from ..ports.run_lease import HeldLease, RunLeases
+from ..ports.training_backend import (
+    Capability,
+    InferenceEndpoint,
+    StepMetricsSource,
+    TrainingBackend,
+)
 from ..ports.trajectory_store import TrajectoryStore
 from .config import TrainConfig
 from .errors import BackendError, CorruptDataError, InvalidInputError, NotRegisteredError
@@ -210,6 +216,7 @@ class TrainableModel(Model):
         mirrors: Sequence[MetricsReporter] = (),
         base_path: str = ".art",
         config: Mapping[str, Any] | None = None,
+        leases: RunLeases | None = None,
     ) -> None:
         super().__init__(
             name=name,
@@ -220,6 +227,8 @@ class TrainableModel(Model):
             base_path=base_path,
             config=config,
         )
+        self._leases = leases
+        self._lease: HeldLease | None = None
         if not isinstance(base_model, str) or not base_model:
             raise InvalidInputError(
                 f"base_model must be a model id or directory, got {base_model!r}"
@@ -237,11 +246,12 @@ class TrainableModel(Model):
         return True
 
     async def close(self) -> None:
-        """Close the cached inference client, then the reporters (not the backend: it may
-        serve other models; close it yourself)."""
+        """Close the cached inference client, give the run's lease back, then close the
+        reporters (not the backend: it may serve other models; close it yourself)."""
         if self._client is not None:
             await self._client.close()
             self._client = None
+        await self._release_lease()
         await super().close()
 
     def spec(self) -> ModelSpec:
@@ -262,16 +272,41 @@ class TrainableModel(Model):
         return self._backend
 
     async def register(self, backend: TrainingBackend) -> None:
-        """Hand the model to a backend: it prepares training and serving for it."""
+        """Hand the model to a backend: it prepares training and serving for it.
+
+        With a backend whose checkpoints other processes see (`Capability.ONE_TRAINER`), the
+        run's lease is taken first, before anything is written: a second trainer on the run
+        gets RunBusyError naming the first. The lease is held until `close`."""
         spec = self.spec()
-        endpoint = await backend.register(spec)
-        await self._store.write_model_spec(spec)
+        took = await self._take_lease(backend)
+        try:
+            endpoint = await backend.register(spec)
+            await self._store.write_model_spec(spec)
+        except BaseException:
+            if took:
+                await self._release_lease()
+            raise
         self._backend = backend
         self._endpoint = endpoint
         self._client = None
         self._step = await backend.get_step(self.run)
         async with self._train_lock:
             await self._repair_training_row(self._step)
+
+    async def _take_lease(self, backend: TrainingBackend) -> bool:
+        """Take the run's lease if this backend needs one and it is not held yet; True when
+        this call took it."""
+        if self._leases is None or self._lease is not None:
+            return False
+        if Capability.ONE_TRAINER not in backend.capabilities:
+            return False
+        self._lease = await self._leases.acquire(self.run)
+        return True
+
+    async def _release_lease(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            await lease.release()
 
     async def _repair_training_row(self, step: int) -> None:
         """Rebuild the training row of `step` when a crash (or a failed append) lost it after

@@ -1,6 +1,8 @@
-"""The three ports the core depends on. Protocols only, no implementation."""
+"""The ports the core depends on: the three roles (store, history, backend) and the run lease.
+Protocols only, no implementation."""
 
 from .metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
+from .run_lease import HeldLease, LeaseHolder, RunLeases
 from .training_backend import (
     BackendCapabilities,
     Capability,
@@ -15,9 +17,12 @@ __all__ = [
     "BackendCapabilities",
     "Capability",
     "ConfigRecorder",
+    "HeldLease",
     "InferenceEndpoint",
+    "LeaseHolder",
     "MetricsHistory",
     "MetricsReporter",
+    "RunLeases",
     "SampleRecorder",
     "StepMetricsSource",
     "TrainingBackend",

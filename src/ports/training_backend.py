@@ -25,6 +25,10 @@ class Capability(StrEnum):
     LOSS_CISPO = "loss:cispo"
     LOSS_PPO = "loss:ppo"
     LOSS_IMPORTANCE_SAMPLING = "loss:importance_sampling"
+    # The backend keeps a run's checkpoints where every process sees them (a run directory, a
+    # service), so two trainers on one run would delete each other's checkpoints and race for
+    # step numbers: the model holds the run's lease (RunLeases) from `register` to `close`.
+    ONE_TRAINER = "one_trainer"
 
 
 def _names(values: Iterable[str]) -> frozenset[str]:

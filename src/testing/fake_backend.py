@@ -32,9 +32,15 @@ class InMemoryBackend:
     on (one "gradient step" each), or one zero dict when nothing is trainable."""
 
     def __init__(
-        self, *, losses: Collection[str] = ("cispo", "ppo", "importance_sampling")
+        self,
+        *,
+        losses: Collection[str] = ("cispo", "ppo", "importance_sampling"),
+        one_trainer: bool = False,
     ) -> None:
+        """`one_trainer=True` declares `Capability.ONE_TRAINER`, as a backend whose
+        checkpoints other processes see does (so models take the run's lease)."""
         self._losses = frozenset(losses)
+        self._one_trainer = one_trainer
         self._checkpoints: dict[RunRef, dict[int, Weights]] = {}
         self._metrics: dict[tuple[RunRef, int], list[dict[str, float]]] = {}
         self._locks: dict[RunRef, asyncio.Lock] = {}
@@ -43,6 +49,8 @@ class InMemoryBackend:
     @property
     def capabilities(self) -> BackendCapabilities:
         names: set[str] = {Capability.TRAIN, Capability.DELETE_CHECKPOINTS}
+        if self._one_trainer:
+            names.add(Capability.ONE_TRAINER)
         return BackendCapabilities(names | {f"loss:{name}" for name in self._losses})
 
     async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
