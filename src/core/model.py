@@ -28,11 +28,20 @@ from .errors import BackendError, CorruptDataError, InvalidInputError, NotRegist
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
-from .metrics import MetricsRow, aggregate_training_metrics, qualify, summarize
+from .metrics import (
+    STEP_NUM_GROUPS_TRAINABLE,
+    MetricsRow,
+    aggregate_training_metrics,
+    computed_summary,
+    cumulative_key,
+    custom_summary,
+    merge_metrics,
+    qualify,
+)
 from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
 from .trajectories import Trajectory, TrajectoryGroup
-from .validation import check_training_groups, groups_from_log_input
+from .validation import check_finite_values, check_training_groups, groups_from_log_input
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -114,20 +123,41 @@ class Model:
         """
         validate_name(split, "split")
         groups = groups_from_log_input(trajectories)
+        check_finite_values(groups, training=False)
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise InvalidInputError(f"step must be an integer >= 0, got {step!r}")
         extra = qualify(dict(metrics or {}), split)
         if not groups and not extra:
             return None
-        values: dict[str, Any] = summarize(groups, split) if groups else {}
-        values.update(extra)
+        values = merge_metrics(
+            computed_summary(groups, split) if groups else {},
+            ("trajectory or group", custom_summary(groups, split)),
+            ("caller", extra),
+        )
+        MetricsRow(step=0, values=values)  # validates every value before anything else
         at = await self.get_step() if step is None else step
-        row = MetricsRow(step=at, values=values)  # validates every value before any write
+        values.update(await self._running_totals(values))
+        row = MetricsRow(step=at, values=values)
         if groups:
             await self._store.write(self.run, split, at, groups)
             await self._report_samples(split, at, groups)
         await self._report(row)
         return row
+
+    async def _running_totals(self, values: Mapping[str, Any]) -> dict[str, float]:
+        """ART's running totals of the row's per-step counts (`data/step_num_x` ->
+        `data/cum/num_x`, `time/step_x_s` -> `time/cum/x_s`, `costs/x` -> `costs/cum/x`):
+        the ledger's total, whoever appended to it, plus this row. A total the caller gave
+        is kept."""
+        wanted: dict[str, str] = {}
+        for key, value in values.items():
+            total = cumulative_key(key)
+            if total is not None and value is not None and total not in values:
+                wanted[total] = key
+        if not wanted:
+            return {}
+        index = await self._history_index()
+        return {total: index.total(key) + float(values[key]) for total, key in wanted.items()}
 
     async def history(self) -> Sequence[MetricsRow]:
         """Every row of this model's history, oldest first."""
@@ -191,15 +221,33 @@ class Model:
 
 
 GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
+TRAINER_SECONDS_KEY = "time/step_backend_train_s"  # ART's name: wall time of the backend's train
+# Counts of the batch the model itself records at step N (the train-split row); a backend's
+# own copy would record the same fact again at N+1.
+_BATCH_COUNT_KEYS = frozenset({STEP_NUM_GROUPS_TRAINABLE})
 
 
-def _training_row(
-    step: int, samples: Sequence[Mapping[str, float]], extra: Mapping[str, float | None]
-) -> MetricsRow:
-    values: dict[str, float | None] = dict(aggregate_training_metrics(samples))
+def gradient_steps(samples: Sequence[Mapping[str, float]]) -> float:
+    """How many optimizer steps the update took: what the backend says (ART's
+    `data/step_num_gradient_steps`, the same on every sample; a no-op update says 0), else one
+    per sample it yielded."""
+    said = [sample[GRADIENT_STEPS_KEY] for sample in samples if GRADIENT_STEPS_KEY in sample]
+    return float(said[-1]) if said else float(len(samples))
+
+
+def training_values(
+    samples: Sequence[Mapping[str, float]], extra: Mapping[str, float | None]
+) -> dict[str, float | None]:
+    """The training row's metrics: the backend's samples averaged per key, `extra`, and the
+    gradient-step count."""
+    values: dict[str, float | None] = {
+        key: value
+        for key, value in aggregate_training_metrics(samples).items()
+        if key not in _BATCH_COUNT_KEYS
+    }
     values.update(extra)
-    values[GRADIENT_STEPS_KEY] = float(len(samples))
-    return MetricsRow(step=step, values=values)
+    values[GRADIENT_STEPS_KEY] = gradient_steps(samples)
+    return values
 
 
 class TrainableModel(Model):
@@ -323,7 +371,9 @@ class TrainableModel(Model):
         if samples is None:
             return
         logger.warning("rebuilding the lost training row of %s at step %d", self.run, step)
-        await self._report(_training_row(step, samples, {"time/step_trainer_s": None}))
+        values = training_values(samples, {TRAINER_SECONDS_KEY: None})
+        values.update(await self._running_totals(values))
+        await self._report(MetricsRow(step=step, values=values))
 
     async def get_step(self) -> int:
         """The newest durable checkpoint's step, as the backend knows it."""
@@ -366,6 +416,8 @@ class TrainableModel(Model):
         backend = self.backend
         config = config if config is not None else TrainConfig()
         groups = check_training_groups(trajectory_groups, config)
+        check_finite_values(groups, training=True)
+        backend.capabilities.check(config, type(backend).__name__)  # before anything is written
         async with self._train_lock:
             step = await backend.get_step(self.run)
             await self._repair_training_row(step)
@@ -393,7 +445,9 @@ class TrainableModel(Model):
                     f"{type(backend).__name__} reported step {new_step} after training step "
                     f"{step}; a train call must advance the step by exactly one"
                 )
-            row = _training_row(new_step, samples, {**extra, "time/step_trainer_s": elapsed})
+            values = training_values(samples, {**extra, TRAINER_SECONDS_KEY: elapsed})
+            values.update(await self._running_totals(values))
+            row = MetricsRow(step=new_step, values=values)
             await self._report(row)
             self._step = new_step
             if verbose:

@@ -46,6 +46,21 @@ class BackendCapabilities:
         if name not in self.names:
             raise UnsupportedCapability(name, backend, hint)
 
+    def check(self, config: TrainConfig, backend: str) -> None:
+        """Raise UnsupportedCapability for the first thing `config` asks that the backend
+        lacks (its loss; a KL penalty). The model calls it before `train` writes anything;
+        backends call it too, so a direct caller is refused the same way."""
+        for name in required_capabilities(config):
+            self.require(name, backend)
+
+
+def required_capabilities(config: TrainConfig) -> list[str]:
+    """The capabilities a training config needs, in the order they are checked."""
+    names = [f"loss:{config.loss_fn}"]
+    if config.kl_penalty_coef > 0:
+        names.append(Capability.KL_PENALTY)
+    return names
+
 
 ALL_CAPABILITIES = BackendCapabilities(set(Capability))
 

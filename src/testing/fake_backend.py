@@ -77,9 +77,7 @@ class InMemoryBackend:
         checkpoints = self._run(run)
         if not groups:
             raise InvalidInputError("train got no groups")
-        self.capabilities.require(f"loss:{config.loss_fn}", type(self).__name__)
-        if config.kl_penalty_coef > 0:
-            self.capabilities.require(Capability.KL_PENALTY, type(self).__name__)
+        self.capabilities.check(config, type(self).__name__)
         async with self._locks[run]:
             step = max(checkpoints)
             weights = dict(checkpoints[step])
@@ -106,9 +104,14 @@ class InMemoryBackend:
                     }
                 )
                 await asyncio.sleep(0)
-            if not samples:
+            if not samples:  # nothing trainable: no optimizer step, as a real backend says
                 samples.append(
-                    {"loss": 0.0, "grad_norm": 0.0, "learning_rate": config.learning_rate}
+                    {
+                        "loss": 0.0,
+                        "grad_norm": 0.0,
+                        "learning_rate": config.learning_rate,
+                        "data/step_num_gradient_steps": 0.0,
+                    }
                 )
             checkpoints[step + 1] = weights
             self._metrics[(run, step + 1)] = [dict(sample) for sample in samples]
