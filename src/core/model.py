@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..ports.metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
+from ..ports.metrics_reporter import (
+    ConfigRecorder,
+    MetricsHistory,
+    MetricsReporter,
+    SampleRecorder,
+    Startable,
+)
 from ..ports.run_lease import HeldLease, RunLeases
 from ..ports.training_backend import (
     Capability,
@@ -51,6 +57,25 @@ logger = logging.getLogger("arthex")
 LogInput = Iterable[TrajectoryGroup] | Iterable[Trajectory | BaseException] | TrajectoryGroup
 
 
+@attrs.define
+class PendingBatch:
+    """The train-split batch of a `train` call whose update has not been recorded yet, and
+    which of its writes are done: a retried `train` with the same groups at the same step
+    writes neither its part nor its row again."""
+
+    step: int
+    groups: list[TrajectoryGroup]
+    part_written: bool = False
+    row: MetricsRow | None = None
+
+    def retried_by(self, step: int, groups: Sequence[TrajectoryGroup]) -> bool:
+        return (
+            step == self.step
+            and len(groups) == len(self.groups)
+            and all(new is old or new == old for new, old in zip(groups, self.groups, strict=True))
+        )
+
+
 @attrs.frozen
 class TrainResult:
     """The step the update produced and the training metrics recorded at it."""
@@ -83,6 +108,7 @@ class Model:
         self._lr_policies: dict[int | None, RewardStdDevPolicy] = {}
         self._best_steps: dict[tuple[str, Direction], BestStep] = {}
         self._config_recorded = False
+        self._mirrors_started = False
 
     @property
     def name(self) -> str:
@@ -121,6 +147,18 @@ class Model:
         With no step, trajectories are filed under the current step: the policy that produced
         them. Returns the row written, or None when there was nothing to log.
         """
+        return await self._log(trajectories, split, metrics, step, None)
+
+    async def _log(
+        self,
+        trajectories: LogInput | None,
+        split: str,
+        metrics: Mapping[str, float | int | bool | None] | None,
+        step: int | None,
+        batch: PendingBatch | None,
+    ) -> MetricsRow | None:
+        """`log`, remembering in `batch` which of its writes are done, so a retry of the same
+        batch (after a failure further on) skips them instead of writing them twice."""
         validate_name(split, "split")
         groups = groups_from_log_input(trajectories)
         check_finite_values(groups, training=False)
@@ -135,14 +173,34 @@ class Model:
             ("caller", extra),
         )
         MetricsRow(step=0, values=values)  # validates every value before anything else
+        await self._start_mirrors()
         at = await self.get_step() if step is None else step
-        values.update(await self._running_totals(values))
-        row = MetricsRow(step=at, values=values)
-        if groups:
+        if batch is not None and batch.row is not None:
+            row = batch.row  # written by the failed attempt this call retries
+        else:
+            values.update(await self._running_totals(values))
+            row = MetricsRow(step=at, values=values)
+        if groups and not (batch is not None and batch.part_written):
             await self._store.write(self.run, split, at, groups)
+            if batch is not None:
+                batch.part_written = True
             await self._report_samples(split, at, groups)
-        await self._report(row)
+        if batch is None or batch.row is None:
+            await self._report(row)
+            if batch is not None:
+                batch.row = row
         return row
+
+    async def _start_mirrors(self) -> None:
+        """Start the mirrors that can be started (a wandb run) before the first write of the
+        first call: a mirror that cannot start fails the call while nothing is written yet
+        (fail fast, before paid work). Once started, a mirror only degrades, never raises."""
+        if self._mirrors_started:
+            return
+        for mirror in self._mirrors:
+            if isinstance(mirror, Startable):
+                await mirror.start(self.run)
+        self._mirrors_started = True
 
     async def _running_totals(self, values: Mapping[str, Any]) -> dict[str, float]:
         """ART's running totals of the row's per-step counts (`data/step_num_x` ->
@@ -287,6 +345,7 @@ class TrainableModel(Model):
         self._client: AsyncOpenAI | None = None
         self._step: int | None = None
         self._train_lock = asyncio.Lock()
+        self._pending: PendingBatch | None = None
         self._pinned: set[int] = set()
 
     @property
@@ -421,7 +480,10 @@ class TrainableModel(Model):
         async with self._train_lock:
             step = await backend.get_step(self.run)
             await self._repair_training_row(step)
-            await self.log(groups, split="train", step=step)
+            batch = self._pending
+            if batch is None or not batch.retried_by(step, groups):
+                batch = self._pending = PendingBatch(step, list(groups))
+            await self._log(groups, "train", None, step, batch)
             effective, extra = await self._apply_lr_policy(config)
             if effective.kl_penalty_reference_step is not None:
                 self._pinned.add(effective.kl_penalty_reference_step)
@@ -449,6 +511,7 @@ class TrainableModel(Model):
             values.update(await self._running_totals(values))
             row = MetricsRow(step=new_step, values=values)
             await self._report(row)
+            self._pending = None
             self._step = new_step
             if verbose:
                 logger.info("trained step %d -> %d in %.1fs", step, new_step, elapsed)

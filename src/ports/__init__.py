@@ -1,7 +1,13 @@
 """The ports the core depends on: the three roles (store, history, backend) and the run lease.
 Protocols only, no implementation."""
 
-from .metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
+from .metrics_reporter import (
+    ConfigRecorder,
+    MetricsHistory,
+    MetricsReporter,
+    SampleRecorder,
+    Startable,
+)
 from .run_lease import HeldLease, LeaseHolder, RunLeases
 from .training_backend import (
     BackendCapabilities,
@@ -24,6 +30,7 @@ __all__ = [
     "MetricsReporter",
     "RunLeases",
     "SampleRecorder",
+    "Startable",
     "StepMetricsSource",
     "TrainingBackend",
     "TrajectoryStore",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,92 @@ def test_running_totals_count_every_train_batch_in_the_ledger(tmp_path: Path) ->
     training = [r for r in rows(tmp_path) if "loss/train" in r.values]
     assert all("data/step_num_groups_trainable" not in r.values for r in training)
     assert all(r.values["time/step_backend_train_s"] is not None for r in training)
+
+
+# -- 5. a retried train after a failure writes nothing twice ------------------------------
+
+
+class FailingOnce(InMemoryBackend):
+    """Fails its first `train` after the model has written the step's batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def train(
+        self,
+        run: arthex.RunRef,
+        groups: Sequence[arthex.TrajectoryGroup],
+        config: arthex.TrainConfig,
+    ) -> AsyncIterator[Mapping[str, float]]:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("injected: the trainer went away")
+        async for sample in super().train(run, groups, config):
+            yield sample
+
+
+class FailingHistory(JsonlHistory):
+    """Fails its first append of a training row (the batch row goes through)."""
+
+    failures = 1
+
+    async def report(self, run: arthex.RunRef, row: arthex.MetricsRow) -> None:
+        if "loss/train" not in row.values and self.failures:
+            self.failures -= 1
+            raise OSError("injected: disk hiccup")
+        await super().report(run, row)
+
+
+def test_a_retried_train_after_a_backend_failure_writes_no_duplicate_rows_or_parts(
+    tmp_path: Path,
+) -> None:
+    groups = synthetic_groups()
+
+    async def go() -> int:
+        model = trainable(tmp_path)
+        await model.register(FailingOnce())
+        with pytest.raises(ConnectionError, match="injected"):
+            await model.train(groups)
+        copies = [group.model_copy(deep=True) for group in groups]  # equal groups: a retry
+        return (await model.train(copies)).step
+
+    assert asyncio.run(go()) == 1
+    assert [r.step for r in rows(tmp_path)] == [0, 1]
+    parts = sorted((tmp_path / "p" / "models" / "m" / "trajectories" / "train").iterdir())
+    assert [p.name for p in parts] == ["0000.parquet"]
+
+
+def test_a_retry_after_the_batch_row_failed_writes_the_part_once(tmp_path: Path) -> None:
+    groups = synthetic_groups()
+
+    async def go() -> int:
+        model = arthex.TrainableModel(
+            name="m",
+            project="p",
+            base_model="tiny",
+            base_path=str(tmp_path),
+            report_metrics=[],
+            history=FailingHistory(str(tmp_path)),
+        )
+        await model.register(InMemoryBackend())
+        with pytest.raises(OSError, match="disk hiccup"):
+            await model.train(groups)
+        return (await model.train(groups)).step
+
+    assert asyncio.run(go()) == 1
+    assert [r.step for r in rows(tmp_path)] == [0, 1]
+    parts = sorted((tmp_path / "p" / "models" / "m" / "trajectories" / "train").iterdir())
+    assert [p.name for p in parts] == ["0000.parquet"]
+
+
+def test_new_groups_at_the_same_step_after_a_failure_are_a_new_batch(tmp_path: Path) -> None:
+    async def go() -> None:
+        model = trainable(tmp_path)
+        await model.register(FailingOnce())
+        with pytest.raises(ConnectionError):
+            await model.train(synthetic_groups())
+        await model.train(synthetic_groups(offset=5))  # other rollouts: logged as well
+
+    asyncio.run(go())
+    assert [r.step for r in rows(tmp_path)] == [0, 0, 1]
