@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit bench mutants clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,5 +43,9 @@ test: lint typecheck
 bench: setup
 	$(BIN)/python -m benchmarks
 
+# Mutation testing of src/core and the ledger's rules against the fast tests (long; not in CI).
+mutants: setup
+	PYTHON=$(BIN)/python tools/mutants.sh
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .mutants

@@ -11,6 +11,7 @@ from .core import model as core
 from .core import pipeline
 from .ports.metrics_reporter import MetricsHistory, MetricsReporter
 from .ports.pipeline_state import PipelineStateStore
+from .ports.run_lease import RunLeases
 from .ports.training_backend import TrainingBackend
 from .ports.trajectory_store import TrajectoryStore
 
@@ -73,6 +74,7 @@ class TrainableModel(core.TrainableModel):
         store: TrajectoryStore | None = None,
         history: MetricsHistory | None = None,
         mirrors: Sequence[MetricsReporter] | None = None,
+        leases: RunLeases | None = None,
     ) -> None:
         store, history, mirrors = _ports(base_path, report_metrics, store, history, mirrors)
         super().__init__(
@@ -84,6 +86,7 @@ class TrainableModel(core.TrainableModel):
             mirrors=mirrors,
             base_path=base_path,
             config=config,
+            leases=leases if leases is not None else container.run_leases(base_path),
         )
 
 

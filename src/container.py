@@ -16,6 +16,7 @@ from dependency_injector import containers, providers
 from .core.errors import InvalidInputError
 from .ports.metrics_reporter import MetricsHistory, MetricsReporter
 from .ports.pipeline_state import PipelineStateStore
+from .ports.run_lease import RunLeases
 from .ports.training_backend import TrainingBackend
 from .ports.trajectory_store import TrajectoryStore
 
@@ -28,15 +29,25 @@ def parquet_store(base_path: str) -> TrajectoryStore:
     return ParquetTrajectoryStore(base_path)
 
 
-def jsonl_history(base_path: str) -> MetricsHistory:
+def _local_root(base_path: str, what: str) -> None:
     if "://" in str(base_path):
         raise InvalidInputError(
-            f"base_path {base_path!r} is a URI, but history.jsonl needs a local file system "
-            "(appends under a file lock): keep base_path local and pass "
+            f"base_path {base_path!r} is a URI, but {what} needs a local file system "
+            "(file locks): keep base_path local and pass "
             f"store=ParquetTrajectoryStore({str(base_path)!r}) for the trajectories"
         )
+
+
+def jsonl_history(base_path: str) -> MetricsHistory:
+    """The ledger; its root must be a local folder this process can write (checked now, when
+    the model is built, so a read-only base_path is one clear error and not a failed write)."""
+    _local_root(base_path, "history.jsonl")
+    from pathlib import Path
+
+    from .adapters._files import check_writable_directory
     from .adapters.jsonl_history import JsonlHistory
 
+    check_writable_directory(Path(base_path))
     return JsonlHistory(base_path)
 
 
@@ -44,6 +55,14 @@ def json_pipeline_state(base_path: str) -> PipelineStateStore:
     from .adapters.pipeline_state import JsonPipelineStateStore
 
     return JsonPipelineStateStore(base_path)
+
+
+def file_run_leases(base_path: str) -> RunLeases:
+    """Trainer leases beside the ledger (one `trainer.lease` per run directory)."""
+    _local_root(base_path, "the run lease")
+    from .adapters.run_lease import FileRunLeases
+
+    return FileRunLeases(base_path)
 
 
 def wandb_wanted(report_metrics: Sequence[str] | None) -> bool:
@@ -104,6 +123,7 @@ def backend(kind: str, **kwargs: Any) -> TrainingBackend:
 class Container(containers.DeclarativeContainer):
     trajectory_store = providers.Factory(parquet_store)
     history = providers.Factory(jsonl_history)
+    run_leases = providers.Factory(file_run_leases)
     mirrors = providers.Factory(mirrors)
     backend = providers.Factory(backend)
     pipeline_state = providers.Factory(json_pipeline_state)

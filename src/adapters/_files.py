@@ -8,7 +8,39 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..core.errors import InvalidInputError
+
 TEMP_PREFIX = ".tmp-"
+
+
+class UnwritableDirectoryError(InvalidInputError, PermissionError):
+    """The run's directory cannot be written: read-only, not a directory, or no permission."""
+
+
+def unwritable_directory_error(directory: Path, cause: OSError | None = None) -> InvalidInputError:
+    """One clear error naming the directory, instead of the OS errors of the first write that
+    needed it (each wrapped in the next)."""
+    reason = f" ({cause.strerror or cause})" if cause is not None else ""
+    return UnwritableDirectoryError(
+        f"cannot write the run's files under {directory}{reason}: make it writable, or pass a "
+        "base_path you can write to"
+    )
+
+
+def check_writable_directory(directory: Path) -> None:
+    """Raise UnwritableDirectoryError when `directory` (or, while it does not exist yet, the
+    nearest existing folder above it, where it would be created) cannot be written. Writes
+    nothing: `os.access` asks the kernel, which also knows read-only mounts and immutable
+    folders."""
+    probe = directory
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise unwritable_directory_error(directory, NotADirectoryError(0, f"{probe} is a file"))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise unwritable_directory_error(directory, PermissionError(0, f"{probe} is read-only"))
 
 
 def temp_path_for(path: Path) -> Path:

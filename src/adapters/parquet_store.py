@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..core.errors import InvalidInputError, UnsupportedCapability
+from ..core.errors import CorruptDataError, InvalidInputError, UnsupportedCapability
 from ..core.identity import ModelSpec, RunRef, validate_name
 from ..core.trajectories import TrajectoryGroup
 from ._files import TEMP_PREFIX, atomic_write_bytes, fsync_dir, publish_new, temp_path_for
@@ -166,6 +166,19 @@ class ParquetTrajectoryStore:
         path = f"{self.model_dir(spec.run)}/model.json"
         await asyncio.to_thread(self._write_spec, path, data.encode())
 
+    async def read_model_spec(self, run: RunRef) -> dict[str, Any] | None:
+        path = f"{self.model_dir(run)}/model.json"
+        data = await asyncio.to_thread(self._read_spec, path)
+        if data is None:
+            return None
+        try:
+            spec = json.loads(data)
+        except ValueError as error:
+            raise CorruptDataError(f"{path} is not JSON ({error})") from error
+        if not isinstance(spec, dict):
+            raise CorruptDataError(f"{path} holds {type(spec).__name__}, not a model spec")
+        return spec
+
     # --- where things are -------------------------------------------------------------------
 
     def model_dir(self, run: RunRef) -> str:
@@ -223,6 +236,16 @@ class ParquetTrajectoryStore:
         _make_remote_dirs(self.filesystem, str(PurePosixPath(path).parent))
         with self.filesystem.open_output_stream(path) as out:  # one PUT: whole or nothing
             out.write(data)
+
+    def _read_spec(self, path: str) -> bytes | None:
+        try:
+            if self.local:
+                return Path(path).read_bytes()
+            with self.filesystem.open_input_stream(path) as stream:
+                data: bytes = stream.read()
+                return data
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     # --- reading ------------------------------------------------------------------------------
 

@@ -10,10 +10,12 @@ paid runs. Rules it keeps:
 - `training_step` is the x-axis of every metric (`define_metric`), and rows are logged without
   `step=`, so an evaluation of an older step that arrives late is still charted and wandb never
   sees a step go backwards.
-- Init is lazy (first row) and fails loudly: a missing SDK or missing credentials raise a clear
-  error before any training work when the frontend calls `check_ready()`. After a successful
-  init, any wandb failure logs one warning and the mirror goes quiet for the rest of the
-  process; training, history.jsonl and the trajectory files never stop for it.
+- Fail fast before paid work, degrade after: a missing SDK or missing credentials raise a
+  clear error when the model is built (`check_ready()`), and the model `start`s the run before
+  the first write of its first `log` or `train`, so a failing `wandb.init` fails that call
+  while nothing is written (a retried call tries the init again). After that, any wandb
+  failure, a later re-init included, logs one warning and the mirror goes quiet for the rest
+  of the process; training, history.jsonl and the trajectory files never stop for it.
 
 Offline use: set `WANDB_MODE=offline` (or pass `mode="offline"`); no credentials are needed.
 The run is written under `{root}/{project}/models/{name}/wandb/offline-run-*/` (or under
@@ -51,7 +53,12 @@ from ..core.trajectories import TrajectoryGroup
 from ._files import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from ..ports.metrics_reporter import ConfigRecorder, MetricsReporter, SampleRecorder
+    from ..ports.metrics_reporter import (
+        ConfigRecorder,
+        MetricsReporter,
+        SampleRecorder,
+        Startable,
+    )
 
 logger = logging.getLogger("arthex.wandb")
 
@@ -129,7 +136,6 @@ class WandbReporter:
         self._runs: dict[RunRef, Any] = {}
         self._configs: dict[RunRef, dict[str, Any]] = {}
         self._defined: dict[RunRef, set[str]] = {}
-        self._init_errors: dict[RunRef, WandbUnavailableError] = {}
         self._resumed: dict[RunRef, bool] = {}
         self._quiet = False
         self._state_lock = threading.Lock()  # short sections: dict updates only
@@ -160,6 +166,13 @@ class WandbReporter:
             )
 
     # -- the port --------------------------------------------------------------------------
+
+    async def start(self, run: RunRef) -> None:
+        """Start (or resume) the run now. Raises WandbUnavailableError when it cannot start;
+        nothing is remembered of the failure, so the next `start` tries again."""
+        if self._quiet or self.mode() == "disabled" or run in self._runs:
+            return
+        await asyncio.to_thread(self._open_run, run)
 
     async def report(self, run: RunRef, row: MetricsRow) -> None:
         """Log `row` with `training_step` as its x-axis; None values are left out (a gap)."""
@@ -231,11 +244,15 @@ class WandbReporter:
     # -- internals -------------------------------------------------------------------------
 
     async def _live_run(self, run: RunRef) -> Any | None:
+        """The run to log to; None when the mirror is off. A run that was never started (or
+        was closed) is started here, and a failure to start it only turns the mirror off."""
         if self._quiet or self.mode() == "disabled":
             return None
         handle = self._runs.get(run)
         if handle is None:
-            handle = await asyncio.to_thread(self._open_run, run)
+            opened: list[Any] = []
+            await asyncio.to_thread(self._guarded, lambda: opened.append(self._open_run(run)))
+            handle = opened[0] if opened else None
         return handle
 
     def _open_run(self, run: RunRef) -> Any | None:
@@ -244,8 +261,6 @@ class WandbReporter:
                 return None
             if run in self._runs:
                 return self._runs[run]
-            if run in self._init_errors:
-                raise self._init_errors[run]
             wandb = _import_wandb()
             self.check_ready()
             run_id, resumed = self._run_id(run)
@@ -262,7 +277,6 @@ class WandbReporter:
                     f"({type(error).__name__}: {error}). Check the network and credentials, or "
                     "set WANDB_MODE=offline to log locally and `wandb sync` later."
                 )
-                self._init_errors[run] = failure
                 if handle is not None:
                     try:
                         handle.finish(exit_code=1)
@@ -464,3 +478,4 @@ if TYPE_CHECKING:
     _fits: type[MetricsReporter] = WandbReporter
     _records_config: type[ConfigRecorder] = WandbReporter
     _records_samples: type[SampleRecorder] = WandbReporter
+    _starts: type[Startable] = WandbReporter

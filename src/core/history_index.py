@@ -18,6 +18,7 @@ class HistoryIndex:
         # key -> step -> [sum, count]
         self._sums: dict[str, dict[int, list[float]]] = {}
         self._listeners: dict[str, list[StepMeanListener]] = {}
+        self._totals: dict[str, float] = {}
         self.cursor = 0  # where the ledger's next unread row starts (see MetricsHistory)
         for row in rows:
             self.observe(row)
@@ -33,6 +34,7 @@ class HistoryIndex:
         for key, value in row.values.items():
             if value is None:
                 continue
+            self._totals[key] = self._totals.get(key, 0.0) + value
             per_step = self._sums.setdefault(key, {})
             cell = per_step.get(row.step)
             old = None if cell is None else cell[0] / cell[1]
@@ -44,6 +46,10 @@ class HistoryIndex:
             cell = per_step[row.step]
             for listener in self._listeners.get(key, ()):
                 listener.step_mean_changed(row.step, old, cell[0] / cell[1])
+
+    def total(self, key: str) -> float:
+        """The sum of `key` over every row that has it (0.0 when none does)."""
+        return self._totals.get(key, 0.0)
 
     def has(self, key: str) -> bool:
         return key in self._sums

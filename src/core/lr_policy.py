@@ -5,6 +5,11 @@ the multiplier is `(m * last_step + b) / b`, the fitted spread now over the fitt
 step 0. It is 1.0 with fewer than two steps, with `b <= 0`, or without the column, and it is
 clamped to `[min_multiplier, max_multiplier]` (unlike the reference, which can return a
 negative or huge learning rate).
+
+A slope or intercept within FIT_TOLERANCE of zero counts as zero. The sums are kept
+incrementally, so rounding leaves residues of ~1e-17 where the exact value is 0: a spread
+rising from exactly 0 (steps 0, 1, 2 at 0, 0.1, 0.2) fits `b = 3.7e-17`, and dividing by it
+would jump the multiplier to the clamp instead of the 1.0 that `b <= 0` gives.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Mapping
 from .history_index import StepMeanListener
 
 REWARD_STD_DEV_KEY = "train/reward_std_dev"
+FIT_TOLERANCE = 1e-12
 
 
 def fit_multiplier(
@@ -48,8 +54,10 @@ class _LeastSquares:
         if denominator == 0:
             return 1.0
         slope = (self.n * self.sxy - self.sx * self.sy) / denominator
+        if abs(slope) <= FIT_TOLERANCE:
+            return 1.0
         intercept = (self.sy - slope * self.sx) / self.n
-        if intercept <= 0:
+        if intercept <= FIT_TOLERANCE:
             return 1.0
         return min(max((slope * last_step + intercept) / intercept, low), high)
 

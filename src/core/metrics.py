@@ -144,41 +144,112 @@ def _metric_means(sources: Iterable[Mapping[str, float | int | bool]]) -> dict[s
     return {key: _mean(values) for key, values in sums.items()}
 
 
-def summarize(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
-    """The metrics of one logged batch, qualified with `split` (BEHAVIOUR.md, one history row)."""
+# ART's names for the counts of one logged batch (its `metrics_taxonomy.py`): the train split
+# writes them under the `data/` section (with running totals under `data/cum/`, see
+# `cumulative_keys`), every other split under `{split}/data/`. Scenarios are groups.
+STEP_NUM_SCENARIOS = "data/step_num_scenarios"
+STEP_NUM_TRAJECTORIES = "data/step_num_trajectories"
+STEP_NUM_GROUPS_SUBMITTED = "data/step_num_groups_submitted"
+STEP_NUM_GROUPS_TRAINABLE = "data/step_num_groups_trainable"
+TRAIN_SPLIT = "train"
+
+
+def data_counts(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
+    """The batch's counts under ART's keys (failed rollouts count as trajectories)."""
+    counts = {
+        STEP_NUM_SCENARIOS: float(len(groups)),
+        STEP_NUM_TRAJECTORIES: float(sum(len(g.trajectories) + len(g.exceptions) for g in groups)),
+        STEP_NUM_GROUPS_SUBMITTED: float(len(groups)),
+    }
+    if split == TRAIN_SPLIT:
+        counts[STEP_NUM_GROUPS_TRAINABLE] = float(sum(is_trainable_group(g) for g in groups))
+        return counts
+    return {f"{split}/{key}": value for key, value in counts.items()}
+
+
+def computed_summary(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
+    """What arthex computes from a batch itself: reward, spread, exception rate, counts."""
     trajectories = [t for g in groups for t in g.trajectories]
     n_exceptions = sum(len(g.exceptions) for g in groups)
     row: dict[str, float] = {}
     if trajectories:
-        row["reward"] = _mean([t.reward for t in trajectories])
+        row[f"{split}/reward"] = _mean([t.reward for t in trajectories])
     stds = [
         _population_std([t.reward for t in g.trajectories])
         for g in groups
         if len(g.trajectories) >= 2
     ]
-    row["reward_std_dev"] = _mean(stds) if stds else 0.0
+    row[f"{split}/reward_std_dev"] = _mean(stds) if stds else 0.0
     if trajectories or n_exceptions:
-        row["exception_rate"] = n_exceptions / (len(trajectories) + n_exceptions)
-    row.update(_metric_means(t.metrics for t in trajectories))
-    row.update(
-        {
-            f"group/{k}": v
-            for k, v in _metric_means(g.metrics for g in groups if g.trajectories).items()
-        }
+        row[f"{split}/exception_rate"] = n_exceptions / (len(trajectories) + n_exceptions)
+    row.update(data_counts(groups, split))
+    return row
+
+
+def custom_summary(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
+    """The user's own metrics of a batch, qualified by the one rule (`qualify_key`): the mean
+    of each trajectory metric `k` as `qualify_key(k)`, of each group metric `k` (over groups
+    with at least one trajectory) as `qualify_key("group/" + k)`."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    row = qualify(_metric_means(t.metrics for t in trajectories), split)
+    group_means = _metric_means(g.metrics for g in groups if g.trajectories)
+    row.update(qualify({f"group/{k}": v for k, v in group_means.items()}, split))
+    return row
+
+
+def merge_metrics(
+    computed: Mapping[str, float], *custom: tuple[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One row from the computed metrics and the users' (`(source, metrics)` pairs, later
+    sources winning over earlier ones). A user metric may not give a computed key another
+    value: that would silently change what the policies and dashboards read, so it is an
+    InvalidInputError naming the key (the same value is the same fact, and allowed)."""
+    row: dict[str, Any] = {}
+    for source, metrics in custom:
+        for key, value in metrics.items():
+            if key in computed and not _same(value, computed[key]):
+                raise InvalidInputError(
+                    f"{source} metric {key!r} ({value!r}) clashes with the value arthex "
+                    f"computes for that key ({computed[key]!r}); rename the metric"
+                )
+            row[key] = value
+    row.update(computed)
+    return row
+
+
+def _same(value: Any, computed: float) -> bool:
+    try:
+        return float(value) == computed or math.isclose(float(value), computed, rel_tol=1e-12)
+    except (TypeError, ValueError):
+        return False
+
+
+def summarize(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
+    """The metrics of one logged batch (BEHAVIOUR.md, one history row): computed ones and the
+    trajectories' and groups' own, which may not clash with them."""
+    merged = merge_metrics(
+        computed_summary(groups, split), ("trajectory or group", custom_summary(groups, split))
     )
-    row["data/step_num_groups"] = float(len(groups))
-    row["data/step_num_trajectories"] = float(len(trajectories) + n_exceptions)
-    if split == "train":
-        row["data/step_num_groups_trainable"] = float(sum(is_trainable_group(g) for g in groups))
-    return {_qualify_summary_key(key, split): value for key, value in row.items()}
+    return {key: float(value) for key, value in merged.items()}
 
 
-def _qualify_summary_key(key: str, split: str) -> str:
-    # Data counts belong to the split's namespace (`train/data/...`), like everything computed
-    # from the split's trajectories; custom metric keys follow the general rule.
-    if key.startswith("data/") or key.startswith("group/"):
-        return f"{split}/{key}"
-    return qualify_key(key, split)
+def cumulative_key(key: str) -> str | None:
+    """ART's running total of a per-step count: `data/step_num_x` -> `data/cum/num_x`,
+    `time/step_x_s` -> `time/cum/x_s`, `costs/x` -> `costs/cum/x`; None for other keys."""
+    section, slash, rest = key.partition("/")
+    if not slash or section not in _CUMULATIVE_SECTIONS or rest.startswith("cum/"):
+        return None
+    if key in _NOT_CUMULATIVE:
+        return None
+    if section == "costs":
+        return f"costs/cum/{rest}"
+    if not rest.startswith("step_"):
+        return None
+    return f"{section}/cum/{rest[len('step_') :]}"
+
+
+_CUMULATIVE_SECTIONS = frozenset({"data", "time", "costs"})
+_NOT_CUMULATIVE = frozenset({"data/step_unused_and_dummy_ratio"})
 
 
 CANONICAL_TRAINING_KEYS: Mapping[str, str] = {

@@ -14,19 +14,40 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..ports.metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
-from ..ports.training_backend import InferenceEndpoint, StepMetricsSource, TrainingBackend
+from ..ports.metrics_reporter import (
+    ConfigRecorder,
+    MetricsHistory,
+    MetricsReporter,
+    SampleRecorder,
+    Startable,
+)
+from ..ports.run_lease import HeldLease, RunLeases
+from ..ports.training_backend import (
+    Capability,
+    InferenceEndpoint,
+    StepMetricsSource,
+    TrainingBackend,
+)
 from ..ports.trajectory_store import TrajectoryStore
 from .config import TrainConfig
 from .errors import BackendError, CorruptDataError, InvalidInputError, NotRegisteredError
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
-from .metrics import MetricsRow, aggregate_training_metrics, qualify, summarize
+from .metrics import (
+    STEP_NUM_GROUPS_TRAINABLE,
+    MetricsRow,
+    aggregate_training_metrics,
+    computed_summary,
+    cumulative_key,
+    custom_summary,
+    merge_metrics,
+    qualify,
+)
 from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
 from .trajectories import Trajectory, TrajectoryGroup
-from .validation import check_training_groups, groups_from_log_input
+from .validation import check_finite_values, check_training_groups, groups_from_log_input
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -34,6 +55,25 @@ if TYPE_CHECKING:
 logger = logging.getLogger("arthex")
 
 LogInput = Iterable[TrajectoryGroup] | Iterable[Trajectory | BaseException] | TrajectoryGroup
+
+
+@attrs.define
+class PendingBatch:
+    """The train-split batch of a `train` call whose update has not been recorded yet, and
+    which of its writes are done: a retried `train` with the same groups at the same step
+    writes neither its part nor its row again."""
+
+    step: int
+    groups: list[TrajectoryGroup]
+    part_written: bool = False
+    row: MetricsRow | None = None
+
+    def retried_by(self, step: int, groups: Sequence[TrajectoryGroup]) -> bool:
+        return (
+            step == self.step
+            and len(groups) == len(self.groups)
+            and all(new is old or new == old for new, old in zip(groups, self.groups, strict=True))
+        )
 
 
 @attrs.frozen
@@ -68,6 +108,7 @@ class Model:
         self._lr_policies: dict[int | None, RewardStdDevPolicy] = {}
         self._best_steps: dict[tuple[str, Direction], BestStep] = {}
         self._config_recorded = False
+        self._mirrors_started = False
 
     @property
     def name(self) -> str:
@@ -106,22 +147,75 @@ class Model:
         With no step, trajectories are filed under the current step: the policy that produced
         them. Returns the row written, or None when there was nothing to log.
         """
+        return await self._log(trajectories, split, metrics, step, None)
+
+    async def _log(
+        self,
+        trajectories: LogInput | None,
+        split: str,
+        metrics: Mapping[str, float | int | bool | None] | None,
+        step: int | None,
+        batch: PendingBatch | None,
+    ) -> MetricsRow | None:
+        """`log`, remembering in `batch` which of its writes are done, so a retry of the same
+        batch (after a failure further on) skips them instead of writing them twice."""
         validate_name(split, "split")
         groups = groups_from_log_input(trajectories)
+        check_finite_values(groups, training=False)
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise InvalidInputError(f"step must be an integer >= 0, got {step!r}")
         extra = qualify(dict(metrics or {}), split)
         if not groups and not extra:
             return None
-        values: dict[str, Any] = summarize(groups, split) if groups else {}
-        values.update(extra)
+        values = merge_metrics(
+            computed_summary(groups, split) if groups else {},
+            ("trajectory or group", custom_summary(groups, split)),
+            ("caller", extra),
+        )
+        MetricsRow(step=0, values=values)  # validates every value before anything else
+        await self._start_mirrors()
         at = await self.get_step() if step is None else step
-        row = MetricsRow(step=at, values=values)  # validates every value before any write
-        if groups:
+        if batch is not None and batch.row is not None:
+            row = batch.row  # written by the failed attempt this call retries
+        else:
+            values.update(await self._running_totals(values))
+            row = MetricsRow(step=at, values=values)
+        if groups and not (batch is not None and batch.part_written):
             await self._store.write(self.run, split, at, groups)
+            if batch is not None:
+                batch.part_written = True
             await self._report_samples(split, at, groups)
-        await self._report(row)
+        if batch is None or batch.row is None:
+            await self._report(row)
+            if batch is not None:
+                batch.row = row
         return row
+
+    async def _start_mirrors(self) -> None:
+        """Start the mirrors that can be started (a wandb run) before the first write of the
+        first call: a mirror that cannot start fails the call while nothing is written yet
+        (fail fast, before paid work). Once started, a mirror only degrades, never raises."""
+        if self._mirrors_started:
+            return
+        for mirror in self._mirrors:
+            if isinstance(mirror, Startable):
+                await mirror.start(self.run)
+        self._mirrors_started = True
+
+    async def _running_totals(self, values: Mapping[str, Any]) -> dict[str, float]:
+        """ART's running totals of the row's per-step counts (`data/step_num_x` ->
+        `data/cum/num_x`, `time/step_x_s` -> `time/cum/x_s`, `costs/x` -> `costs/cum/x`):
+        the ledger's total, whoever appended to it, plus this row. A total the caller gave
+        is kept."""
+        wanted: dict[str, str] = {}
+        for key, value in values.items():
+            total = cumulative_key(key)
+            if total is not None and value is not None and total not in values:
+                wanted[total] = key
+        if not wanted:
+            return {}
+        index = await self._history_index()
+        return {total: index.total(key) + float(values[key]) for total, key in wanted.items()}
 
     async def history(self) -> Sequence[MetricsRow]:
         """Every row of this model's history, oldest first."""
@@ -190,15 +284,33 @@ class Model:
 
 
 GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
+TRAINER_SECONDS_KEY = "time/step_backend_train_s"  # ART's name: wall time of the backend's train
+# Counts of the batch the model itself records at step N (the train-split row); a backend's
+# own copy would record the same fact again at N+1.
+_BATCH_COUNT_KEYS = frozenset({STEP_NUM_GROUPS_TRAINABLE})
 
 
-def _training_row(
-    step: int, samples: Sequence[Mapping[str, float]], extra: Mapping[str, float | None]
-) -> MetricsRow:
-    values: dict[str, float | None] = dict(aggregate_training_metrics(samples))
+def gradient_steps(samples: Sequence[Mapping[str, float]]) -> float:
+    """How many optimizer steps the update took: what the backend says (ART's
+    `data/step_num_gradient_steps`, the same on every sample; a no-op update says 0), else one
+    per sample it yielded."""
+    said = [sample[GRADIENT_STEPS_KEY] for sample in samples if GRADIENT_STEPS_KEY in sample]
+    return float(said[-1]) if said else float(len(samples))
+
+
+def training_values(
+    samples: Sequence[Mapping[str, float]], extra: Mapping[str, float | None]
+) -> dict[str, float | None]:
+    """The training row's metrics: the backend's samples averaged per key, `extra`, and the
+    gradient-step count."""
+    values: dict[str, float | None] = {
+        key: value
+        for key, value in aggregate_training_metrics(samples).items()
+        if key not in _BATCH_COUNT_KEYS
+    }
     values.update(extra)
-    values[GRADIENT_STEPS_KEY] = float(len(samples))
-    return MetricsRow(step=step, values=values)
+    values[GRADIENT_STEPS_KEY] = gradient_steps(samples)
+    return values
 
 
 class TrainableModel(Model):
@@ -215,6 +327,7 @@ class TrainableModel(Model):
         mirrors: Sequence[MetricsReporter] = (),
         base_path: str = ".art",
         config: Mapping[str, Any] | None = None,
+        leases: RunLeases | None = None,
     ) -> None:
         super().__init__(
             name=name,
@@ -225,6 +338,8 @@ class TrainableModel(Model):
             base_path=base_path,
             config=config,
         )
+        self._leases = leases
+        self._lease: HeldLease | None = None
         if not isinstance(base_model, str) or not base_model:
             raise InvalidInputError(
                 f"base_model must be a model id or directory, got {base_model!r}"
@@ -235,6 +350,7 @@ class TrainableModel(Model):
         self._client: AsyncOpenAI | None = None
         self._step: int | None = None
         self._train_lock = asyncio.Lock()
+        self._pending: PendingBatch | None = None
         self._pinned: set[int] = set()
 
     @property
@@ -242,11 +358,12 @@ class TrainableModel(Model):
         return True
 
     async def close(self) -> None:
-        """Close the cached inference client, then the reporters (not the backend: it may
-        serve other models; close it yourself)."""
+        """Close the cached inference client, give the run's lease back, then close the
+        reporters (not the backend: it may serve other models; close it yourself)."""
         if self._client is not None:
             await self._client.close()
             self._client = None
+        await self._release_lease()
         await super().close()
 
     def spec(self) -> ModelSpec:
@@ -267,16 +384,41 @@ class TrainableModel(Model):
         return self._backend
 
     async def register(self, backend: TrainingBackend) -> None:
-        """Hand the model to a backend: it prepares training and serving for it."""
+        """Hand the model to a backend: it prepares training and serving for it.
+
+        With a backend whose checkpoints other processes see (`Capability.ONE_TRAINER`), the
+        run's lease is taken first, before anything is written: a second trainer on the run
+        gets RunBusyError naming the first. The lease is held until `close`."""
         spec = self.spec()
-        endpoint = await backend.register(spec)
-        await self._store.write_model_spec(spec)
+        took = await self._take_lease(backend)
+        try:
+            endpoint = await backend.register(spec)
+            await self._store.write_model_spec(spec)
+        except BaseException:
+            if took:
+                await self._release_lease()
+            raise
         self._backend = backend
         self._endpoint = endpoint
         self._client = None
         self._step = await backend.get_step(self.run)
         async with self._train_lock:
             await self._repair_training_row(self._step)
+
+    async def _take_lease(self, backend: TrainingBackend) -> bool:
+        """Take the run's lease if this backend needs one and it is not held yet; True when
+        this call took it."""
+        if self._leases is None or self._lease is not None:
+            return False
+        if Capability.ONE_TRAINER not in backend.capabilities:
+            return False
+        self._lease = await self._leases.acquire(self.run)
+        return True
+
+    async def _release_lease(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            await lease.release()
 
     async def _repair_training_row(self, step: int) -> None:
         """Rebuild the training row of `step` when a crash (or a failed append) lost it after
@@ -293,7 +435,9 @@ class TrainableModel(Model):
         if samples is None:
             return
         logger.warning("rebuilding the lost training row of %s at step %d", self.run, step)
-        await self._report(_training_row(step, samples, {"time/step_trainer_s": None}))
+        values = training_values(samples, {TRAINER_SECONDS_KEY: None})
+        values.update(await self._running_totals(values))
+        await self._report(MetricsRow(step=step, values=values))
 
     async def get_step(self) -> int:
         """The newest durable checkpoint's step, as the backend knows it."""
@@ -339,11 +483,16 @@ class TrainableModel(Model):
         backend = self.backend
         config = config if config is not None else TrainConfig()
         groups = check_training_groups(trajectory_groups, config)
+        check_finite_values(groups, training=True)
+        backend.capabilities.check(config, type(backend).__name__)  # before anything is written
         async with self._train_lock:
             step = await backend.get_step(self.run)
             await self._repair_training_row(step)
             if log_groups:
-                await self.log(groups, split="train", step=step)
+                batch = self._pending
+                if batch is None or not batch.retried_by(step, groups):
+                    batch = self._pending = PendingBatch(step, list(groups))
+                await self._log(groups, "train", None, step, batch)
             effective, extra = await self._apply_lr_policy(config)
             if effective.kl_penalty_reference_step is not None:
                 self._pinned.add(effective.kl_penalty_reference_step)
@@ -367,8 +516,11 @@ class TrainableModel(Model):
                     f"{type(backend).__name__} reported step {new_step} after training step "
                     f"{step}; a train call must advance the step by exactly one"
                 )
-            row = _training_row(new_step, samples, {**extra, "time/step_trainer_s": elapsed})
+            values = training_values(samples, {**extra, TRAINER_SECONDS_KEY: elapsed})
+            values.update(await self._running_totals(values))
+            row = MetricsRow(step=new_step, values=values)
             await self._report(row)
+            self._pending = None
             self._step = new_step
             if verbose:
                 logger.info("trained step %d -> %d in %.1fs", step, new_step, elapsed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,6 +72,36 @@ def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGr
             "trained; append the response's choices[0], not a dict copy of its message"
         )
     return items
+
+
+def check_finite_values(groups: Iterable[TrajectoryGroup], *, training: bool) -> None:
+    """Every reward is a finite number, and for training every token logprob too: they become
+    tensors, where one NaN turns the weights to NaN. `Trajectory` checks its reward when it is
+    built or assigned, but `model_copy(update=...)` and `model_construct` skip validation, so
+    `log` and `train` check again where groups come in."""
+    for g, group in enumerate(groups):
+        for t, trajectory in enumerate(group.trajectories):
+            reward = trajectory.reward
+            if not _is_finite_number(reward):
+                raise InvalidInputError(
+                    f"group {g}, trajectory {t} has reward {reward!r}; rewards must be finite "
+                    "numbers (a copy made with model_copy(update=...) or model_construct is "
+                    "not validated: build the Trajectory, or assign its reward, instead)"
+                )
+            if not training:
+                continue
+            for c, choice in enumerate(trajectory.choices()):
+                tokens = choice.logprobs.content if choice.logprobs is not None else None
+                for k, token in enumerate(tokens or ()):
+                    if not _is_finite_number(token.logprob):
+                        raise InvalidInputError(
+                            f"group {g}, trajectory {t}, choice {c}, token {k} has logprob "
+                            f"{token.logprob!r}; a sampled token's logprob is a finite number"
+                        )
+
+
+def _is_finite_number(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _has_logprobs(choice: Choice) -> bool:

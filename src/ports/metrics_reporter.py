@@ -38,6 +38,15 @@ class MetricsHistory(MetricsReporter, Protocol):
 
 
 @runtime_checkable
+class Startable(Protocol):
+    """A reporter with a costly or fallible start (a tracker's run). The model starts it
+    before the first write of its first `log` or `train`, so a reporter that cannot work fails
+    the call while nothing is written; once started, it degrades quietly instead of raising."""
+
+    async def start(self, run: RunRef) -> None: ...
+
+
+@runtime_checkable
 class ConfigRecorder(Protocol):
     """A reporter that records the run's configuration (e.g. a tracker's run config)."""
 

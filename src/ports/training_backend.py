@@ -25,6 +25,10 @@ class Capability(StrEnum):
     LOSS_CISPO = "loss:cispo"
     LOSS_PPO = "loss:ppo"
     LOSS_IMPORTANCE_SAMPLING = "loss:importance_sampling"
+    # The backend keeps a run's checkpoints where every process sees them (a run directory, a
+    # service), so two trainers on one run would delete each other's checkpoints and race for
+    # step numbers: the model holds the run's lease (RunLeases) from `register` to `close`.
+    ONE_TRAINER = "one_trainer"
 
 
 def _names(values: Iterable[str]) -> frozenset[str]:
@@ -41,6 +45,21 @@ class BackendCapabilities:
     def require(self, name: str, backend: str, hint: str = "") -> None:
         if name not in self.names:
             raise UnsupportedCapability(name, backend, hint)
+
+    def check(self, config: TrainConfig, backend: str) -> None:
+        """Raise UnsupportedCapability for the first thing `config` asks that the backend
+        lacks (its loss; a KL penalty). The model calls it before `train` writes anything;
+        backends call it too, so a direct caller is refused the same way."""
+        for name in required_capabilities(config):
+            self.require(name, backend)
+
+
+def required_capabilities(config: TrainConfig) -> list[str]:
+    """The capabilities a training config needs, in the order they are checked."""
+    names = [f"loss:{config.loss_fn}"]
+    if config.kl_penalty_coef > 0:
+        names.append(Capability.KL_PENALTY)
+    return names
 
 
 ALL_CAPABILITIES = BackendCapabilities(set(Capability))

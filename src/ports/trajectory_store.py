@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..core.identity import ModelSpec, RunRef
 from ..core.trajectories import TrajectoryGroup
@@ -28,4 +28,8 @@ class TrajectoryStore(Protocol):
 
     async def write_model_spec(self, spec: ModelSpec) -> None:
         """Record the model's spec (`model.json` on disk), replacing any earlier one."""
+        ...
+
+    async def read_model_spec(self, run: RunRef) -> dict[str, Any] | None:
+        """The recorded spec as its JSON object (`ModelSpec.to_json()`), None if none."""
         ...

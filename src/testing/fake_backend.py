@@ -32,9 +32,15 @@ class InMemoryBackend:
     on (one "gradient step" each), or one zero dict when nothing is trainable."""
 
     def __init__(
-        self, *, losses: Collection[str] = ("cispo", "ppo", "importance_sampling")
+        self,
+        *,
+        losses: Collection[str] = ("cispo", "ppo", "importance_sampling"),
+        one_trainer: bool = False,
     ) -> None:
+        """`one_trainer=True` declares `Capability.ONE_TRAINER`, as a backend whose
+        checkpoints other processes see does (so models take the run's lease)."""
         self._losses = frozenset(losses)
+        self._one_trainer = one_trainer
         self._checkpoints: dict[RunRef, dict[int, Weights]] = {}
         self._metrics: dict[tuple[RunRef, int], list[dict[str, float]]] = {}
         self._locks: dict[RunRef, asyncio.Lock] = {}
@@ -43,6 +49,8 @@ class InMemoryBackend:
     @property
     def capabilities(self) -> BackendCapabilities:
         names: set[str] = {Capability.TRAIN, Capability.DELETE_CHECKPOINTS}
+        if self._one_trainer:
+            names.add(Capability.ONE_TRAINER)
         return BackendCapabilities(names | {f"loss:{name}" for name in self._losses})
 
     async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
@@ -69,9 +77,7 @@ class InMemoryBackend:
         checkpoints = self._run(run)
         if not groups:
             raise InvalidInputError("train got no groups")
-        self.capabilities.require(f"loss:{config.loss_fn}", type(self).__name__)
-        if config.kl_penalty_coef > 0:
-            self.capabilities.require(Capability.KL_PENALTY, type(self).__name__)
+        self.capabilities.check(config, type(self).__name__)
         async with self._locks[run]:
             step = max(checkpoints)
             weights = dict(checkpoints[step])
@@ -98,9 +104,14 @@ class InMemoryBackend:
                     }
                 )
                 await asyncio.sleep(0)
-            if not samples:
+            if not samples:  # nothing trainable: no optimizer step, as a real backend says
                 samples.append(
-                    {"loss": 0.0, "grad_norm": 0.0, "learning_rate": config.learning_rate}
+                    {
+                        "loss": 0.0,
+                        "grad_norm": 0.0,
+                        "learning_rate": config.learning_rate,
+                        "data/step_num_gradient_steps": 0.0,
+                    }
                 )
             checkpoints[step + 1] = weights
             self._metrics[(run, step + 1)] = [dict(sample) for sample in samples]

@@ -61,6 +61,10 @@ class InMemoryTrajectoryStore:
             ) from error
         self.model_specs[spec.run] = json.loads(text)
 
+    async def read_model_spec(self, run: RunRef) -> dict[str, Any] | None:
+        spec = self.model_specs.get(run)
+        return None if spec is None else json.loads(json.dumps(spec))
+
 
 def _check_location(split: str, step: int) -> None:
     validate_name(split, "split")

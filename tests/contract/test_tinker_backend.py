@@ -95,3 +95,62 @@ async def _register_and_close(backend: TinkerBackend, spec: ModelSpec) -> None:
         await backend.register(spec)
     finally:
         await backend.close()
+
+
+class TestTinkerRunLease:
+    """A Tinker run keeps its step record in the run directory, so it takes the run's lease
+    like a Local run: a second trainer is refused before it touches the record or the service,
+    and the next trainer after `close` continues at the right step."""
+
+    def test_a_second_trainer_is_refused_and_the_next_one_continues(
+        self, emulator: TinkerEmulator, tiny: str, tmp_path: Path
+    ) -> None:
+        import os
+
+        import arthex
+        from arthex.core.errors import RunBusyError
+        from arthex.ports.training_backend import Capability
+        from arthex.testing.contracts.training_backend import synthetic_groups
+
+        def model() -> arthex.TrainableModel:
+            return arthex.TrainableModel(
+                name="leased",
+                project="tinker",
+                base_model=tiny,
+                base_path=str(tmp_path),
+                report_metrics=[],
+            )
+
+        def backend() -> TinkerBackend:
+            return TinkerBackend(
+                base_url=emulator.base_url, api_key=KEY, timeout_s=TIMEOUT_S, serve=False
+            )
+
+        async def go() -> tuple[str, bytes, bytes, int, int]:
+            first, first_backend = model(), backend()
+            assert Capability.ONE_TRAINER in first_backend.capabilities
+            await first.register(first_backend)
+            await first.train(synthetic_groups())
+            record = tmp_path / "tinker" / "models" / "leased" / "tinker-run.json"
+            before = record.read_bytes()
+            second, second_backend = model(), backend()
+            with pytest.raises(RunBusyError) as refused:
+                await second.register(second_backend)
+            after = record.read_bytes()
+            await second_backend.close()
+            await first.close()
+            await first_backend.close()
+            third, third_backend = model(), backend()
+            try:
+                await third.register(third_backend)
+                start = await third.get_step()
+                end = (await third.train(synthetic_groups(offset=1))).step
+            finally:
+                await third.close()
+                await third_backend.close()
+            return str(refused.value), before, after, start, end
+
+        message, before, after, start, end = asyncio.run(go())
+        assert f"pid {os.getpid()} on host" in message
+        assert after == before
+        assert (start, end) == (1, 2)

@@ -251,7 +251,7 @@ def test_online_without_credentials_fails_with_what_to_do(no_credentials: Path) 
     with pytest.raises(WandbUnavailableError, match=r"WANDB_API_KEY.*WANDB_MODE=offline"):
         reporter.check_ready()
     with pytest.raises(WandbUnavailableError):
-        report(reporter, RUN, MetricsRow(step=0, values={"val/reward": 1.0}))
+        asyncio.run(reporter.start(RUN))
     assert not reporter.record_path(RUN).exists()
 
 
@@ -328,9 +328,12 @@ def test_reader_refuses_a_damaged_log_and_stops_at_a_torn_tail(tmp_path: Path) -
         read_offline_run(found.path)
 
 
-def test_an_unwritable_model_dir_is_a_clear_init_error(tmp_path: Path) -> None:
+def test_an_unwritable_model_dir_is_a_clear_start_error(tmp_path: Path) -> None:
     blocker = tmp_path / "proj"
     blocker.write_text("a file where the project directory should be")
     reporter = offline(tmp_path)
     with pytest.raises(WandbUnavailableError, match="cannot record the wandb run id"):
-        report(reporter, RUN, MetricsRow(step=0, values={"val/reward": 1.0}))
+        asyncio.run(reporter.start(RUN))
+    # after start (mid-run), the same failure only turns the mirror off
+    report(reporter, RUN, MetricsRow(step=0, values={"val/reward": 1.0}))
+    assert reporter.quiet

@@ -25,7 +25,8 @@ from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
 
-root, writer, count, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+root, go, ready = sys.argv[1], sys.argv[4], sys.argv[5]
+writer, count = int(sys.argv[2]), int(sys.argv[3])
 pad = "pad/" + "x" * (1 + writer * 1000)
 
 async def main() -> None:
@@ -36,6 +37,7 @@ async def main() -> None:
         await history.report(run, MetricsRow(step=seq % 7, values=values))
     await history.close()
 
+open(ready, "w").close()  # this writer is up; the parent starts everyone at once
 while not os.path.exists(go):
     time.sleep(0.001)
 asyncio.run(main())
@@ -46,16 +48,30 @@ asyncio.run(main())
 @pytest.mark.faults
 def test_concurrent_writers_never_interleave_or_lose_rows(tmp_path: Path) -> None:
     go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{w}" for w in range(WRITERS)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(tmp_path), str(w), str(ROWS_EACH), str(go)],
+            [
+                sys.executable,
+                "-c",
+                WRITER,
+                str(tmp_path),
+                str(w),
+                str(ROWS_EACH),
+                str(go),
+                str(ready[w]),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         for w in range(WRITERS)
     ]
     try:
-        time.sleep(0.5)  # let the interpreters start, so the appends overlap
+        # A barrier, not a sleep: start the appends only once every writer is up, so they
+        # overlap however slowly the interpreters start.
+        while not all(flag.exists() for flag in ready):
+            assert all(proc.poll() is None for proc in procs), "a writer died while starting"
+            time.sleep(0.01)
         go.touch()
         for proc in procs:
             _, err = proc.communicate(timeout=60)

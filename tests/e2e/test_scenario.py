@@ -96,10 +96,10 @@ def test_log_train_delete_and_the_files_on_disk(tmp_path: Path) -> None:
     assert all(r["val/correct"] in (0.0, 1.0) for r in val_rows)
     train_rows = [row for row in rows if "train/reward" in row]
     assert [r["step"] for r in train_rows] == [0, 1]
-    assert all(r["train/data/step_num_groups_trainable"] == 2.0 for r in train_rows)
+    assert all(r["data/step_num_groups_trainable"] == 2.0 for r in train_rows)
     loss_rows = [row for row in rows if "loss/train" in row]
     assert [r["step"] for r in loss_rows] == [1, 2]
-    assert all("time/step_trainer_s" in r for r in loss_rows)
+    assert all("time/step_backend_train_s" in r for r in loss_rows)
     for row in rows:
         assert row["training_step"] == row["step"]
         assert row["recorded_at"].endswith("+00:00")
@@ -235,7 +235,7 @@ def test_a_lost_training_row_is_rebuilt_from_the_checkpoint(tmp_path: Path) -> N
     assert [r.step for r in training] == [1, 2]
     rebuilt = training[0]
     assert rebuilt.values["loss/learning_rate"] == pytest.approx(5e-6)
-    assert rebuilt.values["time/step_trainer_s"] is None  # not kept with the checkpoint
+    assert rebuilt.values["time/step_backend_train_s"] is None  # not kept with the checkpoint
 
 
 def test_train_shows_a_line_per_gradient_step_on_request(

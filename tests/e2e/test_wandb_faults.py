@@ -17,7 +17,7 @@ import pytest
 
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.adapters.parquet_store import ParquetTrajectoryStore
-from arthex.adapters.wandb_reporter import WandbReporter
+from arthex.adapters.wandb_reporter import RUN_RECORD, WandbReporter, WandbUnavailableError
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
 from arthex.core.model import TrainableModel
@@ -182,3 +182,89 @@ def test_training_completes_and_the_history_is_complete_when_wandb_fails(
         assert got.values == {k: v for k, v in want.values.items() if v is not None}
     assert found.config["model"]["name"] == RUN.name
     assert "train" in found.config  # the training config reached the run before the fault
+
+
+def failing_init(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[int]:
+    """`wandb.init` raises ConnectionError for its first `failures` calls; returns the count
+    of calls made."""
+    real = wandb.init
+    calls: list[int] = []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise ConnectionError("injected: wandb.init could not connect")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(wandb, "init", flaky)
+    return calls
+
+
+def model_with(root: str, reporter: WandbReporter) -> TrainableModel:
+    return TrainableModel(
+        name=RUN.name,
+        project=RUN.project,
+        base_model="tiny",
+        store=ParquetTrajectoryStore(root),
+        history=JsonlHistory(root),
+        mirrors=[reporter],
+        base_path=root,
+    )
+
+
+def test_a_failing_init_fails_the_first_call_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The defect: init failed at the first row, after the step's files were written; every
+    retry wrote them again and re-raised, so the step never left 0."""
+    root = str(tmp_path / ".art")
+    reporter = WandbReporter(root, mode="offline", settings=OFFLINE_SETTINGS)
+    model = model_with(root, reporter)
+    calls = failing_init(monkeypatch, 1)
+    run_dir = tmp_path / ".art" / RUN.project / "models" / RUN.name
+
+    async def go() -> int:
+        await model.register(InMemoryBackend())
+        written = {p.name for p in run_dir.rglob("*") if p.is_file()}
+        with pytest.raises(WandbUnavailableError, match="injected"):
+            await model.train([make_group((0.0, 1.0))])
+        assert {p.name for p in run_dir.rglob("*") if p.is_file()} <= written | {RUN_RECORD}
+        assert not (run_dir / "history.jsonl").exists()
+        result = await model.train([make_group((0.0, 1.0))])  # the retry starts wandb
+        await model.close()
+        return result.step
+
+    assert asyncio.run(go()) == 1
+    assert len(calls) == 2
+    history = list(asyncio.run(JsonlHistory(root).rows(RUN)))
+    assert [row.step for row in history] == [0, 1]
+    assert asyncio.run(ParquetTrajectoryStore(root).steps(RUN, "train")) == [0]
+    assert len(list((run_dir / "trajectories" / "train").glob("*.parquet"))) == 1
+    (found,) = offline_runs(reporter, RUN)
+    assert [row.step for row in found.rows()] == [0, 1]
+
+
+def test_a_failing_init_mid_run_warns_once_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a `close`, the next row re-opens the run lazily: a failure there (mid-run) turns
+    the mirror off with one warning, never fails the training call."""
+    root = str(tmp_path / ".art")
+    reporter = WandbReporter(root, mode="offline", settings=OFFLINE_SETTINGS)
+    model = model_with(root, reporter)
+
+    async def go() -> int:
+        await model.register(InMemoryBackend())
+        await model.train([make_group((0.0, 1.0))])
+        await reporter.close()  # e.g. a notebook closed the mirror between cells
+        failing_init(monkeypatch, 10)
+        result = await model.train([make_group((0.0, 1.0))])
+        await model.close()
+        return result.step
+
+    with caplog.at_level(logging.WARNING, logger="arthex.wandb"):
+        assert asyncio.run(go()) == 2
+    (warning,) = wandb_warnings(caplog)
+    assert "injected" in warning.getMessage()
+    assert reporter.quiet
+    assert [row.step for row in asyncio.run(JsonlHistory(root).rows(RUN))] == [0, 1, 1, 2]

@@ -5,11 +5,18 @@ import math
 import pytest
 
 from arthex.core.errors import InvalidInputError
-from arthex.core.metrics import MetricsRow, aggregate_training_metrics, qualify_key, summarize
+from arthex.core.metrics import (
+    MetricsRow,
+    aggregate_training_metrics,
+    cumulative_key,
+    qualify_key,
+    summarize,
+)
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 
 
-def traj(reward: float, **metrics: float | int | bool) -> Trajectory:
+def traj(score: float, /, **metrics: float | int | bool) -> Trajectory:
+    reward = score
     return Trajectory(
         messages_and_choices=[{"role": "user", "content": "q"}], reward=reward, metrics=metrics
     )
@@ -34,9 +41,13 @@ def test_summary_of_a_train_batch() -> None:
     assert row["train/length"] == 3.0
     # group metrics: only groups with at least one trajectory
     assert row["train/group/difficulty"] == 2.0
-    assert row["train/data/step_num_groups"] == 4.0
-    assert row["train/data/step_num_trajectories"] == 7.0
-    assert row["train/data/step_num_groups_trainable"] == 1.0
+    # ART's names and meanings (metrics_taxonomy.py): scenarios = groups submitted = 4,
+    # trajectories count failed rollouts, and only the first group's rewards differ
+    assert row["data/step_num_scenarios"] == 4.0
+    assert row["data/step_num_groups_submitted"] == 4.0
+    assert row["data/step_num_trajectories"] == 7.0
+    assert row["data/step_num_groups_trainable"] == 1.0
+    assert not any(key.startswith("train/data/") for key in row)
 
 
 def test_summary_without_trajectories_has_float_zero_std_and_no_reward() -> None:
@@ -45,7 +56,12 @@ def test_summary_without_trajectories_has_float_zero_std_and_no_reward() -> None
     assert row["val/reward_std_dev"] == 0.0
     assert isinstance(row["val/reward_std_dev"], float)
     assert row["val/exception_rate"] == 1.0
+    # other splits: ART's counts under the split, without the trainable count
+    assert row["val/data/step_num_scenarios"] == 1.0
+    assert row["val/data/step_num_trajectories"] == 1.0
+    assert row["val/data/step_num_groups_submitted"] == 1.0
     assert "val/data/step_num_groups_trainable" not in row
+    assert "data/step_num_groups_trainable" not in row
 
 
 @pytest.mark.parametrize(
@@ -110,3 +126,63 @@ def test_reading_an_art_row_keeps_integer_zero_as_float() -> None:
     )
     assert row.values == {"val/reward_std_dev": 0.0}
     assert row.recorded_at.tzinfo is not None
+
+
+def test_a_trajectory_or_group_metric_may_not_change_a_computed_key() -> None:
+    clobbering = TrajectoryGroup([traj(1.0, **{"reward": 0.0}), traj(0.0, **{"reward": 0.0})])
+    with pytest.raises(InvalidInputError, match="'val/reward'"):
+        summarize([clobbering], "val")
+    counting = TrajectoryGroup([traj(1.0), traj(0.0)], metrics={"data/x": 1})
+    assert summarize([counting], "val")["val/group/data/x"] == 1.0
+    same_value = TrajectoryGroup([traj(1.0, **{"reward": 1.0}), traj(0.0, **{"reward": 0.0})])
+    assert summarize([same_value], "val")["val/reward"] == 0.5  # the same fact: allowed
+
+
+def test_trajectory_group_and_caller_metrics_follow_one_qualification_rule() -> None:
+    # `data/x` is a section key wherever it comes from: kept as is, never `val/data/x`
+    group = TrajectoryGroup([traj(1.0, **{"data/x": 2.0, "plain": 1.0})], metrics={"g": 3})
+    row = summarize([group], "val")
+    assert row["data/x"] == 2.0
+    assert "val/data/x" not in row
+    assert row["val/plain"] == 1.0
+    assert row["val/group/g"] == 3.0
+    assert qualify_key("data/x", "val") == "data/x"  # what a caller's metric becomes
+
+
+def test_art_keys_are_the_ones_art_writes() -> None:
+    """Oracle: the key names in ART 0.5.23's metrics_taxonomy.py and model.py (copied here as
+    data, so this test runs without ART installed; the interop suite runs ART itself)."""
+    art_train_keys = {
+        "data/step_num_scenarios",
+        "data/step_num_trajectories",
+        "data/step_num_groups_submitted",
+        "data/step_num_groups_trainable",
+    }
+    art_val_keys = {
+        "val/data/step_num_scenarios",
+        "val/data/step_num_trajectories",
+        "val/data/step_num_groups_submitted",
+    }
+    group = TrajectoryGroup([traj(1.0), traj(0.0)])
+    train = {k for k in summarize([group], "train") if "/data/" in k or k.startswith("data/")}
+    val = {k for k in summarize([group], "val") if "/data/" in k or k.startswith("data/")}
+    assert train == art_train_keys
+    assert val == art_val_keys
+
+
+@pytest.mark.parametrize(
+    ("key", "total"),
+    [
+        ("data/step_num_scenarios", "data/cum/num_scenarios"),
+        ("data/step_num_gradient_steps", "data/cum/num_gradient_steps"),
+        ("time/step_backend_train_s", "time/cum/backend_train_s"),
+        ("costs/train/judge", "costs/cum/train/judge"),
+        ("data/step_unused_and_dummy_ratio", None),
+        ("data/cum/num_scenarios", None),
+        ("val/data/step_num_scenarios", None),
+        ("loss/train", None),
+        ("data/other", None),
+    ],
+)
+def test_running_total_names_follow_art(key: str, total: str | None) -> None:
+    assert cumulative_key(key) == total

@@ -101,3 +101,70 @@ def test_a_ledger_cut_short_behind_the_model_is_read_again(tmp_path: Path) -> No
         return (await model.delete_checkpoints(dry_run=True)).best_step
 
     assert asyncio.run(go()) == 2
+
+
+def ledger_means(base: Path, key: str) -> dict[int, float]:
+    rows = asyncio.run(JsonlHistory(str(base)).rows(arthex.RunRef("p", "m")))
+    sums: dict[int, list[float]] = {}
+    for row in rows:
+        value = row.values.get(key)
+        if value is not None:
+            sums.setdefault(row.step, []).append(value)
+    return {step: sum(v) / len(v) for step, v in sums.items()}
+
+
+def numpy_multiplier(points: dict[int, float]) -> float:
+    import numpy as np
+
+    steps = sorted(points)
+    slope, intercept = np.polyfit(steps, [points[s] for s in steps], 1)
+    return float((slope * steps[-1] + intercept) / intercept)
+
+
+FALLING = (1.0, 1.0, 0.9, 0.3, 0.2, 0.1)  # steeply at the end
+RISING = (0.1, 0.2, 0.3, 0.9, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("spreads", "window", "low", "high"),
+    [
+        (FALLING, None, 0.1, 10.0),
+        (FALLING, 3, 0.1, 10.0),
+        (FALLING, 3, 0.5, 10.0),
+        (RISING, None, 0.1, 1.5),
+    ],
+)
+def test_train_scales_the_learning_rate_by_the_windowed_clamped_fit(
+    tmp_path: Path, spreads: tuple[float, ...], window: int | None, low: float, high: float
+) -> None:
+    """Through `TrainableModel.train`: the multiplier and the learning rate the backend gets
+    match numpy's fit of the ledger's per-step means (last `window` steps), clamped."""
+
+    async def go() -> arthex.TrainResult:
+        other = evaluator(tmp_path)
+        for step, spread in enumerate(spreads):
+            await other.log(metrics={"reward_std_dev": spread}, split="train", step=step)
+        model = trainer(tmp_path)
+        await model.register(InMemoryBackend())
+        config = arthex.TrainConfig(
+            learning_rate=1e-3,
+            scale_learning_rate_by_reward_std_dev=True,
+            lr_multiplier_window=window,
+            min_lr_multiplier=low,
+            max_lr_multiplier=high,
+        )
+        return await model.train([make_group((0.0, 1.0))], config=config)
+
+    result = asyncio.run(go())
+    means = ledger_means(tmp_path, "train/reward_std_dev")  # the train row at 0 is in it
+    recent = sorted(means)[-window:] if window else sorted(means)
+    unclamped = numpy_multiplier({s: means[s] for s in recent})
+    expected = min(max(unclamped, low), high)
+    assert result.metrics["loss/learning_rate_multiplier"] == pytest.approx(expected, rel=1e-9)
+    assert result.metrics["loss/learning_rate"] == pytest.approx(1e-3 * expected, rel=1e-9)
+    if low == 0.5:
+        assert unclamped < low  # the lower bound really acted
+    if high == 1.5:
+        assert unclamped > high  # the upper bound really acted
+    if window is not None:  # and the window changed the answer
+        assert numpy_multiplier(means) != pytest.approx(unclamped)

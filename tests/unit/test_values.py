@@ -120,13 +120,35 @@ async def _await(group: TrajectoryGroup) -> TrajectoryGroup:
 
 
 def test_trajectory_group_awaits_concurrently_in_input_order() -> None:
-    async def rollout(delay: float, reward: float) -> Trajectory:
-        await asyncio.sleep(delay)
+    """Each rollout waits until all three have started: awaited one by one, the first would
+    wait forever (the deadlock guard turns that into a failure). They finish in reverse order,
+    and the group still keeps the input order."""
+    started: list[int] = []
+    finished: list[int] = []
+    everyone_started = asyncio.Event()
+    turn = [asyncio.Event() for _ in range(3)]
+
+    async def rollout(index: int, reward: float) -> Trajectory:
+        started.append(index)
+        if len(started) == 3:
+            everyone_started.set()
+            turn[2].set()
+        await everyone_started.wait()
+        await turn[index].wait()  # finish last-to-first
+        finished.append(index)
+        if index > 0:
+            turn[index - 1].set()
         if reward < 0:
             raise ValueError("bad rollout")
         return Trajectory(reward=reward)
 
-    group = asyncio.run(trajectory_group([rollout(0.02, 1.0), rollout(0.0, -1), rollout(0.0, 3.0)]))
+    async def main() -> TrajectoryGroup:
+        rollouts = [rollout(0, 1.0), rollout(1, -1), rollout(2, 3.0)]
+        return await asyncio.wait_for(trajectory_group(rollouts), timeout=10)
+
+    group = asyncio.run(main())
+    assert started == [0, 1, 2]
+    assert finished == [2, 1, 0]
     assert [t.reward for t in group] == [1.0, 3.0]
     assert group.exceptions[0].message == "bad rollout"
 

@@ -35,7 +35,6 @@ from ...core.validation import check_training_groups
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
-    Capability,
     InferenceEndpoint,
     StepMetricsSource,
     TrainingBackend,
@@ -246,9 +245,7 @@ class LocalBackend:
 
         state = self._require(run)
         groups = check_training_groups(groups, config)
-        self.capabilities.require(f"loss:{config.loss_fn}", "LocalBackend")
-        if config.kl_penalty_coef > 0:
-            self.capabilities.require(Capability.KL_PENALTY, "LocalBackend")
+        self.capabilities.check(config, "LocalBackend")
         async with state.lock:
             step = ckpt.latest_step(state.model_dir) or 0
             reference = self._kl_reference(state, config)

@@ -39,7 +39,6 @@ from ...core.identity import ModelSpec, RunRef
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,
-    Capability,
     InferenceEndpoint,
     TrainingBackend,
 )
@@ -206,9 +205,7 @@ class ServerlessBackend:
         if not groups:
             raise InvalidInputError("train got no groups: there is nothing to train on")
         caps = await self._caps()
-        caps.require(f"loss:{config.loss_fn}", "ServerlessBackend (the server's backend)")
-        if config.kl_penalty_coef > 0:
-            caps.require(Capability.KL_PENALTY, "ServerlessBackend (the server's backend)")
+        caps.check(config, "ServerlessBackend (the server's backend)")
         body = {
             "model_id": model_id,
             "trajectory_groups": [group.model_dump(mode="json") for group in groups],

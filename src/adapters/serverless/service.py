@@ -21,7 +21,7 @@ from ...core.config import TrainConfig
 from ...core.errors import ArthexError, InvalidInputError, NotRegisteredError
 from ...core.identity import ModelSpec, validate_name
 from ...core.trajectories import TrajectoryGroup
-from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
+from ...ports.training_backend import InferenceEndpoint, TrainingBackend
 from ._wire import GRADIENT_STEP, TRAINING_ENDED, TRAINING_FAILED, TRAINING_STARTED, encode_metrics
 from .errors import ModelBusyError
 from .jobs import DEFAULT_RETENTION_S, JobLog, JobStore
@@ -220,11 +220,7 @@ class TrainingService:
         record = self.model(tenant, model_id_value)
         config = parse_config(config_json)
         groups = parse_groups(groups_json)
-        caps = self.backend.capabilities
-        backend_name = type(self.backend).__name__
-        caps.require(f"loss:{config.loss_fn}", backend_name)
-        if config.kl_penalty_coef > 0:
-            caps.require(Capability.KL_PENALTY, backend_name)
+        self.backend.capabilities.check(config, type(self.backend).__name__)
         self._refuse_if_training(record)
         await self.ensure_registered(record)
         self._refuse_if_training(record)  # registering awaited: check again, then claim

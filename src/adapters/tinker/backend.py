@@ -346,9 +346,8 @@ class TinkerBackend:
         from .datums import build_batch
 
         state = self._require(run)
+        self.capabilities.check(config, "TinkerBackend")
         loss = self._loss_for(config)
-        if config.kl_penalty_coef > 0:
-            self.capabilities.require(Capability.KL_PENALTY, "TinkerBackend")
         batch = build_batch(groups, config)
         async with state.lock:
             metrics = await self._train_step(state, batch, config, loss)
@@ -358,7 +357,6 @@ class TinkerBackend:
         wanted: TinkerLoss = config.loss_fn
         if self._loss_fn is not None and wanted == "cispo":
             wanted = self._loss_fn
-        self.capabilities.require(f"loss:{wanted}", "TinkerBackend")
         return wanted
 
     async def _train_step(

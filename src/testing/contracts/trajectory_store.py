@@ -281,9 +281,24 @@ class TrajectoryStoreContract:
     # --- model spec ---------------------------------------------------------------------------
 
     def test_model_spec_can_be_written_and_replaced(self, store: TrajectoryStore) -> None:
-        run(store.write_model_spec(ModelSpec(RUN, base_model="tiny", config={"lr": 1e-5})))
-        run(store.write_model_spec(ModelSpec(RUN, base_model="tiny-2", trainable=False)))
+        assert run(store.read_model_spec(RUN)) is None
+        first = ModelSpec(RUN, base_model="tiny", config={"lr": 1e-5, "tags": ["a", "ü"]})
+        run(store.write_model_spec(first))
+        assert run(store.read_model_spec(RUN)) == {
+            "project": RUN.project,
+            "name": RUN.name,
+            "base_model": "tiny",
+            "trainable": True,
+            "config": {"lr": 1e-5, "tags": ["a", "ü"]},
+        }
+        second = ModelSpec(RUN, base_model="tiny-2", trainable=False)
+        run(store.write_model_spec(second))
+        assert run(store.read_model_spec(RUN)) == second.to_json()
+        assert run(store.read_model_spec(OTHER_RUN)) is None
 
     def test_model_spec_with_unserializable_config_is_refused(self, store: TrajectoryStore) -> None:
+        kept = ModelSpec(RUN, base_model="tiny")
+        run(store.write_model_spec(kept))
         with pytest.raises(InvalidInputError):
             run(store.write_model_spec(ModelSpec(RUN, config={"bad": object()})))
+        assert run(store.read_model_spec(RUN)) == kept.to_json()
