@@ -220,6 +220,11 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def _local_time(value: Any, layout: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """A recorded time (UTC) as this machine's wall-clock time, as ART users read it."""
+    return str(value.astimezone().strftime(layout))
+
+
 def _load_history_or_fail(path: Path) -> pl.DataFrame:
     from .loaders import load_history
 
@@ -318,9 +323,7 @@ def history(
         cells = [str(row["step"])]
         for key in chosen:
             value = row[key]
-            cells.append(
-                value.strftime("%Y-%m-%d %H:%M:%S") if key == "recorded_at" else _fmt(value)
-            )
+            cells.append(_local_time(value) if key == "recorded_at" else _fmt(value))
         table.add_row(*cells)
     console.print(table)
 
@@ -812,7 +815,8 @@ def _run_row(path: Path, metric: str | None, direction: str) -> list[str]:
             break
     updated = ""
     if history.height:
-        updated = history["recorded_at"].max().strftime("%Y-%m-%d %H:%M")  # type: ignore[union-attr]
+        newest: Any = history["recorded_at"].max()
+        updated = _local_time(newest, "%Y-%m-%d %H:%M")
     project = path.parent.parent.name if path.parent.name == "models" else ""
     return [
         project,
