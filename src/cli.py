@@ -93,6 +93,7 @@ NAME_OPT = typer.Option(None, "--name", help="The model's name (with --project).
 _MARKERS = ("history.jsonl", "model.json", "trajectories", "checkpoints")
 _TEMP_PREFIX = ".tmp-"  # arthex's writers publish by renaming from this prefix
 _CHECKPOINT_STATE = "trainer_state.json"  # the LocalBackend's completeness marker
+_ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")  # or ART's adapter
 
 
 class UsageError(ArthexError):
@@ -631,8 +632,14 @@ def checkpoint_folders(path: Path) -> dict[int, Path]:
 
 
 def _latest(folders: Mapping[int, Path]) -> int | None:
-    """The newest complete checkpoint (it has its state file), as the LocalBackend counts."""
-    complete = [step for step, folder in folders.items() if (folder / _CHECKPOINT_STATE).is_file()]
+    """The newest complete checkpoint (its state file, or ART's LoRA adapter files), as the
+    LocalBackend counts."""
+    complete = [
+        step
+        for step, folder in folders.items()
+        if (folder / _CHECKPOINT_STATE).is_file()
+        or all((folder / name).is_file() for name in _ADAPTER_FILES)
+    ]
     return max(complete or folders, default=None)
 
 
