@@ -93,6 +93,7 @@ NAME_OPT = typer.Option(None, "--name", help="The model's name (with --project).
 _MARKERS = ("history.jsonl", "model.json", "trajectories", "checkpoints")
 _TEMP_PREFIX = ".tmp-"  # arthex's writers publish by renaming from this prefix
 _CHECKPOINT_STATE = "trainer_state.json"  # the LocalBackend's completeness marker
+_ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")  # or ART's adapter
 
 
 class UsageError(ArthexError):
@@ -220,6 +221,11 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def _local_time(value: Any, layout: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """A recorded time (UTC) as this machine's wall-clock time, as ART users read it."""
+    return str(value.astimezone().strftime(layout))
+
+
 def _load_history_or_fail(path: Path) -> pl.DataFrame:
     from .loaders import load_history
 
@@ -318,9 +324,7 @@ def history(
         cells = [str(row["step"])]
         for key in chosen:
             value = row[key]
-            cells.append(
-                value.strftime("%Y-%m-%d %H:%M:%S") if key == "recorded_at" else _fmt(value)
-            )
+            cells.append(_local_time(value) if key == "recorded_at" else _fmt(value))
         table.add_row(*cells)
     console.print(table)
 
@@ -628,8 +632,14 @@ def checkpoint_folders(path: Path) -> dict[int, Path]:
 
 
 def _latest(folders: Mapping[int, Path]) -> int | None:
-    """The newest complete checkpoint (it has its state file), as the LocalBackend counts."""
-    complete = [step for step, folder in folders.items() if (folder / _CHECKPOINT_STATE).is_file()]
+    """The newest complete checkpoint (its state file, or ART's LoRA adapter files), as the
+    LocalBackend counts."""
+    complete = [
+        step
+        for step, folder in folders.items()
+        if (folder / _CHECKPOINT_STATE).is_file()
+        or all((folder / name).is_file() for name in _ADAPTER_FILES)
+    ]
     return max(complete or folders, default=None)
 
 
@@ -812,7 +822,8 @@ def _run_row(path: Path, metric: str | None, direction: str) -> list[str]:
             break
     updated = ""
     if history.height:
-        updated = history["recorded_at"].max().strftime("%Y-%m-%d %H:%M")  # type: ignore[union-attr]
+        newest: Any = history["recorded_at"].max()
+        updated = _local_time(newest, "%Y-%m-%d %H:%M")
     project = path.parent.parent.name if path.parent.name == "models" else ""
     return [
         project,

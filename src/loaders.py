@@ -267,7 +267,8 @@ def _empty_trajectories() -> pl.DataFrame:
 def load_history(path_or_model: str | os.PathLike[str] | Model) -> pl.DataFrame:
     """The model's history.jsonl as a DataFrame: one row per ledger row, in append order.
 
-    Columns: `step` (Int64), `recorded_at` (Datetime, UTC), then every metric key that appears
+    Columns: `step` (Int64), `recorded_at` (Datetime, UTC; ART's naive times are local time,
+    converted with this machine's time zone), then every metric key that appears
     in any row, in order of first appearance, as Float64 (null where a row lacks the key or
     logged a non-finite value). Every row's keys are collected before the frame is built, so
     a metric that first appears late in a long run is never lost to schema inference. Rows at

@@ -64,7 +64,7 @@ def atomic_temp(path: Path) -> Iterator[Path]:
     temp = temp_path_for(path)
     try:
         yield temp
-        _fsync_file(temp)
+        fsync_file(temp)
         os.replace(temp, path)
         fsync_dir(path.parent)
     finally:
@@ -81,7 +81,7 @@ def publish_new(temp: Path, candidates: Iterator[Path]) -> Path:
     """Give a finished, fsynced temp file the first candidate name that does not exist yet,
     without ever replacing an existing file (a hard link fails if the name is taken), so two
     writers racing for one name both keep their data."""
-    _fsync_file(temp)
+    fsync_file(temp)
     try:
         for candidate in candidates:
             try:
@@ -96,7 +96,8 @@ def publish_new(temp: Path, candidates: Iterator[Path]) -> Path:
             temp.unlink()
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """fsync a file's data and metadata (by path; the file stays closed afterwards)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

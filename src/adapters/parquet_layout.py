@@ -11,6 +11,7 @@ and never holds a whole large part in memory.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -29,6 +30,7 @@ from ..core.trajectories import History, Trajectory, TrajectoryGroup
 
 FORMAT_VERSION = 2
 VERSION_KEY = b"art.trajectory_parquet.version"
+_LOCAL = pafs.LocalFileSystem()
 BATCH_BYTES = 4 << 20
 """JSON bytes per encoded batch (one parquet row group): large enough that per-batch costs
 vanish, small enough that a batch in flight is a small fraction of a large part."""
@@ -491,35 +493,54 @@ def read_part(
 ) -> list[TrajectoryGroup]:
     """Rebuild the groups of one part from its authoritative JSON columns. `path` is a local
     path, or a path within `filesystem`. Fails closed with CorruptDataError naming the file on
-    anything not exactly ART's v2 layout."""
+    anything not exactly ART's v2 layout; a file that is not there raises FileNotFoundError."""
+    with open_part(path, filesystem) as (file, where):
+        return read_open_part(where, file)
+
+
+@contextlib.contextmanager
+def open_part(
+    path: str | os.PathLike[str], filesystem: pafs.FileSystem | None = None
+) -> Iterator[tuple[pq.ParquetFile, str]]:
+    """The part opened as a ParquetFile, and its path for messages. Reading it later reads
+    this file even if the name is replaced meanwhile (a step file rewritten by a writer).
+
+    A file that cannot be opened (missing, no permission, no network) raises its OSError as it
+    is; one that opens but is not parquet raises CorruptDataError."""
     where = os.fspath(path)
-    # A remote file that cannot be opened (no network, no permission) is not corrupt: that
-    # OSError propagates as it is. What cannot be parsed is.
-    opened = filesystem.open_input_file(where) if filesystem is not None else None
-    source = opened if opened is not None else where
+    opened = (filesystem or _LOCAL).open_input_file(where)
     try:
-        with pq.ParquetFile(source) as file:
-            version = (file.schema_arrow.metadata or {}).get(VERSION_KEY)
-            if version is None:
-                raise CorruptDataError(
-                    f"{where} has no {VERSION_KEY.decode()!r} schema metadata, so it is not an "
-                    "ART v2 trajectory file (v1 files are not read); move it out of the split"
-                )
-            if version != str(FORMAT_VERSION).encode():
-                raise CorruptDataError(
-                    f"{where} is trajectory parquet version "
-                    f"{version.decode(errors='replace')!r}; this arthex reads version "
-                    f"{FORMAT_VERSION} only (upgrade arthex?)"
-                )
-            missing = [c for c in AUTHORITATIVE if c not in file.schema_arrow.names]
-            if missing:
-                raise CorruptDataError(f"{where} lacks the column(s) {', '.join(missing)}")
-            table = file.read(columns=AUTHORITATIVE)
+        try:
+            file = pq.ParquetFile(opened)
+        except (pa.ArrowException, OSError) as error:
+            raise CorruptDataError(f"{where} cannot be read as parquet: {error}") from error
+        with file:
+            yield file, where
+    finally:
+        opened.close()
+
+
+def read_open_part(where: str, file: pq.ParquetFile) -> list[TrajectoryGroup]:
+    """The groups of an opened part (see `open_part`); `where` names it in errors."""
+    try:
+        version = (file.schema_arrow.metadata or {}).get(VERSION_KEY)
+        if version is None:
+            raise CorruptDataError(
+                f"{where} has no {VERSION_KEY.decode()!r} schema metadata, so it is not an "
+                "ART v2 trajectory file (v1 files are not read); move it out of the split"
+            )
+        if version != str(FORMAT_VERSION).encode():
+            raise CorruptDataError(
+                f"{where} is trajectory parquet version "
+                f"{version.decode(errors='replace')!r}; this arthex reads version "
+                f"{FORMAT_VERSION} only (upgrade arthex?)"
+            )
+        missing = [c for c in AUTHORITATIVE if c not in file.schema_arrow.names]
+        if missing:
+            raise CorruptDataError(f"{where} lacks the column(s) {', '.join(missing)}")
+        table = file.read(columns=AUTHORITATIVE)
     except (pa.ArrowException, OSError) as error:
         raise CorruptDataError(f"{where} cannot be read as parquet: {error}") from error
-    finally:
-        if opened is not None:
-            opened.close()
     return decode(where, table)
 
 

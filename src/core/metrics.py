@@ -54,7 +54,9 @@ def _normalise_values(values: Mapping[str, Any]) -> dict[str, float | None]:
 
 
 def _as_utc(when: datetime) -> datetime:
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    """In UTC. A naive time is local time, as ART writes `recorded_at`
+    (`datetime.now().isoformat()`); `astimezone` reads a naive value that way."""
+    return when.astimezone(UTC)
 
 
 @attrs.frozen

@@ -13,17 +13,17 @@ class TrajectoryStore(Protocol):
     async def write(
         self, run: RunRef, split: str, step: int, groups: Sequence[TrajectoryGroup]
     ) -> str:
-        """Write one part for (split, step) and return where it went. A second write at the
-        same (split, step) adds a part; nothing is ever overwritten. Atomic: a reader sees the
-        whole part or none of it."""
+        """Add `groups` to (split, step) and return where they went. A second write at the
+        same (split, step) adds its groups after the earlier ones; nothing is ever lost, also
+        when writers race. Atomic: a reader sees all of a write's groups or none of them."""
         ...
 
     async def read(self, run: RunRef, split: str, step: int) -> list[TrajectoryGroup]:
-        """Every group logged at (split, step), parts in the order they were written."""
+        """Every group logged at (split, step), in the order they were written."""
         ...
 
     async def steps(self, run: RunRef, split: str) -> list[int]:
-        """The steps that have at least one part for `split`, ascending."""
+        """The steps at which `split` has been written, ascending."""
         ...
 
     async def write_model_spec(self, spec: ModelSpec) -> None:

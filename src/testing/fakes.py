@@ -38,8 +38,7 @@ class InMemoryTrajectoryStore:
         part = [_dump(g, group) for g, group in enumerate(given)]
         parts = self._parts.setdefault((run, split, step), [])
         parts.append(part)
-        suffix = "" if len(parts) == 1 else f"-{len(parts) - 1}"
-        return f"memory://{run.project}/models/{run.name}/trajectories/{split}/{step:04d}{suffix}"
+        return f"memory://{run.project}/models/{run.name}/trajectories/{split}/{step:04d}"
 
     async def read(self, run: RunRef, split: str, step: int) -> list[TrajectoryGroup]:
         _check_location(split, step)

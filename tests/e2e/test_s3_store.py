@@ -25,6 +25,7 @@ from arthex.testing.contracts.trajectory_store import (
     TrajectoryStoreContract,
     assert_groups_identical,
 )
+from tests._parts import write_legacy_part
 
 pytestmark = pytest.mark.e2e
 
@@ -84,29 +85,39 @@ class TestParquetTrajectoryStoreOnS3(TrajectoryStoreContract):
         return ParquetTrajectoryStore(f"s3://{s3.prefix()}", filesystem=s3.filesystem)
 
 
-def test_parts_are_objects_where_art_puts_files(s3: S3) -> None:
+def test_step_files_are_objects_where_art_puts_files(s3: S3) -> None:
     prefix = s3.prefix()
     store = ParquetTrajectoryStore(f"s3://{prefix}", filesystem=s3.filesystem)
     first = write(store, rich_groups(), step=3)
     second = write(store, [make_group()], step=3)
     base = f"s3://{prefix}/proj/models/run-1/trajectories/train"
-    assert (first, second) == (f"{base}/0003.parquet", f"{base}/0003-1.parquet")
+    assert (first, second) == (f"{base}/0003.parquet", f"{base}/0003.parquet")
     asyncio.run(store.write_model_spec(ModelSpec(RUN, base_model="tiny", config={"lr": 1e-5})))
-    assert s3.keys(prefix) == [  # no temp objects, no directory markers
+    assert s3.keys(prefix) == [  # no temp objects, no lock, no directory markers
         "proj/models/run-1/model.json",
-        "proj/models/run-1/trajectories/train/0003-1.parquet",
         "proj/models/run-1/trajectories/train/0003.parquet",
     ]
     with s3.filesystem.open_input_file(f"{prefix}/proj/models/run-1/model.json") as spec:
         assert b'"base_model": "tiny"' in spec.read()
-    assert [(p.split, p.step, p.part) for p in store.parts(RUN)] == [
-        ("train", 3, 0),
-        ("train", 3, 1),
-    ]
+    assert [(p.split, p.step, p.part) for p in store.parts(RUN)] == [("train", 3, 0)]
     part = store.parts(RUN, "train", 3)[0]
     schema = pq.read_schema(part.path, filesystem=s3.filesystem)
     assert schema.metadata[b"art.trajectory_parquet.version"] == b"2"
-    assert_groups_identical(rich_groups(), read_part(part.path, s3.filesystem))
+    assert_groups_identical([*rich_groups(), make_group()], read_part(part.path, s3.filesystem))
+
+
+def test_legacy_parts_on_s3_are_read_and_folded_by_the_next_write(s3: S3) -> None:
+    prefix = s3.prefix()
+    store = ParquetTrajectoryStore(prefix, filesystem=s3.filesystem)
+    write(store, [make_group(metadata={"n": 0})], step=4)
+    directory = store.split_dir(RUN, "train")
+    for n in (1, 2):
+        write_legacy_part(directory, 4, n, [make_group(metadata={"n": n})], s3.filesystem)
+    assert [g.metadata["n"] for g in read(store, 4)] == [0, 1, 2]
+    assert [p.part for p in store.parts(RUN, "train", 4)] == [0, 1, 2]
+    write(store, [make_group(metadata={"n": 3})], step=4)
+    assert [g.metadata["n"] for g in read(store, 4)] == [0, 1, 2, 3]
+    assert s3.keys(directory) == ["0004.parquet"]
 
 
 def test_configured_by_uri_alone(s3: S3) -> None:
@@ -258,12 +269,9 @@ def test_a_copy_replaced_by_another_writer_is_noticed(s3: S3) -> None:
     racing = ParquetTrajectoryStore(prefix, filesystem=pafs.PyFileSystem(handler))
     where = write(racing, [make_group(metadata={"who": "us"})], step=9)
     assert handler.replaced == [f"{plain.split_dir(RUN, 'train')}/0009.parquet"]
-    assert where.endswith("/0009-1.parquet")  # ours moved on to the next free name
+    assert where.endswith("/0009.parquet")  # ours was added to the rival's step file
     assert [g.metadata["who"] for g in read(plain, 9)] == ["rival", "us"]
-    assert s3.keys(f"{prefix}/proj/models/run-1/trajectories/train") == [
-        "0009-1.parquet",
-        "0009.parquet",
-    ]
+    assert s3.keys(f"{prefix}/proj/models/run-1/trajectories/train") == ["0009.parquet"]
 
 
 def test_load_trajectories_reads_a_run_on_s3(s3: S3) -> None:
@@ -271,7 +279,7 @@ def test_load_trajectories_reads_a_run_on_s3(s3: S3) -> None:
     store = ParquetTrajectoryStore(f"s3://{prefix}", filesystem=s3.filesystem)
     groups = rich_groups()
     write(store, groups, step=1)
-    write(store, [make_group()], step=1)
+    write_legacy_part(store.split_dir(RUN, "train"), 1, 1, [make_group()], s3.filesystem)
     write(store, [make_group()], step=2)
     frame = load_trajectories(
         f"s3://{prefix}/proj/models/run-1", split="train", steps=1, filesystem=s3.filesystem

@@ -327,18 +327,18 @@ def test_disk_full_while_logging_keeps_the_files_and_recovers(
     monkeypatch.setattr(pq, "write_table", real_write_table)
     assert snapshot() == before and visible_temps(split_dir) == []
 
-    # b) publishing the finished part fails (the hard link of the temp file)
-    real_link = os.link
+    # b) publishing the finished step file fails (the rename of the rewritten file over it)
+    real_replace = os.replace
 
-    def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        if Path(src).name.startswith(TEMP_PREFIX):
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(src).name.startswith(TEMP_PREFIX) and str(dst).endswith(".parquet"):
             raise enospc("parquet publish")
-        real_link(src, dst, *args, **kwargs)
+        real_replace(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="No space left"):
         log("lost")
-    monkeypatch.setattr(os, "link", real_link)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert snapshot() == before and visible_temps(split_dir) == []
 
     # c) the history append writes half a line, then ENOSPC: the half line is taken back;

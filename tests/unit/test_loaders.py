@@ -21,6 +21,7 @@ from arthex.core.metrics import MetricsRow
 from arthex.core.trajectories import TrajectoryGroup
 from arthex.loaders import list_parts, load_history, load_trajectories, model_dir
 from arthex.testing.builders import make_choice, make_exception, make_group, make_trajectory
+from tests._parts import write_legacy_part
 
 RUN = RunRef("proj", "agent")
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -45,10 +46,12 @@ def report(base: Path, *rows: MetricsRow) -> None:
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
-    """train at steps 0 and 1 (step 1 written twice: two parts), val at step 1."""
+    """train at steps 0 and 1 (step 1 written twice by an earlier arthex: a step file and a
+    legacy part), val at step 1."""
     write(tmp_path, "train", 0, [make_group([0.0, 1.0]), make_group([0.5])])
     write(tmp_path, "train", 1, [make_group([0.25, 0.75])])
-    write(tmp_path, "train", 1, [make_group([2.0], exceptions=[make_exception("boom")])])
+    split_dir = model_path(tmp_path) / "trajectories" / "train"
+    write_legacy_part(split_dir, 1, 1, [make_group([2.0], exceptions=[make_exception("boom")])])
     write(tmp_path, "val", 1, [make_group([0.125, 0.375, 0.625])])
     return model_path(tmp_path)
 

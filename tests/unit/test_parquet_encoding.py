@@ -25,6 +25,7 @@ from arthex.core.identity import RunRef
 from arthex.core.trajectories import History, Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice, make_group, make_trajectory, rich_groups
 from arthex.testing.contracts.trajectory_store import assert_groups_identical
+from tests._parts import write_legacy_part
 from tests.unit.test_parquet_layout import trajectories
 
 RUN = RunRef("proj", "run-1")
@@ -173,7 +174,7 @@ def test_bad_group_in_a_later_batch_leaves_no_part(store: ParquetTrajectoryStore
     groups[-1].metadata["bad"] = object()  # type: ignore[assignment]
     with pytest.raises(InvalidInputError, match=rf"groups\[{len(groups) - 1}\]"):
         write(store, groups)
-    assert sorted(os.listdir(kept.parent)) == ["0000.parquet"]  # no part, no temp file
+    assert sorted(os.listdir(kept.parent)) == [".lock", "0000.parquet"]  # no temp file
     assert [g.metadata for g in read(store)] == [{"kept": True}]
 
 
@@ -196,9 +197,10 @@ def test_crash_mid_stream_leaves_no_part(
     with pytest.raises(OSError, match="disk full"):
         write(store, big_groups())
     monkeypatch.undo()
-    assert sorted(os.listdir(kept.parent)) == ["0000.parquet"]
+    assert sorted(os.listdir(kept.parent)) == [".lock", "0000.parquet"]
     assert len(read(store)) == 1
-    assert write(store, big_groups()).name == "0000-1.parquet"
+    assert write(store, big_groups()).name == "0000.parquet"
+    assert len(read(store)) == 1 + len(big_groups())
 
 
 def test_type_errors_come_before_any_directory(tmp_path: Path) -> None:
@@ -241,9 +243,10 @@ def test_a_uri_root_writes_where_the_path_would(tmp_path: Path) -> None:
 
 
 def test_parts_lists_every_split_and_filters(store: ParquetTrajectoryStore) -> None:
-    for split, step in [("train", 0), ("train", 0), ("train", 3), ("val", 3)]:
+    for split, step in [("train", 0), ("train", 3), ("val", 3)]:
         asyncio.run(store.write(RUN, split, step, [make_group()]))
     base = store.split_dir(RUN, "train")
+    write_legacy_part(base, 0, 1, [make_group()])
     assert store.parts(RUN) == [
         PartFile("train", 0, 0, f"{base}/0000.parquet"),
         PartFile("train", 0, 1, f"{base}/0000-1.parquet"),

@@ -189,11 +189,21 @@ def test_messages_column_rules(rich_file: Path) -> None:
 # --- parts and files --------------------------------------------------------------------------
 
 
-def test_further_writes_add_numbered_parts(store: ParquetTrajectoryStore) -> None:
-    paths = [write(store, [make_group(metadata={"n": n})], step=3) for n in range(3)]
-    assert [p.name for p in paths] == ["0003.parquet", "0003-1.parquet", "0003-2.parquet"]
-    assert store.part_paths(RUN, "train", 3) == paths
-    assert [g.metadata["n"] for g in read(store, 3)] == [0, 1, 2]
+def test_further_writes_go_into_the_step_file_after_the_earlier_groups(
+    store: ParquetTrajectoryStore,
+) -> None:
+    paths = [
+        write(store, [make_group(metadata={"n": n}), make_group(metadata={"n": -n})], step=3)
+        for n in range(3)
+    ]
+    assert [p.name for p in paths] == ["0003.parquet"] * 3
+    assert store.part_paths(RUN, "train", 3) == paths[:1]
+    assert listing(paths[0].parent) == [".lock", "0003.parquet"]
+    assert [g.metadata["n"] for g in read(store, 3)] == [0, 0, 1, -1, 2, -2]
+    # the file alone, read by pyarrow: group indexes run on across the writes
+    table = pq.read_table(paths[0])
+    assert table.column("group_index").to_pylist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert pq.read_schema(paths[0]).metadata[VERSION_KEY] == b"2"
 
 
 def test_parts_keep_order_past_ten(store: ParquetTrajectoryStore) -> None:
@@ -254,10 +264,11 @@ def test_crash_while_writing_leaves_no_part(
     with pytest.raises(OSError, match="disk full"):
         write(store, [make_group()])
     monkeypatch.undo()
-    assert listing(path.parent) == ["0000.parquet"]
+    assert listing(path.parent) == [".lock", "0000.parquet"]
     assert path.read_bytes() == before
     write(store, [make_group()])
-    assert listing(path.parent) == ["0000-1.parquet", "0000.parquet"]
+    assert listing(path.parent) == [".lock", "0000.parquet"]
+    assert len(read(store)) == 2
 
 
 @pytest.mark.faults
@@ -286,9 +297,9 @@ def test_two_processes_writing_one_step_both_keep_their_data(tmp_path: Path) -> 
     store = ParquetTrajectoryStore(str(tmp_path / "art"))
     back = [(g.metadata["who"], g.metadata["n"]) for g in read(store)]
     assert sorted(back) == sorted((who, n) for who in ("a", "b") for n in range(5))
-    for who in ("a", "b"):  # each writer's parts are in its own write order
+    for who in ("a", "b"):  # each writer's groups are in its own write order
         assert [n for w, n in back if w == who] == list(range(5))
-    assert len(store.part_paths(RUN, "train", 0)) == 10
+    assert [p.name for p in store.part_paths(RUN, "train", 0)] == ["0000.parquet"]
 
 
 def test_model_json(store: ParquetTrajectoryStore, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from .trainer import PolicyTrainer
 
 EngineKind = Literal["auto", "torch", "vllm"]
+logger = logging.getLogger(__name__)
 
 
 @attrs.define
@@ -162,6 +164,13 @@ class LocalBackend:
         latest = ckpt.latest_step(model_dir)
         source = ckpt.step_dir(model_dir, latest) if latest is not None else None
         await asyncio.to_thread(trainer.load, source)
+        if trainer.fresh_optimizer_for is not None:
+            logger.warning(
+                "%s continues from the LoRA adapter in %s, which holds no optimizer state (ART "
+                "does not save it): the weights are resumed, the optimizer starts fresh",
+                spec.run,
+                trainer.fresh_optimizer_for,
+            )
         if latest is None:
             latest = 0
             await asyncio.to_thread(
@@ -270,9 +279,7 @@ class LocalBackend:
                     "data/step_num_sequences": 0.0,
                 }
                 try:
-                    await asyncio.to_thread(
-                        ckpt.copy_step, state.model_dir, step, step + 1, [nothing]
-                    )
+                    await asyncio.to_thread(self._copy_step, state, step, nothing)
                 except OSError as exc:
                     raise _save_failed(run, step, state.model_dir, exc) from exc
                 await self._serve(state, step + 1)
@@ -309,13 +316,35 @@ class LocalBackend:
                     await asyncio.to_thread(trainer.load, source)
             await self._serve(state, step + 1)
 
+    @staticmethod
+    def _copy_step(state: _Run, step: int, metrics: Mapping[str, float]) -> None:
+        """Checkpoint step + 1 as step's weights (nothing was trainable). A foreign adapter
+        is not copied but saved from the trainer, which holds its weights: the new step is
+        then a whole arthex checkpoint, optimizer state included."""
+        from . import checkpoints as ckpt
+
+        if not ckpt.foreign_adapter(ckpt.step_dir(state.model_dir, step)):
+            ckpt.copy_step(state.model_dir, step, step + 1, [metrics])
+            return
+        trainer = state.trainer
+        extra = {"copied_from": step, ckpt.METRICS_KEY: [dict(metrics)]}
+        ckpt.publish(
+            state.model_dir,
+            step + 1,
+            trainer.write_checkpoint,
+            {**trainer.trainer_state(), **extra},
+        )
+
     async def step_metrics(self, run: RunRef, step: int) -> list[dict[str, float]] | None:
         """The metrics `train` yielded for the update that made `step`, from its checkpoint
-        (so the frontend can rebuild a history row a crash lost)."""
+        (so the frontend can rebuild a history row a crash lost); None for a step arthex did
+        not train (a foreign adapter keeps no metrics)."""
         from . import checkpoints as ckpt
 
         state = self._require(run)
         if step not in ckpt.complete_steps(state.model_dir):
+            return None
+        if ckpt.foreign_adapter(ckpt.step_dir(state.model_dir, step)):
             return None
         kept = ckpt.read_state(ckpt.step_dir(state.model_dir, step)).get(ckpt.METRICS_KEY)
         return None if not isinstance(kept, list) else [dict(sample) for sample in kept]

@@ -6,6 +6,11 @@ not a tensor) and `trainer_state.json`. It is written into `checkpoints/.tmp-*`,
 fsynced, then renamed into place and the parent fsynced: a crash leaves either no checkpoint
 or a complete one. `trainer_state.json` is the completeness marker, so a digit-named folder
 without it (copied by hand, half-deleted) is never taken for a step.
+
+ART's LocalBackend writes the same folders holding only a PEFT LoRA adapter
+(`adapter_model.safetensors` + `adapter_config.json`, no optimizer state, no state file):
+those count as steps too (`foreign_adapter`), so arthex continues an ART run from its newest
+adapter with ART's step numbering, and only retention ever deletes them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ METRICS_KEY = "train_metrics"  # in the state file: what `train` yielded for thi
 WEIGHTS_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 OPTIMIZER_META_FILE = "optimizer.json"
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"\d+")
 
@@ -50,9 +56,30 @@ def complete_steps(model_dir: Path) -> list[int]:
     steps = [
         int(entry.name)
         for entry in root.iterdir()
-        if _STEP_DIR.fullmatch(entry.name) and (entry / STATE_FILE).is_file()
+        if _STEP_DIR.fullmatch(entry.name)
+        and ((entry / STATE_FILE).is_file() or _has_adapter(entry))
     ]
     return sorted(steps)
+
+
+def _has_adapter(directory: Path) -> bool:
+    return all((directory / name).is_file() for name in ADAPTER_FILES)
+
+
+def foreign_adapter(directory: Path) -> bool:
+    """A LoRA adapter folder arthex did not write (ART's LocalBackend writes these): the PEFT
+    adapter files without arthex's state file. A `trainer_state.json` that is not arthex's
+    (Hugging Face's Trainer writes one of that name) does not make it arthex's."""
+    if not _has_adapter(directory):
+        return False
+    path = directory / STATE_FILE
+    if not path.is_file():
+        return True
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False  # arthex's own state, damaged: read_state says so
+    return not (isinstance(state, dict) and "format" in state)
 
 
 def latest_step(model_dir: Path) -> int | None:

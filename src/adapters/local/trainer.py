@@ -74,15 +74,29 @@ class PolicyTrainer:
         self.full_finetune = False
         self.max_length = 0
         self.pad_token_id = 0
+        self.fresh_optimizer_for: Path | None = None
+        """The checkpoint loaded without optimizer state (a foreign adapter), if any."""
 
     # --- building -----------------------------------------------------------------------
 
     def load(self, checkpoint: Path | None) -> None:
         """Build the model from the base weights, then the checkpoint's weights and optimizer
-        state when there is one (a restart resumes exactly where the run stopped)."""
-        state = ckpt.read_state(checkpoint) if checkpoint is not None else None
+        state when there is one (a restart resumes exactly where the run stopped). A foreign
+        LoRA adapter (ART's) gives the weights only: the optimizer starts fresh, and
+        `fresh_optimizer_for` says so."""
+        foreign = checkpoint is not None and ckpt.foreign_adapter(checkpoint)
+        state = ckpt.read_state(checkpoint) if checkpoint is not None and not foreign else None
+        self.fresh_optimizer_for = checkpoint if foreign else None
         base = self._base_model()
-        if state is not None:
+        if foreign:
+            if self.settings.full_finetune is True:
+                raise InvalidInputError(
+                    f"the run's newest checkpoint {checkpoint} is a LoRA adapter, but the backend "
+                    "was created with full_finetune=True; use full_finetune=None (or False) to "
+                    "continue this run"
+                )
+            full = False
+        elif state is not None:
             full = state.get("mode") == "full"
             wanted = self.settings.full_finetune
             if wanted is not None and wanted != full:
@@ -145,7 +159,13 @@ class PolicyTrainer:
         self, base: Any, checkpoint: Path | None, lora_config: Any, peft_model: Any, get: Any
     ) -> Any:
         if checkpoint is not None:
-            return peft_model.from_pretrained(base, str(checkpoint), is_trainable=True)
+            try:
+                return peft_model.from_pretrained(base, str(checkpoint), is_trainable=True)
+            except (ValueError, KeyError) as exc:
+                raise InvalidInputError(
+                    f"the LoRA adapter in {checkpoint} does not fit {self.settings.base_model!r}: "
+                    f"{exc}. Was the run trained on another base model?"
+                ) from exc
         config = lora_config(
             r=self.settings.lora_rank,
             lora_alpha=self.settings.lora_alpha,
@@ -188,10 +208,13 @@ class PolicyTrainer:
         s = self.settings
         lora = None
         if not self.full_finetune:
+            # the adapter's own settings: a run continued from an adapter keeps its shape
+            config = getattr(self.model, "peft_config", {}).get("default")
+            targets = getattr(config, "target_modules", None) or s.lora_target_modules
             lora = {
-                "rank": s.lora_rank,
-                "alpha": s.lora_alpha,
-                "targets": list(s.lora_target_modules),
+                "rank": getattr(config, "r", s.lora_rank),
+                "alpha": getattr(config, "lora_alpha", s.lora_alpha),
+                "targets": sorted(targets) if isinstance(targets, set) else list(targets),
             }
         return {
             "base_model": s.base_model,
