@@ -61,7 +61,8 @@ class Model(core.Model):
     wandb (under `entity`, when given); None mirrors when wandb credentials (or
     WANDB_MODE=offline) are present; [] never. `inference_base_url`, `inference_api_key` and
     `inference_model_name` point `openai_client()` at any OpenAI-compatible service, to
-    evaluate a prompted model the same way as a trained one."""
+    evaluate a prompted model the same way as a trained one. `run_name` stores the run under
+    another name than `name` (see TrainableModel)."""
 
     def __init__(
         self,
@@ -79,6 +80,7 @@ class Model(core.Model):
         history: MetricsHistory | None = None,
         mirrors: Sequence[MetricsReporter] | None = None,
         state: RunStateStore | None = None,
+        run_name: str | None = None,
     ) -> None:
         store, history, mirrors, state = _ports(
             base_path, report_metrics, entity, store, history, mirrors, state
@@ -92,6 +94,7 @@ class Model(core.Model):
             base_path=base_path,
             config=config,
             state=state,
+            run_name=run_name,
             inference_base_url=inference_base_url,
             inference_api_key=inference_api_key,
             inference_model_name=inference_model_name,
@@ -99,8 +102,10 @@ class Model(core.Model):
         self.entity = entity
 
 
-class TrainableModel(core.TrainableModel):
-    """A model a backend trains: construct it, then `await model.register(backend)`.
+class TrainableModel(core.TrainableModel, Model):
+    """A model a backend trains: construct it, then `await model.register(backend)`. It is an
+    `arthex.Model` too, as in ART (the core's `__init__` reaches `Model.__init__` with the
+    ports already built, so nothing is built twice).
 
     `run_name` (required by ART 0.5.23, optional here) names the run: its directory
     `{base_path}/{project}/models/{run_name}/`, its history and wandb run, and the names it is

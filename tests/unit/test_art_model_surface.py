@@ -70,6 +70,7 @@ def test_run_name_names_the_run_directory_and_the_served_model(tmp_path: Path) -
 def test_without_run_name_the_run_is_called_by_its_name(tmp_path: Path) -> None:
     model = trainable(tmp_path)
     assert model.run_name == model.name == "agent"
+    assert isinstance(model, art.Model)  # as in ART: rollout(model: art.Model) takes it
     with pytest.raises(InvalidNameError):
         trainable(tmp_path, run_name="../escape")
 
