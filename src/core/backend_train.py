@@ -43,8 +43,9 @@ _SAME = {
     "min_lr_multiplier": "min_lr_multiplier",
     "max_lr_multiplier": "max_lr_multiplier",
 }
-# ART options whose only supported value is ART's default; other values are refused with
-# the arthex way to get what they ask for.
+# ART options whose only supported value is ART's default (None also counts, as ART's
+# ServerlessBackend spells some defaults that way); other values are refused with the arthex
+# way to get what they ask for.
 _ONLY_DEFAULT: dict[str, tuple[object, str]] = {
     "loss_fn_config": (None, "arthex's losses are set by loss_fn, epsilon and epsilon_high"),
     "adam_params": (
@@ -55,6 +56,7 @@ _ONLY_DEFAULT: dict[str, tuple[object, str]] = {
         None,
         "use kl_penalty_reference_step=<a step of this run> as the KL reference",
     ),
+    "kl_penalty_step_lag": (None, "use kl_penalty_reference_step=<a step of this run>"),
     "kl_penalty_source": (
         "current_learner",
         "arthex's KL penalty compares the current policy with the reference",
@@ -92,14 +94,19 @@ def train_config_from_options(options: Mapping[str, Any]) -> TrainConfig:
     """The `TrainConfig` for ART-style keyword options, or an error naming what is wrong."""
     fields: dict[str, Any] = {}
     for key, value in options.items():
+        if key == "loss_fn" and value is None:  # ServerlessBackend's "unset"
+            continue
         if key in _SAME:
             fields[_SAME[key]] = value
         elif key == "normalize_advantages":  # ART's older name for scale_rewards
             if value is False:
                 fields["scale_rewards"] = False
+        elif key == "ppo":  # ART's older switch for loss_fn="ppo" (ServerlessBackend)
+            if value and options.get("loss_fn") is None:
+                fields["loss_fn"] = "ppo"
         elif key in _ONLY_DEFAULT:
             default, instead = _ONLY_DEFAULT[key]
-            if value != default:
+            if value != default and value is not None:
                 raise InvalidInputError(
                     f"train option {key}={value!r} is not supported by arthex (only "
                     f"{default!r}): {instead}"
@@ -107,7 +114,7 @@ def train_config_from_options(options: Mapping[str, Any]) -> TrainConfig:
         elif key not in _IGNORED:
             raise InvalidInputError(
                 f"train got an unknown option {key!r}; arthex takes ART's options "
-                f"({', '.join(sorted([*_SAME, *_ONLY_DEFAULT, 'normalize_advantages']))})"
+                f"({', '.join(sorted([*_SAME, *_ONLY_DEFAULT, 'normalize_advantages', 'ppo']))})"
             )
     return TrainConfig(**fields)
 

@@ -112,3 +112,42 @@ def test_the_art_skill_template_loop_runs_with_its_imports_changed(
     best = max(val_rows, key=lambda row: (row["val/reward"], row["step"]))["step"]
     kept = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
     assert kept == sorted({2, best})
+
+
+def test_register_fills_arts_inference_fields_and_a_split_run_directory_is_warned_about(
+    base_model: str, tmp_path: Path, no_wandb: None
+) -> None:
+    import arthex as art
+
+    async def main() -> None:
+        model = art.TrainableModel(
+            name="agent",
+            run_name="agent-run-1",
+            project="fields",
+            base_model=base_model,
+            base_path=str(tmp_path / "logs"),
+            report_metrics=[],
+        )
+        assert (model.inference_base_url, model.inference_model_name) == (None, None)
+        backend = art.LocalBackend(path=str(tmp_path / "elsewhere"))
+        with pytest.warns(UserWarning, match="base_path="):
+            await model.register(backend)
+        try:
+            assert model.inference_base_url is not None
+            assert model.inference_base_url.startswith("http://127.0.0.1:")
+            assert model.inference_api_key
+            assert model.inference_model_name == model.get_inference_name() == "agent-run-1@0"
+            client = model.openai_client()
+            assert str(client.base_url).rstrip("/") == model.inference_base_url.rstrip("/")
+            reply = await client.chat.completions.create(
+                model=model.inference_model_name,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=3,
+            )
+            assert reply.choices[0].logprobs is not None  # never asked for, sent anyway
+        finally:
+            await model.close()
+            await backend.close()
+
+    asyncio.run(main())
+    assert (tmp_path / "elsewhere" / "fields" / "models" / "agent-run-1" / "checkpoints").is_dir()

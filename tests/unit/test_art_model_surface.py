@@ -314,5 +314,7 @@ def test_arts_train_options_map_onto_train_config() -> None:
         grad_accumulation_sequences=4,
     )
     assert train_config_from_options({}) == art.TrainConfig()  # ART's defaults are arthex's
+    assert train_config_from_options({"ppo": True}).loss_fn == "ppo"  # ServerlessBackend's
+    assert train_config_from_options({"ppo": True, "loss_fn": "cispo"}).loss_fn == "cispo"
     with pytest.raises(InvalidInputError, match="importance_sampling_level"):
         train_config_from_options({"importance_sampling_level": "sequence"})
