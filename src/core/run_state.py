@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInputError
@@ -14,13 +15,14 @@ if TYPE_CHECKING:
     from ..ports.run_state import RunStateStore
 
 
-def deep_merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
-    """`updates` over `base`: nested dicts merge key by key, anything else replaces."""
+def deep_merge(base: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
+    """`updates` over `base`: nested mappings merge key by key, anything else replaces. The
+    result shares nothing mutable with `updates` (nested values are copied)."""
     merged = dict(base)
     for key, value in updates.items():
         old = merged.get(key)
-        if isinstance(old, dict) and isinstance(value, dict):
-            merged[key] = deep_merge(old, value)
+        if isinstance(value, Mapping):
+            merged[key] = deep_merge(old if isinstance(old, Mapping) else {}, value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
