@@ -17,6 +17,7 @@ from .core.errors import InvalidInputError
 from .ports.metrics_reporter import MetricsHistory, MetricsReporter
 from .ports.pipeline_state import PipelineStateStore
 from .ports.run_lease import RunLeases
+from .ports.run_state import RunStateStore
 from .ports.training_backend import TrainingBackend
 from .ports.trajectory_store import TrajectoryStore
 
@@ -65,6 +66,15 @@ def file_run_leases(base_path: str) -> RunLeases:
     return FileRunLeases(base_path)
 
 
+def json_run_state(base_path: str) -> RunStateStore | None:
+    """`state.json` beside the history; none for a URI base path (it needs file locks)."""
+    if "://" in str(base_path):
+        return None
+    from .adapters.json_state import JsonRunState
+
+    return JsonRunState(base_path)
+
+
 def wandb_wanted(report_metrics: Sequence[str] | None) -> bool:
     """`report_metrics` names wandb; or it is None and wandb has credentials or a local mode."""
     if report_metrics is not None:
@@ -76,7 +86,9 @@ def wandb_wanted(report_metrics: Sequence[str] | None) -> bool:
     return has_credentials()
 
 
-def mirrors(base_path: str, report_metrics: Sequence[str] | None) -> list[MetricsReporter]:
+def mirrors(
+    base_path: str, report_metrics: Sequence[str] | None, entity: str | None = None
+) -> list[MetricsReporter]:
     if isinstance(report_metrics, str):
         report_metrics = [report_metrics]
     unknown = sorted(set(report_metrics or ()) - set(MIRRORS))
@@ -88,7 +100,7 @@ def mirrors(base_path: str, report_metrics: Sequence[str] | None) -> list[Metric
     if wandb_wanted(report_metrics):
         from .adapters.wandb_reporter import WandbReporter
 
-        reporter = WandbReporter(base_path)
+        reporter = WandbReporter(base_path, entity=entity)
         reporter.check_ready()  # fail fast, before any training work
         chosen.append(reporter)
     return chosen
@@ -124,6 +136,7 @@ class Container(containers.DeclarativeContainer):
     trajectory_store = providers.Factory(parquet_store)
     history = providers.Factory(jsonl_history)
     run_leases = providers.Factory(file_run_leases)
+    run_state = providers.Factory(json_run_state)
     mirrors = providers.Factory(mirrors)
     backend = providers.Factory(backend)
     pipeline_state = providers.Factory(json_pipeline_state)

@@ -140,7 +140,7 @@ async def run_demo(
     demo = DemoResult(
         rewards=tuple(rewards),
         seconds=time.monotonic() - started,
-        model_dir=str(Path(base_path) / model.project / "models" / model.name),
+        model_dir=str(Path(base_path) / model.project / "models" / model.run_name),
     )
     if show:
         out.write(

@@ -35,10 +35,10 @@ class SlowInMemoryBackend(InMemoryBackend):
         super().__init__()
         self.delay_s = delay_s
 
-    async def train(
+    async def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
-        async for metrics in super().train(run, groups, config):
+        async for metrics in super().train_steps(run, groups, config):
             await asyncio.sleep(self.delay_s)
             yield metrics
 

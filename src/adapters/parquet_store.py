@@ -32,7 +32,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs

@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 from ..core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
+from ..core.run_state import deep_merge
 from ..core.trajectories import TrajectoryGroup
 from ._files import atomic_write_bytes
 
@@ -128,7 +129,7 @@ class WandbReporter:
         self._root = Path(root)
         self._entity = entity
         self._project = project
-        self._base_config: dict[str, Any] = _deep_merge({}, config or {})
+        self._base_config: dict[str, Any] = deep_merge({}, config or {})
         self._mode = mode
         self._sample_tables = sample_tables
         self._dir = dir
@@ -208,9 +209,9 @@ class WandbReporter:
         """Deep-merge `config` into the run's config: sent at init, or to the live run now.
         A later value for a key replaces the earlier one (a new training config wins)."""
         with self._state_lock:
-            self._configs[run] = _deep_merge(self._configs.get(run, {}), config)
+            self._configs[run] = deep_merge(self._configs.get(run, {}), config)
             handle = self._runs.get(run)
-            full = _deep_merge(self._base_config, self._configs[run])
+            full = deep_merge(self._base_config, self._configs[run])
             changed = {key: full[key] for key in config}
         if handle is not None and not self._quiet:
             self._guarded(lambda: handle.config.update(changed, allow_val_change=True))
@@ -265,7 +266,7 @@ class WandbReporter:
             self.check_ready()
             run_id, resumed = self._run_id(run)
             with self._state_lock:
-                sent_config = _deep_merge(self._base_config, self._configs.get(run, {}))
+                sent_config = deep_merge(self._base_config, self._configs.get(run, {}))
             handle = None
             try:
                 handle = wandb.init(**self._init_kwargs(wandb, run, run_id, sent_config))
@@ -287,7 +288,7 @@ class WandbReporter:
                 self._runs[run] = handle
                 self._defined[run] = {X_AXIS, "*"}
                 self._resumed[run] = resumed
-                current = _deep_merge(self._base_config, self._configs.get(run, {}))
+                current = deep_merge(self._base_config, self._configs.get(run, {}))
             late = {key: value for key, value in current.items() if sent_config.get(key) != value}
             if late:  # update_config ran while init was in flight
                 self._guarded(lambda: handle.config.update(late, allow_val_change=True))
@@ -459,19 +460,6 @@ def sample_rows(groups: Sequence[TrajectoryGroup], limit: int) -> list[list[Any]
             break
         depth += 1
     return rows
-
-
-def _deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in update.items():
-        old = merged.get(key)
-        if isinstance(old, Mapping) and isinstance(value, Mapping):
-            merged[key] = _deep_merge(old, value)
-        elif isinstance(value, Mapping):
-            merged[key] = _deep_merge({}, value)
-        else:
-            merged[key] = value
-    return merged
 
 
 if TYPE_CHECKING:

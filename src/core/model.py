@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from pydantic import BaseModel as PydanticModel
 
 from ..ports.metrics_reporter import (
     ConfigRecorder,
@@ -30,9 +31,17 @@ from ..ports.training_backend import (
 )
 from ..ports.trajectory_store import TrajectoryStore
 from .config import TrainConfig
-from .errors import BackendError, CorruptDataError, InvalidInputError, NotRegisteredError
+from .errors import (
+    BackendError,
+    CorruptDataError,
+    InvalidInputError,
+    InvalidNameError,
+    NotRegisteredError,
+)
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
+from .inference_target import InferenceTarget
+from .log_pairing import TrainingRecord
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
 from .metrics import (
     STEP_NUM_GROUPS_TRAINABLE,
@@ -46,11 +55,14 @@ from .metrics import (
 )
 from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
+from .run_state import RunStateMixin
 from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_finite_values, check_training_groups, groups_from_log_input
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
+
+    from ..ports.run_state import RunStateStore
 
 logger = logging.getLogger("arthex")
 
@@ -84,8 +96,13 @@ class TrainResult:
     metrics: Mapping[str, float | None]
 
 
-class Model:
-    """A model whose evaluations are logged; no backend needed. Its step is always 0."""
+class Model(RunStateMixin, InferenceTarget):
+    """A model whose evaluations are logged; no backend needed. Its step is always 0.
+
+    `name` is what the model is called; the run is stored under `run_name` (default: the
+    name). `config` is any JSON-able mapping or pydantic model (kept as given, stored as
+    JSON). The inference fields point a prompted model at an OpenAI-compatible service.
+    """
 
     def __init__(
         self,
@@ -96,11 +113,23 @@ class Model:
         history: MetricsHistory,
         mirrors: Sequence[MetricsReporter] = (),
         base_path: str = ".art",
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | PydanticModel | None = None,
+        state: RunStateStore | None = None,
+        run_name: str | None = None,
+        inference_base_url: str | None = None,
+        inference_api_key: str | None = None,
+        inference_model_name: str | None = None,
     ) -> None:
-        self.run = RunRef(project=project, name=name)
+        if not isinstance(name, str) or not name:
+            raise InvalidNameError(f"name must be a non-empty string, got {name!r}")
+        self.run = RunRef(project=project, name=run_name if run_name is not None else name)
+        self._name = name
+        self._state_store = state
+        self._init_inference(inference_base_url, inference_api_key, inference_model_name)
         self.base_path = base_path
-        self.config: dict[str, Any] = dict(config or {})
+        self.config: Any = config if config is not None else {}
+        config_json(self.config)  # a config that cannot be recorded fails here, not later
+        self._trained = TrainingRecord()
         self._store = store
         self._history = history
         self._mirrors = tuple(mirrors)
@@ -112,6 +141,11 @@ class Model:
 
     @property
     def name(self) -> str:
+        return self._name
+
+    @property
+    def run_name(self) -> str:
+        """The run's directory and history: `{base_path}/{project}/models/{run_name}`."""
         return self.run.name
 
     @property
@@ -128,7 +162,7 @@ class Model:
             base_model=None,
             trainable=self.trainable,
             base_path=self.base_path,
-            config=self.config,
+            config=config_json(self.config),
         )
 
     async def get_step(self) -> int:
@@ -167,6 +201,12 @@ class Model:
         extra = qualify(dict(metrics or {}), split)
         if not groups and not extra:
             return None
+        at = await self.get_step() if step is None else step
+        if batch is None:  # ART's `backend.train` + `log(split="train")`: nothing twice
+            extra = self._trained.not_yet_recorded(at, extra)
+            groups = self._trained.not_yet_logged(groups, split)
+            if not groups and not extra:
+                return None
         values = merge_metrics(
             computed_summary(groups, split) if groups else {},
             ("trajectory or group", custom_summary(groups, split)),
@@ -174,7 +214,6 @@ class Model:
         )
         MetricsRow(step=0, values=values)  # validates every value before anything else
         await self._start_mirrors()
-        at = await self.get_step() if step is None else step
         if batch is not None and batch.row is not None:
             row = batch.row  # written by the failed attempt this call retries
         else:
@@ -227,6 +266,7 @@ class Model:
         return await self._store.read(self.run, split, step)
 
     async def close(self) -> None:
+        await self._close_client()
         for reporter in (self._history, *self._mirrors):
             await reporter.close()
 
@@ -283,6 +323,17 @@ class Model:
         return index
 
 
+def config_json(config: object) -> dict[str, Any]:
+    """A model's config as the JSON the run records: a mapping, or a pydantic model dumped."""
+    if isinstance(config, PydanticModel):
+        return dict(config.model_dump(mode="json"))
+    if isinstance(config, Mapping):
+        return dict(config)
+    raise InvalidInputError(
+        f"config must be a mapping or a pydantic model, got {type(config).__name__}"
+    )
+
+
 GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
 TRAINER_SECONDS_KEY = "time/step_backend_train_s"  # ART's name: wall time of the backend's train
 # Counts of the batch the model itself records at step N (the train-split row); a backend's
@@ -326,7 +377,9 @@ class TrainableModel(Model):
         history: MetricsHistory,
         mirrors: Sequence[MetricsReporter] = (),
         base_path: str = ".art",
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | PydanticModel | None = None,
+        state: RunStateStore | None = None,
+        run_name: str | None = None,
         leases: RunLeases | None = None,
     ) -> None:
         super().__init__(
@@ -337,6 +390,8 @@ class TrainableModel(Model):
             mirrors=mirrors,
             base_path=base_path,
             config=config,
+            state=state,
+            run_name=run_name,
         )
         self._leases = leases
         self._lease: HeldLease | None = None
@@ -360,9 +415,7 @@ class TrainableModel(Model):
     async def close(self) -> None:
         """Close the cached inference client, give the run's lease back, then close the
         reporters (not the backend: it may serve other models; close it yourself)."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self._close_client()
         await self._release_lease()
         await super().close()
 
@@ -372,7 +425,7 @@ class TrainableModel(Model):
             base_model=self.base_model,
             trainable=True,
             base_path=self.base_path,
-            config=self.config,
+            config=config_json(self.config),
         )
 
     @property
@@ -400,7 +453,10 @@ class TrainableModel(Model):
             raise
         self._backend = backend
         self._endpoint = endpoint
-        self._client = None
+        await self._close_client()
+        if endpoint is not None:
+            self.inference_base_url = endpoint.base_url
+            self.inference_api_key = endpoint.api_key
         self._step = await backend.get_step(self.run)
         async with self._train_lock:
             await self._repair_training_row(self._step)
@@ -445,10 +501,13 @@ class TrainableModel(Model):
         return self._step
 
     def get_inference_name(self, step: int | None = None) -> str:
-        """`{name}@{step}`; with no step, the latest step this model knows of."""
+        """`{run_name}@{step}`; with no step, the latest step this model knows of."""
         if step is None:
             step = self._step if self._step is not None else 0
         return self.run.inference_name(step)
+
+    def _served_name(self) -> str | None:
+        return self.get_inference_name() if self._endpoint is not None else None
 
     def openai_client(self) -> AsyncOpenAI:
         """An `openai.AsyncOpenAI` for the backend's endpoint (cached per registration)."""
@@ -480,6 +539,33 @@ class TrainableModel(Model):
         terminal; False: never). `log_groups=False` skips logging the groups at N: for groups
         already logged there (read back with `logged_groups` to finish an update a crash
         interrupted), so they are not stored twice."""
+        return await self._train(trajectory_groups, config, log_groups, verbose, progress)
+
+    async def train_for_backend(
+        self,
+        backend: object,
+        trajectory_groups: Iterable[TrajectoryGroup],
+        config: TrainConfig,
+        *,
+        verbose: bool = False,
+    ) -> TrainResult:
+        """ART's `backend.train(model, groups, ...)`: train and record the metrics at N+1, but
+        leave logging the groups to the script, as ART does (see `log_pairing`)."""
+        if backend is not self.backend:
+            raise InvalidInputError(
+                f"model {self.run} is registered with {type(self.backend).__name__}, not with "
+                f"the {type(backend).__name__} asked to train it; call train on its own backend"
+            )
+        return await self._train(trajectory_groups, config, False, verbose, None)
+
+    async def _train(
+        self,
+        trajectory_groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None,
+        log_groups: bool,
+        verbose: bool,
+        progress: bool | None,
+    ) -> TrainResult:
         backend = self.backend
         config = config if config is not None else TrainConfig()
         groups = check_training_groups(trajectory_groups, config)
@@ -493,6 +579,7 @@ class TrainableModel(Model):
                 if batch is None or not batch.retried_by(step, groups):
                     batch = self._pending = PendingBatch(step, list(groups))
                 await self._log(groups, "train", None, step, batch)
+                self._trained.logged_by_train(step, groups)
             effective, extra = await self._apply_lr_policy(config)
             if effective.kl_penalty_reference_step is not None:
                 self._pinned.add(effective.kl_penalty_reference_step)
@@ -520,6 +607,7 @@ class TrainableModel(Model):
             values.update(await self._running_totals(values))
             row = MetricsRow(step=new_step, values=values)
             await self._report(row)
+            self._trained.trained(new_step, row.values)
             self._pending = None
             self._step = new_step
             if verbose:

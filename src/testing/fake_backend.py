@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..core.advantages import group_advantages
+from ..core.backend_train import BackendTrainEntry
 from ..core.config import TrainConfig
 from ..core.errors import InvalidInputError, NotRegisteredError
 from ..core.identity import ModelSpec, RunRef
@@ -27,7 +28,7 @@ from ..ports.training_backend import (
 Weights = dict[int, float]
 
 
-class InMemoryBackend:
+class InMemoryBackend(BackendTrainEntry):
     """Checkpoints are dicts in memory; `train` yields one metrics dict per group it updates
     on (one "gradient step" each), or one zero dict when nothing is trainable."""
 
@@ -71,7 +72,7 @@ class InMemoryBackend:
         checkpoints = self._run(run)
         return dict(checkpoints[max(checkpoints) if step is None else step])
 
-    async def train(
+    async def train_steps(  # the port's `train` (see BackendTrainEntry)
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         checkpoints = self._run(run)

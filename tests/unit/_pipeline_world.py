@@ -54,12 +54,12 @@ class TurnsBackend(InMemoryBackend):
         self.train_turns = train_turns
         self.crash_after_checkpoint: int | None = None
 
-    async def train(
+    async def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         await turns(self.train_turns)
         first = True
-        async for sample in super().train(run, groups, config):
+        async for sample in super().train_steps(run, groups, config):
             # the parent saves the checkpoint before it yields the first sample
             if first and self.crash_after_checkpoint is not None:
                 self.crash_after_checkpoint -= 1

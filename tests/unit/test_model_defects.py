@@ -202,7 +202,7 @@ class FailingOnce(InMemoryBackend):
         super().__init__()
         self.failures = 1
 
-    async def train(
+    async def train_steps(
         self,
         run: arthex.RunRef,
         groups: Sequence[arthex.TrajectoryGroup],
@@ -211,7 +211,7 @@ class FailingOnce(InMemoryBackend):
         if self.failures:
             self.failures -= 1
             raise ConnectionError("injected: the trainer went away")
-        async for sample in super().train(run, groups, config):
+        async for sample in super().train_steps(run, groups, config):
             yield sample
 
 

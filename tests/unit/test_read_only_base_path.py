@@ -7,7 +7,7 @@ import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,12 +50,13 @@ def read_only(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_building_a_model_on_a_read_only_base_path_names_the_folder(read_only: Path) -> None:
-    for build in (
+    builders: list[Callable[[], object]] = [
         lambda: arthex.Model(name="m", project="p", base_path=str(read_only)),
         lambda: arthex.TrainableModel(
             name="m", project="p", base_model="tiny", base_path=str(read_only / "runs")
         ),
-    ):
+    ]
+    for build in builders:
         with pytest.raises(UnwritableDirectoryError) as caught:
             build()
         message = str(caught.value)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
 from ...core.errors import (
     BackendError,
@@ -72,11 +74,17 @@ class _Run:
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
 
 
-class LocalBackend:
+class LocalBackend(BackendTrainEntry):
     """Train with torch on this machine; serve `{name}` and `{name}@{step}` over HTTP.
 
-    `path` overrides the model's `base_path` (runs live in `{base}/{project}/models/{name}`).
+    `path` overrides the model's `base_path` for checkpoints (runs live in
+    `{base}/{project}/models/{name}`); give the model the same `base_path` to keep the run in
+    one directory (ART moves the model's files under the backend's path; arthex's model logs
+    where its own `base_path` says, and a mismatch is warned about at `register`).
     `engine` picks the sampling engine ("auto": vLLM when importable with a GPU, else torch).
+    `in_process` is accepted for ART scripts: this backend always trains and serves in the
+    calling process (training on a worker thread); `in_process=False`, which asks ART for a
+    separate service process, gets a warning.
     """
 
     def __init__(
@@ -93,7 +101,16 @@ class LocalBackend:
         api_key: str | None = None,
         adam_betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.1,
+        in_process: bool | None = None,
     ) -> None:
+        if in_process is False:
+            warnings.warn(
+                "LocalBackend(in_process=False): arthex's LocalBackend always runs in this "
+                "process (training on a worker thread, serving on this event loop); for a "
+                "separate training process run `arthex serve` and use ServerlessBackend",
+                UserWarning,
+                stacklevel=2,
+            )
         self._path = path
         self._engine_kind: EngineKind = engine
         self._device = device
@@ -124,6 +141,7 @@ class LocalBackend:
             raise BackendError("this LocalBackend is closed; create a new one")
         if not model.trainable:
             return None
+        self._warn_split_run_directory(model)
         if not model.base_model:
             raise InvalidInputError(
                 f"model {model.run} has no base_model; LocalBackend needs a Hugging Face causal "
@@ -138,6 +156,18 @@ class LocalBackend:
                 self._runs[model.run] = run
             return InferenceEndpoint(
                 base_url=run.serving.base_url, api_key=self._key(), model_name=model.run.name
+            )
+
+    def _warn_split_run_directory(self, model: ModelSpec) -> None:
+        if self._path is None or model.run in self._runs:
+            return
+        if Path(self._path).resolve() != Path(model.base_path).resolve():
+            warnings.warn(
+                f"LocalBackend(path={self._path!r}) keeps {model.run}'s checkpoints there, "
+                f"while the model logs under its base_path {model.base_path!r}; pass "
+                f"base_path={self._path!r} to the model to keep the run in one directory",
+                UserWarning,
+                stacklevel=3,
             )
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
@@ -240,7 +270,7 @@ class LocalBackend:
 
     # --- training -----------------------------------------------------------------------
 
-    async def train(
+    async def train_steps(  # the port's `train` (see BackendTrainEntry)
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         """Pack, train (one metrics dict per optimizer step), save checkpoint N+1, serve it.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
 from ...core.errors import (
     BackendError,
@@ -65,7 +66,7 @@ class JobEvent:
     created_at: str | None = None
 
 
-class ServerlessBackend:
+class ServerlessBackend(BackendTrainEntry):
     """Train and serve on an arthex training server (or any server speaking its API).
 
     `timeout` is per request (a long poll adds `poll_wait_s`), `retries` how often a GET or
@@ -174,7 +175,7 @@ class ServerlessBackend:
         payload = (await self._request("DELETE", path, json={"steps": doomed})).json()
         return sorted(int(step) for step in payload["deleted"])
 
-    async def train(
+    async def train_steps(  # the port's `train` (see BackendTrainEntry)
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         """Create a training job and yield each gradient step's metrics as the server

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
 from ...core.errors import (
     ArthexError,
@@ -100,7 +101,7 @@ class _Run:
     references: dict[str, SamplingClientLike] = attrs.field(factory=dict)
 
 
-class TinkerBackend:
+class TinkerBackend(BackendTrainEntry):
     """Train on Tinker; serve `{name}` and `{name}@{step}` from an OpenAI-compatible server.
 
     `base_url`/`api_key` default to the SDK's own lookup (`TINKER_BASE_URL`, `TINKER_API_KEY`).
@@ -338,7 +339,7 @@ class TinkerBackend:
 
     # --- training -----------------------------------------------------------------------
 
-    async def train(
+    async def train_steps(  # the port's `train` (see BackendTrainEntry)
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         """One optimizer step on the trainable Choices, then step N+1 is saved and served.

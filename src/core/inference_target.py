@@ -1,0 +1,72 @@
+"""ART's inference fields on every model: `inference_base_url`, `inference_api_key`,
+`inference_model_name`, and the `openai_client()` / `get_inference_name()` built on them.
+
+A prompted (non-trainable) model points them at any OpenAI-compatible service to be
+evaluated and logged like a trained one; a trainable model gets them from its backend at
+`register`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+
+class InferenceTarget:
+    inference_base_url: str | None
+    inference_api_key: str | None
+    _inference_model_name: str | None
+    _client: AsyncOpenAI | None
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError  # the model's
+
+    def _init_inference(
+        self, base_url: str | None, api_key: str | None, model_name: str | None
+    ) -> None:
+        self.inference_base_url = base_url
+        self.inference_api_key = api_key
+        self._inference_model_name = model_name
+        self._client = None
+
+    @property
+    def inference_model_name(self) -> str | None:
+        """The model name requests are sent with (None: the model's `name`)."""
+        return self._served_name()
+
+    @inference_model_name.setter
+    def inference_model_name(self, value: str | None) -> None:
+        self._inference_model_name = value
+
+    def _served_name(self) -> str | None:
+        return self._inference_model_name
+
+    def get_inference_name(self, step: int | None = None) -> str:
+        """The name to send: `inference_model_name` (or `name`), with `@{step}` for a step."""
+        base = self._inference_model_name or self.name
+        return base if step is None else f"{base}@{step}"
+
+    def openai_client(self) -> AsyncOpenAI:
+        """An `openai.AsyncOpenAI` for `inference_base_url` and `inference_api_key` (cached)."""
+        if self.inference_base_url is None or self.inference_api_key is None:
+            raise InvalidInputError(
+                f"model {self.name!r} has no inference endpoint: pass inference_base_url= and "
+                "inference_api_key= (e.g. https://api.openai.com/v1 and your key)"
+            )
+        if self._client is None:
+            from openai import AsyncOpenAI  # the client class, not only the types
+
+            self._client = AsyncOpenAI(
+                base_url=self.inference_base_url, api_key=self.inference_api_key, timeout=1200.0
+            )
+        return self._client
+
+    async def _close_client(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
