@@ -428,10 +428,11 @@ class PipelineTrainer:
                 break
             if item is _END:
                 return batch, counts, True
+            if not isinstance(item, _Failed):
+                failed_in_a_row.clear()  # rollouts work; only a run of failures is fatal
             reason = self._discard_reason(item, step)
             if reason is None:
                 batch.append(item.group)
-                failed_in_a_row.clear()
                 continue
             await self._release(
                 [item.sampled if isinstance(item, _Failed) else sampled_step(item.group)]
