@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from arthex.adapters import _files
 from arthex.adapters.pipeline_state import JsonPipelineStateStore
 from arthex.core.errors import CorruptDataError, InvalidInputError
 from arthex.core.pipeline_record import PipelineRecord
@@ -49,7 +48,7 @@ def test_a_save_that_dies_before_its_rename_leaves_the_old_record(
     def dies(source: object, target: object) -> None:
         raise OSError("disk gone")
 
-    monkeypatch.setattr(_files.os, "replace", dies)
+    monkeypatch.setattr(os, "replace", dies)
     with pytest.raises(OSError, match="disk gone"):
         asyncio.run(store.save(RUN, PipelineRecord(step=99, offset=99)))
     monkeypatch.undo()
