@@ -47,12 +47,17 @@ def demo(
     base_path: Path = typer.Option(Path(".art"), help="Where runs are written."),
     steps: int | None = typer.Option(None, help="Training steps (default: the demo's own)."),
     seed: int = typer.Option(0, help="Random seed."),
+    pipeline: bool = typer.Option(
+        False, "--pipeline", help="Sample the next steps' rollouts while a step trains."
+    ),
 ) -> None:
     """Train the tiny local model with RL on CPU and show its reward improve."""
     from .demo import run_demo
 
     kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
-    asyncio.run(run_demo(base_path=str(base_path), seed=seed, **kwargs))  # prints its summary
+    asyncio.run(  # prints its summary
+        run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
+    )
 
 
 @app.command()

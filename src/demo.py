@@ -13,10 +13,11 @@ against the local inference server, `gather_trajectory_groups`, `model.train`,
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,6 +38,7 @@ ROLLOUTS_PER_PROMPT = 8
 MAX_TOKENS = 8
 LEARNING_RATE = 3e-2
 DEFAULT_STEPS = 20
+PIPELINE_STEPS_OFF_POLICY = 1
 
 
 @attrs.frozen
@@ -76,9 +78,12 @@ async def run_demo(
     progress: bool | None = None,
     *,
     stream: TextIO | None = None,
+    pipeline: bool = False,
 ) -> DemoResult:
     """Train the tiny model for `steps` RL steps and return the reward per step.
 
+    `pipeline=True` runs the same task through `PipelineTrainer`: rollouts of the next steps
+    are sampled while a step trains (at most `PIPELINE_STEPS_OFF_POLICY` steps behind).
     `progress=None` prints one line per step and a summary; False prints nothing; True also
     shows the gather progress bar when the stream is not a terminal."""
     from .adapters.local import LocalBackend
@@ -103,9 +108,22 @@ async def run_demo(
     backend = LocalBackend(engine="torch", full_finetune=True, seed=seed)
     rewards: list[float] = []
     client: Any = None
+
+    def report(step: int, reward: float, loss: float | None) -> None:
+        rewards.append(reward)
+        if show:
+            out.write(
+                f"{_bar(step, steps)} step {step:>3}/{steps}  reward {reward:.3f}  "
+                f"loss {_fmt(loss)}  {time.monotonic() - started:5.1f}s\n"
+            )
+            out.flush()
+
     try:
         await model.register(backend)
         client = model.openai_client()
+        if pipeline:
+            await _pipeline(model, backend, client, steps, seed, report)
+            return _finish(rewards, started, base_path, model, out, show)
         config = TrainConfig(learning_rate=LEARNING_RATE)
         for step in range(steps):
             policy = model.get_inference_name()
@@ -121,22 +139,20 @@ async def run_demo(
                 progress=True if progress else None if show else False,
             )
             reward = _mean_reward(groups)
-            rewards.append(reward)
             result = await model.train(groups, config=config)
             await model.delete_checkpoints(best_checkpoint_metric="train/reward")
-            if show:
-                bar = _bar(step + 1, steps)
-                out.write(
-                    f"{bar} step {step + 1:>3}/{steps}  reward {reward:.3f}  "
-                    f"loss {_fmt(result.metrics.get('loss/train'))}  "
-                    f"{time.monotonic() - started:5.1f}s\n"
-                )
-                out.flush()
+            report(step + 1, reward, result.metrics.get("loss/train"))
     finally:
         if client is not None:
             await client.close()
         await backend.close()
         await model.close()
+    return _finish(rewards, started, base_path, model, out, show)
+
+
+def _finish(
+    rewards: list[float], started: float, base_path: str, model: Any, out: TextIO, show: bool
+) -> DemoResult:
     demo = DemoResult(
         rewards=tuple(rewards),
         seconds=time.monotonic() - started,
@@ -149,6 +165,53 @@ async def run_demo(
         )
         out.flush()
     return demo
+
+
+async def _pipeline(
+    model: Any,
+    backend: Any,
+    client: Any,
+    steps: int,
+    seed: int,
+    report: Callable[[int, float, float | None], None],
+) -> None:
+    """The demo's task through PipelineTrainer: the prompts in turn, one group of
+    `ROLLOUTS_PER_PROMPT` rollouts per scenario, a step per `len(PROMPTS)` groups.
+
+    Groups whose rollouts all earned the same reward teach nothing and are discarded (as in
+    ART), so once the model answers in digits most groups are; the stream holds twice the
+    scenarios of `steps` steps, and the run ends early when they are used up."""
+    from .api import PipelineTrainer
+    from .core.pipeline import make_group_rollout_fn
+
+    counter = itertools.count()
+
+    async def single(model: Any, scenario: int, config: None) -> Trajectory:
+        prompt = PROMPTS[scenario % len(PROMPTS)]
+        return await _rollout(
+            client, model.get_inference_name(), prompt, seed * 7919 + next(counter)
+        )
+
+    def on_step(step: int, metrics: Mapping[str, float | None]) -> None:
+        report(step, metrics.get("train/reward") or 0.0, metrics.get("loss/train"))
+
+    trainer = PipelineTrainer(
+        model,
+        backend,
+        make_group_rollout_fn(single, ROLLOUTS_PER_PROMPT),
+        range(steps * len(PROMPTS) * 2),
+        None,
+        num_rollout_workers=2 * len(PROMPTS),
+        min_batch_size=len(PROMPTS),
+        max_batch_size=len(PROMPTS),
+        max_steps_off_policy=PIPELINE_STEPS_OFF_POLICY,
+        learning_rate=LEARNING_RATE,
+        max_steps=steps,
+        checkpoint_retention=1,
+        resume=False,
+        on_step=on_step,
+    )
+    await trainer.train()
 
 
 async def _rollout(client: Any, policy: str, prompt: str, seed: int) -> Trajectory:

@@ -174,6 +174,12 @@ def test_help_lists_every_command_and_version_and_serve_answer(base: Path) -> No
     assert "usage: arthex serve" in served.stdout and "--backend" in served.stdout
 
 
+def test_demo_offers_the_pipeline() -> None:
+    helped = arthex_cli("demo", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "--pipeline" in helped.stdout
+
+
 def test_history_shows_the_last_rows_of_the_chosen_keys(base: Path) -> None:
     table, as_json, guessed = arthex_many(
         [

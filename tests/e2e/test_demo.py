@@ -38,3 +38,21 @@ def test_demo_improves_the_reward(tmp_path: Path) -> None:
     assert {r["step"] for r in rows if "train/reward" in r} == set(range(15))
     kept = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
     assert "0015" in kept and len(kept) <= 2
+
+
+def test_demo_through_the_pipeline_improves_the_reward(tmp_path: Path) -> None:
+    out = io.StringIO()
+    result = asyncio.run(run_demo(str(tmp_path), steps=12, seed=0, stream=out, pipeline=True))
+    assert len(result.rewards) >= 6, "the stream holds twice the scenarios of 12 steps"
+    assert result.first_reward < 0.2
+    assert max(result.rewards[-3:]) >= result.first_reward + 0.2, result.rewards
+    model_dir = Path(result.model_dir)
+    record = json.loads((model_dir / "pipeline_state.json").read_text())
+    assert record["step"] == len(result.rewards) and record["in_flight"] is None
+    rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
+    ages = [
+        r["offpolicy/token_weighted_policy_age_steps"]
+        for r in rows
+        if "discarded/cum/stale_groups" in r
+    ]
+    assert len(ages) == len(result.rewards) and max(ages) <= 1.0

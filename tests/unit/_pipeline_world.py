@@ -23,7 +23,6 @@ from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
 from arthex.core.model import TrainableModel
 from arthex.core.pipeline import PipelineTrainer, RolloutFn, make_group_rollout_fn
-from arthex.core.pipeline.measures import INITIAL_STEP_KEY, STREAM_INDEX_KEY
 from arthex.core.pipeline_record import PipelineRecord
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
@@ -31,9 +30,9 @@ from arthex.testing.fake_backend import InMemoryBackend
 from arthex.testing.fake_history import InMemoryHistory
 from arthex.testing.fake_pipeline_state import InMemoryPipelineStateStore
 from arthex.testing.fakes import InMemoryTrajectoryStore
+from tests._pipeline_checks import SERVED_KEY, Outcome, check_pipeline_run
 
 RUN = RunRef("pipe", "model")
-SERVED_KEY = "served_step"  # what the rollout saw in get_inference_name(): the oracle's step
 
 
 class Crash(Exception):
@@ -190,62 +189,18 @@ def run_until_done(world: World, make: Callable[[], PipelineTrainer], attempts: 
     return asyncio.run(main())
 
 
-@attrs.frozen
-class Outcome:
-    trained: Counter[int]  # scenario -> times its group was stored under train
-    discarded: set[int]
-    steps: int
-    record: PipelineRecord
-
-
 def check_run(world: World, scenarios: int, bound: int | None, *, finished: bool = True) -> Outcome:
-    """Every exactly-once and staleness rule; returns what it saw for further checks."""
-    return asyncio.run(_check(world, scenarios, bound, finished))
-
-
-async def _check(world: World, scenarios: int, bound: int | None, finished: bool) -> Outcome:
-    record = await world.state.load(RUN)
-    assert record is not None
-    steps = await world.backend.get_step(RUN)
-    assert record.step == steps and record.in_flight is None
-    stored = await world.store.steps(RUN, "train")
-    assert stored == list(range(steps)), f"train split steps {stored}, backend at {steps}"
-    trained: Counter[int] = Counter()
-    for step in stored:
-        for group in await world.store.read(RUN, "train", step):
-            index = group.metadata[STREAM_INDEX_KEY]
-            assert isinstance(index, int)
-            trained[index] += 1
-            sampled = group.metadata[INITIAL_STEP_KEY]
-            assert isinstance(sampled, int)
-            for trajectory in group.trajectories:
-                served = trajectory.metadata[SERVED_KEY]
-                assert isinstance(served, int) and served >= sampled, "sampled step overstated"
-                if bound is not None:
-                    assert step - served <= bound, (
-                        f"scenario {index} sampled at step {served} trained at step {step}"
-                    )
-    twice = {i: n for i, n in trained.items() if n > 1}
-    assert not twice, f"scenarios trained more than once: {twice}"
-    discarded = {i for indices in record.discarded.values() for i in indices}
-    assert not discarded & set(trained), f"trained and discarded: {discarded & set(trained)}"
-    if finished:
-        assert not record.pending
-        assert set(trained) | discarded == set(range(scenarios)), (
-            f"unaccounted: {sorted(set(range(scenarios)) - set(trained) - discarded)}"
+    """Every exactly-once and staleness rule (see tests/_pipeline_checks.py)."""
+    steps = asyncio.run(world.backend.get_step(RUN))
+    return asyncio.run(
+        check_pipeline_run(
+            RUN,
+            store=world.store,
+            history=world.history,
+            state=world.state,
+            steps=steps,
+            scenarios=scenarios,
+            bound=bound,
+            finished=finished,
         )
-    assert record.trained_groups == sum(trained.values())
-    rows = await world.history.rows(RUN)
-
-    def steps_with(key: str) -> list[int]:
-        return sorted(r.step for r in rows if key in r.values)
-
-    assert steps_with("data/step_num_gradient_steps") == list(range(1, steps + 1))
-    assert steps_with("discarded/cum/stale_groups") == list(range(1, steps + 1))
-    assert steps_with("train/data/step_num_groups") == list(range(steps))
-    last = [r for r in rows if r.step == steps and "discarded/cum/stale_groups" in r.values]
-    if last:
-        for reason in ("stale", "zero_variance", "errored"):
-            counted = last[0].values[f"discarded/cum/{reason}_groups"]
-            assert counted is not None and counted <= len(record.discarded[reason])
-    return Outcome(trained=trained, discarded=discarded, steps=steps, record=record)
+    )

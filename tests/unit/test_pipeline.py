@@ -24,7 +24,15 @@ from arthex.core.pipeline.measures import INITIAL_STEP_KEY, STREAM_INDEX_KEY
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
 
-from ._pipeline_world import RUN, Script, TurnsBackend, World, check_run, run_until_done
+from ._pipeline_world import (
+    RUN,
+    Crash,
+    Script,
+    TurnsBackend,
+    World,
+    check_run,
+    run_until_done,
+)
 
 ART_NAMES = (
     "offpolicy/token_weighted_policy_age_steps",
@@ -180,6 +188,30 @@ def test_a_crash_at_any_point_of_an_update_leaves_every_scenario_trained_once(po
             index = group.metadata[STREAM_INDEX_KEY]
             assert isinstance(index, int) and script.sampled[index] == script.group_size
     assert sum(outcome.trained.values()) + len(outcome.discarded) == 30
+
+
+def test_a_crash_right_after_a_resume_starts_loses_no_pending_scenario() -> None:
+    world = World(backend=_backend(train_turns=10))
+    script = Script(latencies=(0, 25))
+    world.state.crash_on_save = 4  # mid-run, with rollouts in flight and groups queued
+    arms = [lambda: setattr(world.state, "crash_on_save", 1), world.disarm]  # then at the start
+
+    def make() -> PipelineTrainer:
+        trainer = world.trainer(script, range(30), min_batch_size=2, max_batch_size=2)
+        if arms:
+            world.disarm()
+            arms.pop(0)()
+        return trainer
+
+    first = world.trainer(script, range(30), min_batch_size=2, max_batch_size=2)
+    try:
+        asyncio.run(first.train())
+    except Crash:
+        pass
+    pending = asyncio.run(world.state.load(RUN))
+    assert pending is not None and pending.pending, "the crash left scenarios pending"
+    assert run_until_done(world, make) == 1
+    check_run(world, 30, bound=4)
 
 
 def disarmed_after_first(

@@ -388,3 +388,40 @@ def test_samples_follow_the_tempered_distribution_and_stay_in_the_nucleus(
             ordered, ids = probs.sort(descending=True)
             inside = ids[(ordered.cumsum(0) - ordered) < 0.05].tolist()
             assert token in inside
+
+
+def test_moving_an_alias_lets_requests_in_flight_finish_on_the_weights_they_started_on(
+    model_dir: str, tmp_path: Path
+) -> None:
+    """What a backend does when a step becomes durable: load `agent@1`, move `agent` onto
+    it. A request that started on `agent` before the move ends on step 0's weights; the next
+    one gets step 1's. No request waits for the move and none sees a mix."""
+    import torch
+    from safetensors.torch import save_model
+
+    changed = load_model(model_dir)
+    with torch.no_grad():
+        for parameter in changed.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    (tmp_path / "step1").mkdir()
+    save_model(changed, str(tmp_path / "step1" / "model.safetensors"))
+    params = SamplingParams(max_tokens=12, seed=5)
+
+    async def body(engine: TorchEngine) -> tuple[list[int], Sample, Sample]:
+        await engine.load("agent@0", None)
+        engine.alias("agent", "agent@0")
+        prompt = engine.render_chat("agent", MESSAGES, None)
+        started = asyncio.ensure_future(engine.sample("agent", prompt, 1, params))
+        await asyncio.sleep(0)  # the request has resolved its weights and is queued
+        await engine.load("agent@1", str(tmp_path / "step1"))
+        engine.alias("agent", "agent@1")
+        after = (await engine.sample("agent", prompt, 1, params))[0]
+        return prompt, (await started)[0], after
+
+    prompt, in_flight, after = with_engine(model_dir, body)
+    base, _ = reference_logprobs(load_model(model_dir), prompt, in_flight.token_ids)
+    assert in_flight.logprobs == pytest.approx(base, abs=1e-4)
+    step1, _ = reference_logprobs(changed, prompt, after.token_ids)
+    assert after.logprobs == pytest.approx(step1, abs=1e-4)
+    if in_flight.token_ids == after.token_ids:
+        assert max(abs(a - b) for a, b in zip(in_flight.logprobs, after.logprobs)) > 1e-3

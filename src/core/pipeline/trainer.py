@@ -17,9 +17,10 @@ requests get N+1, requests in flight finish on N). The off-policy correction is 
 CISPO and PPO weigh each token by the ratio of the new policy's probability to the sampler's
 logprob carried by the Choice, so groups a few steps old train correctly.
 
-Exactly once: see record.py (what is recorded) and resume.py (how an interrupted update is
-settled). The record is saved before each update and after it, and again when an evaluation
-ends; scenarios in flight at a crash are pending in it and sampled again on resume.
+Exactly once: see core/pipeline_record.py (what is recorded) and resume.py (how an
+interrupted update is settled). The record is saved before each update (which also records
+the one before as done), when an evaluation ends and when the run ends; scenarios in flight at
+a crash are pending in it and sampled again on resume.
 """
 
 from __future__ import annotations
@@ -428,10 +429,11 @@ class PipelineTrainer:
                 break
             if item is _END:
                 return batch, counts, True
+            if not isinstance(item, _Failed):
+                failed_in_a_row.clear()  # rollouts work; only a run of failures is fatal
             reason = self._discard_reason(item, step)
             if reason is None:
                 batch.append(item.group)
-                failed_in_a_row.clear()
                 continue
             await self._release(
                 [item.sampled if isinstance(item, _Failed) else sampled_step(item.group)]
@@ -508,9 +510,11 @@ class PipelineTrainer:
             totals=self._totals,
         )
         await self.model.log(None, split="train", step=result.step, metrics=row)
+        # Done, but not saved now: the next save (the next update's intent, an evaluation's
+        # end, the run's end) records it, and until then a resume finds the update durable
+        # and its row written (resume.py), so a save here would only add an fsync per step.
         self._trained_groups += len(batch)
         self._in_flight = None
-        await self._save()
         if self._evaluator is not None:
             self._evaluator.step_done(result.step, self.eval_every_n_steps)
         await self._retain()

@@ -1,0 +1,124 @@
+"""What every pipeline test checks at the end of a run, through the ports (in memory or on
+disk): each scenario of the stream trained exactly once or discarded, no trained group older
+than the bound, steps contiguous in the trajectory store and the history.
+
+The checks read what any reader sees (the train split, the history) and what the rollouts
+themselves recorded (the step they were served, under `SERVED_KEY` in each trajectory's
+metadata), not the pipeline's own bookkeeping; only the discards come from its record, the
+one place that lists them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import attrs
+
+from arthex.core.identity import RunRef
+from arthex.core.model import TrainableModel
+from arthex.core.pipeline import RolloutFn, make_group_rollout_fn
+from arthex.core.pipeline.measures import INITIAL_STEP_KEY, STREAM_INDEX_KEY
+from arthex.core.pipeline_record import PipelineRecord
+from arthex.core.trajectories import Trajectory
+from arthex.ports.metrics_reporter import MetricsHistory
+from arthex.ports.pipeline_state import PipelineStateStore
+from arthex.ports.trajectory_store import TrajectoryStore
+
+SERVED_KEY = "served_step"
+TRAINING_ROW_KEY = "data/step_num_gradient_steps"
+PIPELINE_ROW_KEY = "discarded/cum/stale_groups"
+SUMMARY_ROW_KEY = "train/data/step_num_groups"
+
+
+@attrs.frozen
+class Outcome:
+    trained: Counter[int]  # scenario -> times its group was stored under train
+    discarded: set[int]
+    steps: int
+    record: PipelineRecord
+
+
+async def check_pipeline_run(
+    run: RunRef,
+    *,
+    store: TrajectoryStore,
+    history: MetricsHistory,
+    state: PipelineStateStore,
+    steps: int,
+    scenarios: int,
+    bound: int | None,
+    finished: bool = True,
+) -> Outcome:
+    """`steps` is the backend's step; `finished`: the stream was read to its end."""
+    record = await state.load(run)
+    assert record is not None
+    assert record.step == steps and record.in_flight is None
+    stored = await store.steps(run, "train")
+    assert stored == list(range(steps)), f"train split steps {stored}, backend at {steps}"
+    trained: Counter[int] = Counter()
+    for step in stored:
+        for group in await store.read(run, "train", step):
+            index = group.metadata[STREAM_INDEX_KEY]
+            sampled = group.metadata[INITIAL_STEP_KEY]
+            assert isinstance(index, int) and isinstance(sampled, int)
+            trained[index] += 1
+            for trajectory in group.trajectories:
+                served = trajectory.metadata[SERVED_KEY]
+                assert isinstance(served, int) and served >= sampled, "sampled step overstated"
+                if bound is not None:
+                    assert step - served <= bound, (
+                        f"scenario {index} sampled at step {served} trained at step {step}"
+                    )
+    twice = {i: n for i, n in trained.items() if n > 1}
+    assert not twice, f"scenarios trained more than once: {twice}"
+    discarded = {i for indices in record.discarded.values() for i in indices}
+    assert not discarded & set(trained), f"trained and discarded: {discarded & set(trained)}"
+    if finished:
+        assert not record.pending
+        assert set(trained) | discarded == set(range(scenarios)), (
+            f"unaccounted: {sorted(set(range(scenarios)) - set(trained) - discarded)}"
+        )
+    else:
+        untaken = set(range(record.offset, scenarios))
+        accounted = set(trained) | discarded | set(record.pending) | untaken
+        assert accounted == set(range(scenarios)), f"lost: {set(range(scenarios)) - accounted}"
+    assert record.trained_groups == sum(trained.values())
+    rows = await history.rows(run)
+
+    def steps_with(key: str) -> list[int]:
+        return sorted(r.step for r in rows if key in r.values)
+
+    assert steps_with(TRAINING_ROW_KEY) == list(range(1, steps + 1))
+    assert steps_with(PIPELINE_ROW_KEY) == list(range(1, steps + 1))
+    assert steps_with(SUMMARY_ROW_KEY) == list(range(steps))
+    return Outcome(trained=trained, discarded=discarded, steps=steps, record=record)
+
+
+def chat_rollout_fn(group_size: int = 2, max_tokens: int = 4) -> RolloutFn:
+    """Rollouts as users write them: a chat completion with logprobs from the model's own
+    endpoint, on the name `get_inference_name()` gives (its step recorded under SERVED_KEY).
+    Rewards differ within a group, so every group trains."""
+    counter = itertools.count()
+
+    async def single(model: TrainableModel, scenario: int, config: object) -> Trajectory:
+        served = model.get_inference_name()
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"Question {scenario}?"}]
+        response = await model.openai_client().chat.completions.create(
+            model=served,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=max_tokens,
+            logprobs=True,
+            temperature=1.0,
+        )
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        digits = sum(c.isdigit() for c in text) / (len(text) + 1)
+        return Trajectory(
+            messages_and_choices=[*messages, choice],
+            reward=float(next(counter) % group_size) + digits,
+            metadata={SERVED_KEY: int(served.rsplit("@", 1)[1])},
+        )
+
+    return make_group_rollout_fn(single, group_size)
