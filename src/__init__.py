@@ -21,6 +21,11 @@ _EXPORTS: dict[str, str] = {
     "History": "arthex.core.trajectories",
     "CapturedException": "arthex.core.trajectories",
     "trajectory_group": "arthex.core.trajectories",
+    "capture": "arthex.capturing",
+    "capture_trajectory": "arthex.capturing",
+    "capture_trajectory_group": "arthex.capturing",
+    "current_trajectory": "arthex.capturing",
+    "no_capture": "arthex.capturing",
     "gather_trajectory_groups": "arthex.core.gather",
     "RunRef": "arthex.core.identity",
     "ModelSpec": "arthex.core.identity",
@@ -73,6 +78,11 @@ if TYPE_CHECKING:
     from .adapters.wandb_reporter import WandbReporter as WandbReporter
     from .api import Model as Model
     from .api import TrainableModel as TrainableModel
+    from .capturing import capture as capture
+    from .capturing import capture_trajectory as capture_trajectory
+    from .capturing import capture_trajectory_group as capture_trajectory_group
+    from .capturing import current_trajectory as current_trajectory
+    from .capturing import no_capture as no_capture
     from .core.advantages import group_advantages as group_advantages
     from .core.config import TrainConfig as TrainConfig
     from .core.errors import ArthexError as ArthexError

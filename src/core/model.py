@@ -17,6 +17,8 @@ import attrs
 from ..ports.metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
 from ..ports.training_backend import InferenceEndpoint, StepMetricsSource, TrainingBackend
 from ..ports.trajectory_store import TrajectoryStore
+from .capture.endpoints import register_endpoint
+from .capture.training import training_groups
 from .config import TrainConfig
 from .errors import BackendError, InvalidInputError, NotRegisteredError
 from .history_index import HistoryIndex
@@ -256,6 +258,8 @@ class TrainableModel(Model):
         await self._store.write_model_spec(spec)
         self._backend = backend
         self._endpoint = endpoint
+        if endpoint is not None:
+            register_endpoint(endpoint.base_url)  # capture scopes watch it from now on
         self._client = None
         self._step = await backend.get_step(self.run)
         async with self._train_lock:
@@ -333,7 +337,8 @@ class TrainableModel(Model):
             )
             samples: list[dict[str, float]] = []
             try:
-                async for sample in backend.train(self.run, groups, effective):
+                trained = training_groups(groups, effective)
+                async for sample in backend.train(self.run, trained, effective):
                     samples.append(dict(sample))
                     loss = sample.get("loss/train", sample.get("loss"))
                     bar.advance(note="" if loss is None else f"loss={loss:.4g}")
