@@ -138,8 +138,24 @@ def _metric_means(sources: Iterable[Mapping[str, float | int | bool]]) -> dict[s
     sums: dict[str, list[float]] = {}
     for metrics in sources:
         for key, value in metrics.items():
-            sums.setdefault(key, []).append(float(value))
+            if not key.startswith(COSTS_PREFIX):
+                sums.setdefault(key, []).append(float(value))
     return {key: _mean(values) for key, values in sums.items()}
+
+
+COSTS_PREFIX = "costs/"
+
+
+def _cost_sums(groups: Sequence[TrajectoryGroup]) -> dict[str, float]:
+    """`costs/...` keys of group and trajectory metrics (a judge's tokens, an API's dollars)
+    are what the batch spent: summed over the batch, under their own name, as ART does."""
+    totals: dict[str, list[float]] = {}
+    for group in groups:
+        for metrics in (group.metrics, *(t.metrics for t in group.trajectories)):
+            for key, value in metrics.items():
+                if key.startswith(COSTS_PREFIX):
+                    totals.setdefault(key, []).append(float(value))
+    return {key: math.fsum(values) for key, values in totals.items()}
 
 
 def summarize(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
@@ -164,6 +180,7 @@ def summarize(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]
             for k, v in _metric_means(g.metrics for g in groups if g.trajectories).items()
         }
     )
+    row.update(_cost_sums(groups))
     row["data/step_num_groups"] = float(len(groups))
     row["data/step_num_trajectories"] = float(len(trajectories) + n_exceptions)
     if split == "train":
