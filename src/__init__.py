@@ -23,6 +23,11 @@ _EXPORTS: dict[str, str] = {
     "History": "arthex.core.trajectories",
     "CapturedException": "arthex.core.trajectories",
     "trajectory_group": "arthex.core.trajectories",
+    "capture": "arthex.capturing",
+    "capture_trajectory": "arthex.capturing",
+    "capture_trajectory_group": "arthex.capturing",
+    "current_trajectory": "arthex.capturing",
+    "no_capture": "arthex.capturing",
     "gather_trajectory_groups": "arthex.core.gather",
     "gather_trajectories": "arthex.core.gather",
     "trajectory_group_batches": "arthex.core.batches",
@@ -88,6 +93,11 @@ if TYPE_CHECKING:
     from .api import Model as Model
     from .api import PipelineTrainer as PipelineTrainer
     from .api import TrainableModel as TrainableModel
+    from .capturing import capture as capture
+    from .capturing import capture_trajectory as capture_trajectory
+    from .capturing import capture_trajectory_group as capture_trajectory_group
+    from .capturing import current_trajectory as current_trajectory
+    from .capturing import no_capture as no_capture
     from .core.advantages import group_advantages as group_advantages
     from .core.batches import trajectory_group_batches as trajectory_group_batches
     from .core.chat_types import Messages as Messages

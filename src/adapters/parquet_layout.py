@@ -27,6 +27,7 @@ from pydantic_core import PydanticSerializationError, SchemaSerializer, core_sch
 
 from ..core.errors import CorruptDataError, InvalidInputError
 from ..core.trajectories import History, Trajectory, TrajectoryGroup
+from .parquet_exchanges import exchange_trajectory_json
 
 FORMAT_VERSION = 2
 VERSION_KEY = b"art.trajectory_parquet.version"
@@ -240,6 +241,8 @@ class _Columns:
         (a null cell, and nothing appended) when a content is not text, e.g. multimodal
         parts. A missing content (an assistant turn with only tool calls) is a null content,
         not a reason to drop the whole view."""
+        if trajectory.exchanges:  # ART leaves the view null for captured trajectories
+            return None
         roles, contents, calls, call_ids, trainables = (
             self.role, self.content, self.tool_calls, self.tool_call_id, self.trainable
         )  # fmt: skip
@@ -325,9 +328,10 @@ def _json_or_none(value: object) -> bytes | None:
 _NOT_IN_GROUP_JSON = {"trajectories"}
 _OPTIONAL_FIELDS = ("tools", "additional_histories", "metrics", "metadata", "logs")
 _SPLICED = {"messages_and_choices", "tools", "additional_histories"}
-# Every combination of defaulted fields, so building an exclude set is one dict lookup.
+# Every combination of defaulted fields, so building an exclude set is one dict lookup. A
+# trajectory that reaches these has no exchanges (captured ones take parquet_exchanges).
 _EXCLUDES = {
-    flags: {name for name, flag in zip(_OPTIONAL_FIELDS, flags) if flag}
+    flags: {name for name, flag in zip(_OPTIONAL_FIELDS, flags) if flag} | {"exchanges"}
     for flags in itertools.product((False, True), repeat=len(_OPTIONAL_FIELDS))
 }
 _TAIL_EXCLUDES = {flags: excluded | _SPLICED for flags, excluded in _EXCLUDES.items()}
@@ -389,8 +393,8 @@ _CHOICE_MARKS = _CHOICE_FLOAT_MARKS or ()
 # The splice below writes the fields in declaration order; if a field is ever added or moved,
 # every trajectory takes the model's own serializer instead of a wrong splice.
 _CAN_SPLICE = tuple(Trajectory.model_fields) == (
-    "messages_and_choices", "tools", "additional_histories", "reward", "metrics", "metadata",
-    "logs",
+    "exchanges", "messages_and_choices", "tools", "additional_histories", "reward", "metrics",
+    "metadata", "logs",
 ) and tuple(History.model_fields) == ("messages_and_choices", "tools") and (
     _CHOICE_FLOAT_MARKS is not None
 )  # fmt: skip
@@ -418,6 +422,8 @@ def _trajectory_json(trajectory: Trajectory) -> tuple[bytes, bytes | None]:
     serializing those, which doubles the cost of the Choices (and their per-token logprobs)
     that make up most of a trajectory. Anything unusual (an item that is neither a Choice nor
     a dict) takes the model's own serializer, which then decides, and may refuse."""
+    if trajectory.exchanges:
+        return exchange_trajectory_json(trajectory), None
     flags = _defaults(trajectory)
     items = _items_json(trajectory.messages_and_choices) if _CAN_SPLICE else None
     histories: list[bytes] = []
@@ -475,6 +481,8 @@ def _history_json(history: History) -> bytes | None:
 def full_trajectory_json(trajectory: Trajectory) -> bytes:
     """`trajectory_json` by the model's own serializer alone: the reference `_trajectory_json`
     must equal byte for byte (tests compare the two)."""
+    if trajectory.exchanges:
+        return exchange_trajectory_json(trajectory)
     return _TRAJECTORY_JSON.to_json(
         trajectory, exclude=_EXCLUDES[_defaults(trajectory)], warnings="error"
     )
@@ -586,7 +594,7 @@ def _is_index(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-# Fields ART's Trajectory has and arthex's does not; dropped on read (exchanges only when empty).
+# Fields ART's Trajectory has and arthex's does not; dropped on read.
 _ART_ONLY_FIELDS = ("initial_policy_version", "final_policy_version")
 
 
@@ -632,12 +640,7 @@ def _loads(path: str, what: str, text: str) -> dict[str, Any]:
 
 
 def _art_trajectory(path: str, g: int, t: int, data: dict[str, Any]) -> dict[str, Any]:
-    """Drop the ART-only fields arthex has no place for; refuse what it cannot represent."""
+    """Drop the ART-only fields arthex has no place for."""
     for name in _ART_ONLY_FIELDS:
         data.pop(name, None)
-    if data.pop("exchanges", None):
-        raise CorruptDataError(
-            f"{path}: group {g} trajectory {t} was captured as ART `exchanges`, which arthex "
-            "does not read; log it with messages_and_choices"
-        )
     return data

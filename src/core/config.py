@@ -89,6 +89,7 @@ class TrainConfig:
         default=None, validator=_optional(_positive_int)
     )
     allow_training_without_logprobs: bool = False
+    train_incomplete_trajectories: bool = False  # captured rollouts whose agent raised
     scale_learning_rate_by_reward_std_dev: bool = False
     lr_multiplier_window: int | None = attrs.field(default=None, validator=_optional(_positive_int))
     min_lr_multiplier: float = attrs.field(default=0.1, validator=_positive_finite)

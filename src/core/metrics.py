@@ -142,8 +142,24 @@ def _metric_means(sources: Iterable[Mapping[str, float | int | bool]]) -> dict[s
     sums: dict[str, list[float]] = {}
     for metrics in sources:
         for key, value in metrics.items():
-            sums.setdefault(key, []).append(float(value))
+            if not key.startswith(COSTS_PREFIX):
+                sums.setdefault(key, []).append(float(value))
     return {key: _mean(values) for key, values in sums.items()}
+
+
+COSTS_PREFIX = "costs/"
+
+
+def _cost_sums(groups: Sequence[TrajectoryGroup]) -> dict[str, float]:
+    """`costs/...` keys of group and trajectory metrics (a judge's tokens, an API's dollars)
+    are what the batch spent: summed over the batch, under their own name, as ART does."""
+    totals: dict[str, list[float]] = {}
+    for group in groups:
+        for metrics in (group.metrics, *(t.metrics for t in group.trajectories)):
+            for key, value in metrics.items():
+                if key.startswith(COSTS_PREFIX):
+                    totals.setdefault(key, []).append(float(value))
+    return {key: math.fsum(values) for key, values in totals.items()}
 
 
 # ART's names for the counts of one logged batch (its `metrics_taxonomy.py`): the train split
@@ -191,11 +207,19 @@ def computed_summary(groups: Sequence[TrajectoryGroup], split: str) -> dict[str,
 def custom_summary(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:
     """The user's own metrics of a batch, qualified by the one rule (`qualify_key`): the mean
     of each trajectory metric `k` as `qualify_key(k)`, of each group metric `k` (over groups
-    with at least one trajectory) as `qualify_key("group/" + k)`."""
+    with at least one trajectory) as `qualify_key("group/" + k)`; `costs/...` metrics are
+    summed over the batch under their own name."""
     trajectories = [t for g in groups for t in g.trajectories]
-    row = qualify(_metric_means(t.metrics for t in trajectories), split)
+    means = _metric_means(t.metrics for t in trajectories)
+    row = qualify({k: v for k, v in means.items() if not k.startswith(COSTS_PREFIX)}, split)
     group_means = _metric_means(g.metrics for g in groups if g.trajectories)
-    row.update(qualify({f"group/{k}": v for k, v in group_means.items()}, split))
+    row.update(
+        qualify(
+            {f"group/{k}": v for k, v in group_means.items() if not k.startswith(COSTS_PREFIX)},
+            split,
+        )
+    )
+    row.update(_cost_sums(groups))  # what the batch spent: summed, not averaged
     return row
 
 

@@ -30,6 +30,8 @@ from ..ports.training_backend import (
     TrainingBackend,
 )
 from ..ports.trajectory_store import TrajectoryStore
+from .capture.endpoints import register_endpoint
+from .capture.training import training_groups
 from .config import TrainConfig
 from .errors import (
     BackendError,
@@ -457,6 +459,8 @@ class TrainableModel(Model):
         if endpoint is not None:
             self.inference_base_url = endpoint.base_url
             self.inference_api_key = endpoint.api_key
+        if endpoint is not None:
+            register_endpoint(endpoint.base_url)  # capture scopes watch it from now on
         self._step = await backend.get_step(self.run)
         async with self._train_lock:
             await self._repair_training_row(self._step)
@@ -590,7 +594,8 @@ class TrainableModel(Model):
             )
             samples: list[dict[str, float]] = []
             try:
-                async for sample in backend.train(self.run, groups, effective):
+                trained = training_groups(groups, effective)
+                async for sample in backend.train(self.run, trained, effective):
                     samples.append(dict(sample))
                     loss = sample.get("loss/train", sample.get("loss"))
                     bar.advance(note="" if loss is None else f"loss={loss:.4g}")

@@ -10,10 +10,11 @@ from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator,
 from typing import Annotated, Any, TypeAlias, cast
 
 from openai.types.chat.chat_completion import Choice
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic.functional_validators import BeforeValidator
 
 from .chat_types import Messages
+from .exchanges import TrajectoryExchanges
 
 Message: TypeAlias = dict[str, Any]
 MetricValue: TypeAlias = float | int | bool
@@ -56,14 +57,21 @@ class History(BaseModel):
     tools: list[dict[str, Any]] | None = None
 
 
+INCOMPLETE_KEY = "capture_incomplete"
+"""Metadata flag of a captured trajectory whose agent raised before the scope ended."""
+
+
 class Trajectory(BaseModel):
     """One rollout: the conversation (dict messages and the model's Choices), tools, a reward.
 
-    Only `Choice` items are trained: they carry the sampled tokens and logprobs.
+    Only `Choice` items are trained: they carry the sampled tokens and logprobs. A captured
+    trajectory (`arthex.capture`) holds its recorded calls in `exchanges` instead, and may not
+    also hold messages, tools or additional histories (as in ART).
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    exchanges: TrajectoryExchanges = Field(default_factory=TrajectoryExchanges)
     messages_and_choices: MessagesAndChoices = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     additional_histories: list[History] = Field(default_factory=list)
@@ -79,11 +87,43 @@ class Trajectory(BaseModel):
             raise ValueError(f"reward must be a finite number, got {reward!r}")
         return reward
 
+    @model_validator(mode="after")
+    def _one_representation(self) -> Trajectory:
+        if self.exchanges and self.is_legacy():
+            raise ValueError(
+                "a trajectory holds either captured exchanges or messages_and_choices / tools / "
+                "additional_histories, not both; put the recorded calls and the hand-built "
+                "conversation in separate trajectories"
+            )
+        return self
+
+    def is_legacy(self) -> bool:
+        """Whether the trajectory holds hand-built conversation fields."""
+        return bool(
+            self.messages_and_choices or self.tools is not None or self.additional_histories
+        )
+
+    @property
+    def incomplete(self) -> bool:
+        """True for a captured trajectory whose agent raised before its scope ended."""
+        return self.metadata.get(INCOMPLETE_KEY) is True
+
     def log(self, message: str) -> None:
         self.logs.append(message)
 
     def choices(self) -> Iterator[Choice]:
-        """Every Choice, in the main conversation and then in the additional histories."""
+        """Every Choice, in the main conversation and then in the additional histories; for a
+        captured trajectory, every choice of every recorded chat completion (with the
+        response's `prompt_token_ids` copied onto the choice where only the response has it,
+        as vLLM returns them)."""
+        for exchange in self.exchanges.chat_completions:
+            prompt = (exchange.response.model_extra or {}).get("prompt_token_ids")
+            for choice in exchange.response.choices:
+                extra = choice.model_extra or {}
+                if prompt is not None and "prompt_token_ids" not in extra:
+                    choice = choice.model_copy()
+                    choice.__pydantic_extra__ = {**extra, "prompt_token_ids": prompt}
+                yield choice
         for item in self.messages_and_choices:
             if isinstance(item, Choice):
                 yield item
@@ -113,16 +153,23 @@ def _as_message(item: MessageOrChoice) -> Message:
 
 
 class CapturedException(BaseModel):
-    """A rollout that raised: its qualified class name, message and formatted traceback."""
+    """A rollout that raised: its qualified class name, message and formatted traceback.
+
+    A captured rollout also keeps what it recorded before it raised, as `trajectory` (flagged
+    incomplete): the calls are stored with the group, never trained unless
+    `TrainConfig(train_incomplete_trajectories=True)`. ART's reader ignores the field."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: str
     message: str
     traceback: str = ""
+    trajectory: Trajectory | None = None
 
     @classmethod
-    def from_exception(cls, error: BaseException) -> CapturedException:
+    def from_exception(
+        cls, error: BaseException, trajectory: Trajectory | None = None
+    ) -> CapturedException:
         kind = type(error)
         name = (
             kind.__qualname__
@@ -130,7 +177,7 @@ class CapturedException(BaseModel):
             else f"{kind.__module__}.{kind.__qualname__}"
         )
         formatted = "".join(traceback_module.format_exception(kind, error, error.__traceback__))
-        return cls(type=name, message=str(error), traceback=formatted)
+        return cls(type=name, message=str(error), traceback=formatted, trajectory=trajectory)
 
     @field_validator("type")
     @classmethod

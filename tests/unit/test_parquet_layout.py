@@ -384,7 +384,7 @@ CORRUPTIONS: dict[str, tuple[Edit, str]] = {
         _edit_json(0, "trajectory_json", lambda t: {**t, "reward": "high"}),
         "not a valid trajectory group",
     ),
-    "exchanges": (
+    "exchanges of an unknown kind": (
         _edit_json(0, "trajectory_json", lambda t: {**t, "exchanges": {"x": [1]}}),
         "exchanges",
     ),

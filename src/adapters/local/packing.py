@@ -2,7 +2,8 @@
 
 Training never re-tokenizes: each Choice carries the prompt and completion token ids the
 inference server returned (`prompt_token_ids`, `token_ids` in `choice.model_extra`), so the
-tokens trained are exactly the tokens sampled, and their logprobs line up one to one.
+tokens trained are exactly the tokens sampled, and their logprobs line up one to one. A
+captured trajectory's recorded calls become sequences the same way (`core.capture.samples`).
 
 Layout: ONE sequence per row, right-padded. Several sequences per row would need
 block-diagonal attention (position resets plus a segment-aware mask) to stay correct, which
@@ -24,6 +25,7 @@ import torch
 from openai.types.chat.chat_completion import Choice
 
 from ...core.advantages import group_advantages
+from ...core.capture.samples import token_samples
 from ...core.config import TrainConfig
 from ...core.errors import InvalidInputError
 from ...core.metrics import ZERO_VARIANCE_TOLERANCE
@@ -232,6 +234,22 @@ def _tensors(
 def _trajectory_sequences(
     trajectory: Trajectory, g: int, t: int, advantage: float, config: TrainConfig
 ) -> list[TokenSequence]:
+    if trajectory.exchanges:  # captured: the recorded calls, merged where prompts extend
+        return [
+            TokenSequence(
+                tokens=sample.tokens,
+                completion=sample.trained,
+                logprobs=sample.logprobs,
+                advantage=advantage,
+                group_index=g,
+                trajectory_index=t,
+            )
+            for sample in token_samples(
+                trajectory,
+                f"group {g}, trajectory {t}",
+                allow_without_logprobs=config.allow_training_without_logprobs,
+            )
+        ]
     conversations: list[tuple[str, list[MessageOrChoice]]] = [
         ("messages_and_choices", trajectory.messages_and_choices)
     ]

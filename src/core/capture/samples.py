@@ -1,0 +1,142 @@
+"""Training samples from recorded calls, on the sampler's own token ids (never re-tokenized).
+
+Every recorded choice carries the prompt it was sampled from (`prompt_token_ids`) and what was
+sampled (`token_ids`, with one logprob each). Calls are taken in the order they started; a
+choice extends the sample whose tokens are a prefix of its prompt (the longest such), and the
+prompt tokens past that prefix (tool results, the next user turn, template glue) join the
+sample untrained. When no sample is a prefix, because the agent or the chat template rewrote
+the history, the choice starts a new sample, its whole prompt untrained: a sample never
+mixes two versions of a conversation, and every sampled token is trained exactly once, in
+exactly the context it was sampled in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+from openai.types.chat.chat_completion import Choice
+
+from ..errors import InvalidInputError
+from ..trajectories import Trajectory
+
+
+@attrs.frozen
+class TokenSample:
+    """One sequence to train: `trained[i]` marks a sampled token, `logprobs[i]` its sampling
+    logprob (NaN on untrained tokens, and where unknown). `choices` counts the recorded
+    choices merged into it."""
+
+    tokens: tuple[int, ...]
+    trained: tuple[bool, ...]
+    logprobs: tuple[float, ...]
+    choices: int
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def sampled(self) -> tuple[int, ...]:
+        """The trained tokens, in order: the concatenation of the merged choices' token_ids."""
+        return tuple(t for t, trained in zip(self.tokens, self.trained) if trained)
+
+
+@attrs.define
+class _Growing:
+    tokens: list[int]
+    trained: list[bool]
+    logprobs: list[float]
+    choices: int = 0
+
+
+def token_samples(
+    trajectory: Trajectory, where: str, *, allow_without_logprobs: bool = False
+) -> list[TokenSample]:
+    """The samples of a captured trajectory (see the module docstring). `where` names the
+    trajectory in errors ("group 0, trajectory 3")."""
+    exchanges = trajectory.exchanges
+    others = [name for name in ("completions", "responses", "messages") if getattr(exchanges, name)]
+    if others:
+        raise InvalidInputError(
+            f"{where} holds calls recorded through the {', '.join(others)} API; arthex trains "
+            "chat completions only (record the agent against /chat/completions)"
+        )
+    ordered = sorted(
+        enumerate(exchanges.chat_completions), key=lambda item: (item[1].start_time, item[0])
+    )
+    growing: list[_Growing] = []
+    for call, exchange in ordered:
+        shared_prompt = (exchange.response.model_extra or {}).get("prompt_token_ids")
+        for c, choice in enumerate(exchange.response.choices):
+            here = f"{where}, call {call}, choice {c}"
+            prompt, sampled, logprobs = _choice_tokens(
+                choice, shared_prompt, here, allow_without_logprobs
+            )
+            target = _longest_prefix(growing, prompt)
+            if target is None:
+                target = _Growing([], [], [])
+                growing.append(target)
+            suffix = prompt[len(target.tokens) :]
+            target.tokens += suffix + sampled
+            target.trained += [False] * len(suffix) + [True] * len(sampled)
+            target.logprobs += [math.nan] * len(suffix) + logprobs
+            target.choices += 1
+    return [
+        TokenSample(tuple(g.tokens), tuple(g.trained), tuple(g.logprobs), g.choices)
+        for g in growing
+        if g.tokens
+    ]
+
+
+def _longest_prefix(samples: list[_Growing], prompt: list[int]) -> _Growing | None:
+    best: _Growing | None = None
+    for sample in samples:
+        n = len(sample.tokens)
+        longer = best is None or n > len(best.tokens)
+        if n <= len(prompt) and longer and prompt[:n] == sample.tokens:
+            best = sample
+    return best
+
+
+def _choice_tokens(
+    choice: Choice, shared_prompt: object, where: str, allow_without_logprobs: bool
+) -> tuple[list[int], list[int], list[float]]:
+    extra: dict[str, Any] = choice.model_extra or {}
+    prompt = extra.get("prompt_token_ids", shared_prompt)
+    sampled = extra.get("token_ids")
+    if prompt is None or sampled is None:
+        missing = [
+            name for name, value in (("prompt_token_ids", prompt), ("token_ids", sampled))
+            if value is None
+        ]  # fmt: skip
+        raise InvalidInputError(
+            f"{where} lacks {' and '.join(missing)}: the server did not return token ids. "
+            "Serve the model from an arthex backend (it always returns them) or ask vLLM for "
+            "them with return_token_ids"
+        )
+    prompt_ids = _ids(prompt, where, "prompt_token_ids")
+    sampled_ids = _ids(sampled, where, "token_ids")
+    content = choice.logprobs.content if choice.logprobs is not None else None
+    if content is None or (not content and sampled_ids):
+        if not allow_without_logprobs:
+            raise InvalidInputError(
+                f"{where} has no token logprobs; the agent's client did not ask for them. Set "
+                "TrainConfig(allow_training_without_logprobs=True) to train with ratio 1"
+            )
+        return prompt_ids, sampled_ids, [math.nan] * len(sampled_ids)
+    if len(content) != len(sampled_ids):
+        raise InvalidInputError(
+            f"{where} has {len(content)} token logprobs for {len(sampled_ids)} token_ids; "
+            "they must match one to one"
+        )
+    values = [float(entry.logprob) for entry in content]
+    return prompt_ids, sampled_ids, [v if math.isfinite(v) else math.nan for v in values]
+
+
+def _ids(value: object, where: str, key: str) -> list[int]:
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        raise InvalidInputError(f"{where}: {key} must be a list of token ids (ints >= 0)")
+    return list(value)
