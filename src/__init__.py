@@ -16,6 +16,9 @@ _EXPORTS: dict[str, str] = {
     "TrainableModel": "arthex.api",
     "TrainResult": "arthex.core.model",
     "TrainConfig": "arthex.core.config",
+    "TrainSFTConfig": "arthex.core.sft",
+    "Conversation": "arthex.core.sft",
+    "create_lr_schedule": "arthex.core.sft",
     "Trajectory": "arthex.core.trajectories",
     "TrajectoryGroup": "arthex.core.trajectories",
     "History": "arthex.core.trajectories",
@@ -45,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "WandbReporter": "arthex.adapters.wandb_reporter",
     "load_trajectories": "arthex.loaders",
     "load_history": "arthex.loaders",
+    "load_sft_dataset": "arthex.sft_dataset",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -91,6 +95,9 @@ if TYPE_CHECKING:
     from .core.metrics import MetricsRow as MetricsRow
     from .core.model import TrainResult as TrainResult
     from .core.retention import RetentionDecision as RetentionDecision
+    from .core.sft import Conversation as Conversation
+    from .core.sft import TrainSFTConfig as TrainSFTConfig
+    from .core.sft import create_lr_schedule as create_lr_schedule
     from .core.trajectories import CapturedException as CapturedException
     from .core.trajectories import History as History
     from .core.trajectories import Trajectory as Trajectory
@@ -98,3 +105,4 @@ if TYPE_CHECKING:
     from .core.trajectories import trajectory_group as trajectory_group
     from .loaders import load_history as load_history
     from .loaders import load_trajectories as load_trajectories
+    from .sft_dataset import load_sft_dataset as load_sft_dataset
