@@ -168,7 +168,7 @@ class TinkerBackend:
     @property
     def capabilities(self) -> BackendCapabilities:
         # No `export`: the weights live in the Tinker service (see export_unsupported_hint).
-        lacking = {str(Capability.EXPORT)}
+        lacking = {str(Capability.EXPORT), str(Capability.SFT)}
         if not self._serve:
             lacking.add(str(Capability.INFERENCE))
         return BackendCapabilities(ALL_CAPABILITIES.names - lacking)
