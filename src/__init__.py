@@ -18,6 +18,9 @@ _EXPORTS: dict[str, str] = {
     "make_group_rollout_fn": "arthex.core.pipeline",
     "TrainResult": "arthex.core.model",
     "TrainConfig": "arthex.core.config",
+    "TrainSFTConfig": "arthex.core.sft",
+    "Conversation": "arthex.core.sft",
+    "create_lr_schedule": "arthex.core.sft",
     "Trajectory": "arthex.core.trajectories",
     "TrajectoryGroup": "arthex.core.trajectories",
     "History": "arthex.core.trajectories",
@@ -58,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "load_trajectories": "arthex.loaders",
     "load_history": "arthex.loaders",
     "retry": "arthex.utils.retry",
+    "load_sft_dataset": "arthex.sft_dataset",
 }
 # Subpackages reachable as attributes (`arthex.utils.iterate_dataset(...)`), as in ART.
 _SUBPACKAGES = ("utils",)
@@ -122,6 +126,9 @@ if TYPE_CHECKING:
     from .core.model import TrainResult as TrainResult
     from .core.pipeline import make_group_rollout_fn as make_group_rollout_fn
     from .core.retention import RetentionDecision as RetentionDecision
+    from .core.sft import Conversation as Conversation
+    from .core.sft import TrainSFTConfig as TrainSFTConfig
+    from .core.sft import create_lr_schedule as create_lr_schedule
     from .core.trajectories import CapturedException as CapturedException
     from .core.trajectories import History as History
     from .core.trajectories import Trajectory as Trajectory
@@ -129,4 +136,5 @@ if TYPE_CHECKING:
     from .core.trajectories import trajectory_group as trajectory_group
     from .loaders import load_history as load_history
     from .loaders import load_trajectories as load_trajectories
+    from .sft_dataset import load_sft_dataset as load_sft_dataset
     from .utils.retry import retry as retry

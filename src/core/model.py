@@ -58,6 +58,8 @@ from .metrics import (
 from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
 from .run_state import RunStateMixin
+from .sft import SFT_TIME_KEY, TrainSFTConfig, collect_updates, conversations_from, sft_rows
+from .sft import supervised as supervised_backend
 from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_finite_values, check_training_groups, groups_from_log_input
 
@@ -602,12 +604,7 @@ class TrainableModel(Model):
             finally:
                 bar.close()
             elapsed = time.monotonic() - started
-            new_step = await backend.get_step(self.run)
-            if new_step != step + 1:
-                raise BackendError(
-                    f"{type(backend).__name__} reported step {new_step} after training step "
-                    f"{step}; a train call must advance the step by exactly one"
-                )
+            new_step = await self._advanced_from(step)
             values = training_values(samples, {**extra, TRAINER_SECONDS_KEY: elapsed})
             values.update(await self._running_totals(values))
             row = MetricsRow(step=new_step, values=values)
@@ -618,6 +615,59 @@ class TrainableModel(Model):
             if verbose:
                 logger.info("trained step %d -> %d in %.1fs", step, new_step, elapsed)
             return TrainResult(step=new_step, metrics=row.values)
+
+    async def train_sft(
+        self,
+        trajectories: Iterable[object],
+        config: TrainSFTConfig | None = None,
+        *,
+        verbose: bool = False,
+        progress: bool | None = None,
+    ) -> TrainResult:
+        """Supervised fine-tuning as one step of the run (see core/sft.py): train on the
+        conversations (Trajectory objects, OpenAI fine-tuning records or message lists) with
+        the loss on assistant tokens, then record each gradient step under `sft/` and the
+        means as the new step's training row. The new step is served like an RL step's."""
+        backend = self.backend
+        trainer = supervised_backend(backend)
+        config = config if config is not None else TrainSFTConfig()
+        conversations = conversations_from(trajectories)
+        config.plan(len(conversations))  # a bad learning-rate list fails before any work
+        await self._start_mirrors()  # a mirror that cannot start fails before paid work
+        async with self._train_lock:
+            step = await backend.get_step(self.run)
+            await self._repair_training_row(step)
+            self._record_config({"train_sft": config.to_json()})
+            started = time.monotonic()
+            samples = await collect_updates(
+                trainer,
+                self.run,
+                conversations,
+                config,
+                description=f"sft step {step} -> {step + 1}: gradient step",
+                progress=progress,
+            )
+            elapsed = time.monotonic() - started
+            new_step = await self._advanced_from(step)
+            for sft_row in sft_rows(new_step, samples):
+                await self._report(sft_row)
+            values = training_values(samples, {SFT_TIME_KEY: elapsed})
+            values.update(await self._running_totals(values))
+            row = MetricsRow(step=new_step, values=values)
+            await self._report(row)
+            self._step = new_step
+            if verbose:
+                logger.info("fine-tuned step %d -> %d in %.1fs", step, new_step, elapsed)
+            return TrainResult(step=new_step, metrics=row.values)
+
+    async def _advanced_from(self, step: int) -> int:
+        new_step = await self.backend.get_step(self.run)
+        if new_step != step + 1:
+            raise BackendError(
+                f"{type(self.backend).__name__} reported step {new_step} after training step "
+                f"{step}; a train call must advance the step by exactly one"
+            )
+        return new_step
 
     async def _apply_lr_policy(self, config: TrainConfig) -> tuple[TrainConfig, dict[str, float]]:
         if not config.scale_learning_rate_by_reward_std_dev:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -12,6 +12,11 @@ from ..core.config import TrainConfig
 from ..core.errors import UnsupportedCapability
 from ..core.identity import ModelSpec, RunRef
 from ..core.trajectories import TrajectoryGroup
+
+if TYPE_CHECKING:  # the SFT values import nothing of the ports; only names are needed here
+    from ..core.sft import Conversation, TrainSFTConfig
+
+ExportFormat = Literal["peft", "merged"]
 
 
 class Capability(StrEnum):
@@ -29,6 +34,8 @@ class Capability(StrEnum):
     # service), so two trainers on one run would delete each other's checkpoints and race for
     # step numbers: the model holds the run's lease (RunLeases) from `register` to `close`.
     ONE_TRAINER = "one_trainer"
+    SFT = "sft"
+    EXPORT = "export"
 
 
 def _names(values: Iterable[str]) -> frozenset[str]:
@@ -118,12 +125,44 @@ class StepMetricsSource(Protocol):
         ...
 
 
+@runtime_checkable
+class SupervisedFineTuning(Protocol):
+    """A backend with the `sft` capability: supervised fine-tuning as one step of the run."""
+
+    def train_sft(
+        self, run: RunRef, conversations: Sequence[Conversation], config: TrainSFTConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        """Fine-tune on the conversations in `config.plan(...)`'s batches, with the loss (mean
+        token cross-entropy per batch) on the trained assistant tokens only, yielding one
+        metrics dict per gradient step. When it is done, `get_step` is one higher and the new
+        step is served like an RL step's. Conversations with nothing trainable left (too long
+        for the model) are dropped and counted; when none is left, InvalidInputError is raised
+        before anything changes."""
+        ...
+
+
+@runtime_checkable
+class ModelExporter(Protocol):
+    """A backend with the `export` capability: a step's weights in a standard format."""
+
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None, format: ExportFormat
+    ) -> str:
+        """Write step `step` (latest when None) into the new folder `out_dir`: "peft" a PEFT
+        adapter directory, "merged" a Hugging Face model directory (safetensors, config,
+        tokenizer files copied byte for byte, chat template). Returns the folder."""
+        ...
+
+
 __all__ = [
     "ALL_CAPABILITIES",
     "BackendCapabilities",
     "Capability",
+    "ExportFormat",
     "InferenceEndpoint",
+    "ModelExporter",
     "StepMetricsSource",
+    "SupervisedFineTuning",
     "TrainingBackend",
     "UnsupportedCapability",
 ]

@@ -1,7 +1,10 @@
 """InMemoryBackend: a verified fake TrainingBackend (it passes TrainingBackendContract).
 
 Its "weights" are a per-token preference table updated by the same group-relative advantages
-a real backend uses, so tests can see a learning signal without torch.
+a real backend uses, so tests can see a learning signal without torch. Its supervised
+fine-tuning reads the trained assistant messages' characters as tokens and raises their
+preference along the gradient of `softplus(-w)`, the loss it reports, so the loss falls as a
+real model's would on data it can memorise.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from ..core.backend_train import BackendTrainEntry
 from ..core.config import TrainConfig
 from ..core.errors import InvalidInputError, NotRegisteredError
 from ..core.identity import ModelSpec, RunRef
+from ..core.sft import Conversation, TrainSFTConfig
+from ..core.sft import step_metrics as sft_metrics
 from ..core.trajectories import TrajectoryGroup
 from ..ports.training_backend import (
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
     StepMetricsSource,
+    SupervisedFineTuning,
     TrainingBackend,
 )
 
@@ -37,11 +43,14 @@ class InMemoryBackend(BackendTrainEntry):
         *,
         losses: Collection[str] = ("cispo", "ppo", "importance_sampling"),
         one_trainer: bool = False,
+        sft: bool = True,
     ) -> None:
         """`one_trainer=True` declares `Capability.ONE_TRAINER`, as a backend whose
-        checkpoints other processes see does (so models take the run's lease)."""
+        checkpoints other processes see does (so models take the run's lease); `sft=False`
+        leaves out supervised fine-tuning."""
         self._losses = frozenset(losses)
         self._one_trainer = one_trainer
+        self._sft = sft
         self._checkpoints: dict[RunRef, dict[int, Weights]] = {}
         self._metrics: dict[tuple[RunRef, int], list[dict[str, float]]] = {}
         self._locks: dict[RunRef, asyncio.Lock] = {}
@@ -52,6 +61,8 @@ class InMemoryBackend(BackendTrainEntry):
         names: set[str] = {Capability.TRAIN, Capability.DELETE_CHECKPOINTS}
         if self._one_trainer:
             names.add(Capability.ONE_TRAINER)
+        if self._sft:
+            names.add(Capability.SFT)
         return BackendCapabilities(names | {f"loss:{name}" for name in self._losses})
 
     async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
@@ -119,6 +130,51 @@ class InMemoryBackend(BackendTrainEntry):
             for sample in samples:
                 yield sample
 
+    async def train_sft(
+        self, run: RunRef, conversations: Sequence[Conversation], config: TrainSFTConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        checkpoints = self._run(run)
+        self.capabilities.require(Capability.SFT, type(self).__name__)
+        plan = config.plan(len(conversations))
+        targets = [
+            [ord(c) for i in conv.trained_turns(config.assistant_turns) for c in _text(conv, i)]
+            for conv in conversations
+        ]
+        if not any(targets):
+            raise InvalidInputError("train_sft: no conversation has an assistant token to train")
+        async with self._locks[run]:
+            step = max(checkpoints)
+            weights = dict(checkpoints[step])
+            samples = []
+            for batch in plan:
+                tokens = [token for index in batch.items for token in targets[index]]
+                if not tokens:
+                    continue
+                loss = sum(math.log1p(math.exp(-weights.get(t, 0.0))) for t in tokens)
+                norm = 0.0
+                for token in tokens:
+                    pull = 1.0 / (1.0 + math.exp(weights.get(token, 0.0))) / len(tokens)
+                    weights[token] = weights.get(token, 0.0) + batch.learning_rate * pull
+                    norm += pull * pull
+                samples.append((loss / len(tokens), math.sqrt(norm), batch.learning_rate))
+                await asyncio.sleep(0)
+            metrics = [
+                sft_metrics(
+                    loss=loss,
+                    grad_norm=norm,
+                    learning_rate=rate,
+                    conversations=len(conversations),
+                    trainable_tokens=sum(len(t) for t in targets) * config.epochs,
+                    dropped=0,
+                    gradient_steps=len(samples),
+                )
+                for loss, norm, rate in samples
+            ]
+            checkpoints[step + 1] = weights
+            self._metrics[(run, step + 1)] = [dict(m) for m in metrics]
+            for sample in metrics:
+                yield sample
+
     async def step_metrics(self, run: RunRef, step: int) -> list[dict[str, float]] | None:
         """What `train` yielded for the update that made `step`, kept with the checkpoint."""
         self._run(run)
@@ -143,6 +199,14 @@ class InMemoryBackend(BackendTrainEntry):
         self.closed = True
 
 
+def _text(conversation: Conversation, index: int) -> str:
+    content = conversation.messages[index].get("content") or ""
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content)
+    return str(content)
+
+
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = InMemoryBackend
+    _fine_tunes: type[SupervisedFineTuning] = InMemoryBackend
     _keeps_metrics: type[StepMetricsSource] = InMemoryBackend

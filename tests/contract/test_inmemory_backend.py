@@ -10,14 +10,16 @@ from arthex.testing.fake_backend import InMemoryBackend
 
 
 class TestInMemoryBackend(TrainingBackendContract):
+    sft_learning_rate = 5.0  # its preference table moves in other units than a network's
+
     @pytest.fixture
     def backend(self) -> TrainingBackend:
         return InMemoryBackend()
 
 
 class TestInMemoryBackendWithoutPpo(TrainingBackendContract):
-    """A backend lacking a capability: the kit checks that it is refused, not ignored."""
+    """A backend lacking capabilities: the kit checks that they are refused, not ignored."""
 
     @pytest.fixture
     def backend(self) -> TrainingBackend:
-        return InMemoryBackend(losses=("cispo",))
+        return InMemoryBackend(losses=("cispo",), sft=False)

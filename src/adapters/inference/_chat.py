@@ -59,8 +59,14 @@ class ChatTokenizer:
             self.eos_token_ids = self.eos_token_ids | ids
 
     def render(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        add_generation_prompt: bool = True,
     ) -> list[int]:
+        """The template's token ids, as the servers sample from them (with the assistant's
+        generation prompt) or, for fine-tuning targets, without it."""
         if not messages:
             raise InvalidInputError("messages must hold at least one message")
         plain_messages = [dict(message) for message in messages]
@@ -69,7 +75,7 @@ class ChatTokenizer:
             ids = self._tokenizer.apply_chat_template(
                 plain_messages,
                 tools=plain_tools,
-                add_generation_prompt=True,
+                add_generation_prompt=add_generation_prompt,
                 tokenize=True,
                 return_dict=False,
             )

@@ -18,7 +18,7 @@ import logging
 import secrets
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +33,7 @@ from ...core.errors import (
     NotRegisteredError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.sft import Conversation, TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...core.validation import check_training_groups
 from ...ports.training_backend import (
@@ -40,12 +41,14 @@ from ...ports.training_backend import (
     BackendCapabilities,
     InferenceEndpoint,
     StepMetricsSource,
+    SupervisedFineTuning,
     TrainingBackend,
 )
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from ..inference._chat import ChatTokenizer
     from ..inference.engine import SamplingEngine
     from ..inference.server import InferenceServer
     from .trainer import PolicyTrainer
@@ -72,6 +75,7 @@ class _Run:
     trainer: PolicyTrainer
     serving: _Serving
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    chat: ChatTokenizer | None = None  # the tokenizer SFT renders targets with, when used
 
 
 class LocalBackend(BackendTrainEntry):
@@ -315,36 +319,88 @@ class LocalBackend(BackendTrainEntry):
                 await self._serve(state, step + 1)
                 yield nothing
                 return
-            finished = False
             pinned = config.kl_penalty_reference_step if config.kl_penalty_coef > 0 else None
             self._pin(run, pinned, +1)
             try:
                 steps = trainer.train(batch, config, reference=reference, extra_metrics=counts)
-                samples: list[dict[str, float]] = []
-                while True:
-                    metrics = await asyncio.to_thread(next, steps, None)
-                    if metrics is None:
-                        break
-                    samples.append(dict(metrics))
-                    yield metrics
-                try:
-                    await asyncio.to_thread(
-                        ckpt.publish,
-                        state.model_dir,
-                        step + 1,
-                        trainer.write_checkpoint,
-                        {**trainer.trainer_state(), ckpt.METRICS_KEY: samples},
-                    )
-                except OSError as exc:
-                    raise _save_failed(run, step, state.model_dir, exc) from exc
-                finished = True
+                async with contextlib.aclosing(self._update(state, step, steps)) as updates:
+                    async for metrics in updates:
+                        yield metrics
             finally:
                 self._pin(run, pinned, -1)
-                if not finished:
-                    latest = ckpt.latest_step(state.model_dir)
-                    source = ckpt.step_dir(state.model_dir, latest) if latest is not None else None
-                    await asyncio.to_thread(trainer.load, source)
-            await self._serve(state, step + 1)
+
+    async def _update(
+        self, state: _Run, step: int, steps: Iterator[dict[str, float]]
+    ) -> AsyncGenerator[dict[str, float], None]:
+        """Run the trainer's optimizer steps on the worker thread, yielding each one's metrics,
+        then publish checkpoint `step + 1` and serve it. On a failure, or when the caller
+        stops early, the trainer is reloaded from the latest checkpoint instead."""
+        from . import checkpoints as ckpt
+
+        trainer = state.trainer
+        finished = False
+        try:
+            samples: list[dict[str, float]] = []
+            while True:
+                metrics = await asyncio.to_thread(next, steps, None)
+                if metrics is None:
+                    break
+                samples.append(dict(metrics))
+                yield metrics
+            try:
+                await asyncio.to_thread(
+                    ckpt.publish,
+                    state.model_dir,
+                    step + 1,
+                    trainer.write_checkpoint,
+                    {**trainer.trainer_state(), ckpt.METRICS_KEY: samples},
+                )
+            except OSError as exc:
+                raise _save_failed(state.spec.run, step, state.model_dir, exc) from exc
+            finished = True
+        finally:
+            if not finished:
+                latest = ckpt.latest_step(state.model_dir)
+                source = ckpt.step_dir(state.model_dir, latest) if latest is not None else None
+                await asyncio.to_thread(trainer.load, source)
+        await self._serve(state, step + 1)
+
+    async def train_sft(
+        self, run: RunRef, conversations: Sequence[Conversation], config: TrainSFTConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        """Fine-tune on the conversations (local/sft.py), then save and serve step N+1 as
+        `train` does; the same lock, so SFT and RL calls on one run never overlap."""
+        from ..inference.sft_tokens import tokenize_conversations
+        from . import checkpoints as ckpt
+        from .sft import build_batches, sft_steps
+
+        state = self._require(run)
+        plan = config.plan(len(conversations))
+        async with state.lock:
+            step = ckpt.latest_step(state.model_dir) or 0
+            trainer = state.trainer
+            chat = await self._training_chat(state)
+            data = await asyncio.to_thread(
+                tokenize_conversations,
+                chat,
+                conversations,
+                config.assistant_turns,
+                trainer.max_length,
+            )
+            batches = build_batches(plan, data)
+            steps = sft_steps(trainer, batches, config, conversations, data.dropped)
+            async with contextlib.aclosing(self._update(state, step, steps)) as updates:
+                async for metrics in updates:
+                    yield metrics
+
+    async def _training_chat(self, state: _Run) -> ChatTokenizer:
+        """The base model's tokenizer for fine-tuning targets, loaded once per run."""
+        if state.chat is None:
+            from ..inference._chat import ChatTokenizer
+
+            assert state.spec.base_model is not None
+            state.chat = await asyncio.to_thread(ChatTokenizer.load, state.spec.base_model)
+        return state.chat
 
     @staticmethod
     def _copy_step(state: _Run, step: int, metrics: Mapping[str, float]) -> None:
@@ -507,3 +563,4 @@ def _save_failed(run: RunRef, step: int, model_dir: Path, exc: OSError) -> Backe
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = LocalBackend
     _keeps_metrics: type[StepMetricsSource] = LocalBackend
+    _fine_tunes: type[SupervisedFineTuning] = LocalBackend

@@ -76,6 +76,7 @@ class PolicyTrainer:
         self.pad_token_id = 0
         self.fresh_optimizer_for: Path | None = None
         """The checkpoint loaded without optimizer state (a foreign adapter), if any."""
+        self.optimizer_mode: str | None = None  # "rl" or "sft": whose moments Adam holds
 
     # --- building -----------------------------------------------------------------------
 
@@ -120,6 +121,7 @@ class PolicyTrainer:
             self.model = self._lora(base, checkpoint)
         self.model.eval()
         self._build_optimizer()
+        self.optimizer_mode = state.get("optimizer_mode", "rl") if state is not None else None
         if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
             assert self.optimizer is not None
             ckpt.load_optimizer(self.optimizer, self.param_names, checkpoint)
@@ -202,6 +204,13 @@ class PolicyTrainer:
             foreach=False,
         )
 
+    def use_optimizer_for(self, mode: str) -> None:
+        """Adam's moments of one objective mislead the other: switching between RL and SFT
+        starts the optimizer state afresh (see sft.py)."""
+        if self.optimizer_mode is not None and self.optimizer_mode != mode:
+            self._build_optimizer()
+        self.optimizer_mode = mode
+
     # --- saving -------------------------------------------------------------------------
 
     def trainer_state(self) -> dict[str, Any]:
@@ -221,6 +230,7 @@ class PolicyTrainer:
             "mode": "full" if self.full_finetune else "lora",
             "lora": lora,
             "seed": s.seed,
+            "optimizer_mode": self.optimizer_mode,
         }
 
     def write_checkpoint(self, directory: Path) -> None:
@@ -251,6 +261,7 @@ class PolicyTrainer:
         when the config's KL coefficient is > 0. The row order is the batch's (the backend
         shuffles it with a seed derived from the run's seed and step)."""
         assert self.optimizer is not None and self.model is not None
+        self.use_optimizer_for("rl")
         settings = LossSettings.from_config(config)
         kl_on = settings.kl_coef > 0
         ref = self._reference_logprobs(batch, reference) if kl_on else None

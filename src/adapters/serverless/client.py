@@ -40,6 +40,7 @@ from ...core.identity import ModelSpec, RunRef
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,
+    Capability,
     InferenceEndpoint,
     TrainingBackend,
 )
@@ -122,13 +123,13 @@ class ServerlessBackend(BackendTrainEntry):
             httpx = _httpx()
             with httpx.Client(timeout=self.timeout, verify=_ssl_context()) as client:
                 response = self._sync_get(client, wire.BACKEND_PATH)
-            self._capabilities = BackendCapabilities(response.json()["capabilities"])
+            self._capabilities = _offered(response.json()["capabilities"])
         return self._capabilities
 
     async def _caps(self) -> BackendCapabilities:
         if self._capabilities is None:
             response = await self._request("GET", wire.BACKEND_PATH)
-            self._capabilities = BackendCapabilities(response.json()["capabilities"])
+            self._capabilities = _offered(response.json()["capabilities"])
         return self._capabilities
 
     # --- the port -----------------------------------------------------------------------
@@ -149,7 +150,7 @@ class ServerlessBackend(BackendTrainEntry):
         payload = (await self._request("POST", wire.MODELS_PATH, json=body)).json()
         self._model_ids[model.run] = str(payload["id"])
         if "capabilities" in payload:
-            self._capabilities = BackendCapabilities(payload["capabilities"])
+            self._capabilities = _offered(payload["capabilities"])
         if not payload.get("inference"):
             return None
         return InferenceEndpoint(
@@ -324,6 +325,11 @@ class ServerlessBackend(BackendTrainEntry):
                 return min(float(retry_after), MAX_BACKOFF_S)
         base = min(self.backoff_s * (2**attempt), MAX_BACKOFF_S)
         return float(base * (0.5 + random.random() / 2))  # jitter: retrying clients do not stampede
+
+
+def _offered(names: list[str]) -> BackendCapabilities:
+    """The server backend's capabilities this client can use."""
+    return BackendCapabilities(set(names) - {str(Capability.SFT), str(Capability.EXPORT)})
 
 
 def _httpx() -> Any:

@@ -168,9 +168,11 @@ class TinkerBackend(BackendTrainEntry):
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        if self._serve:
-            return ALL_CAPABILITIES
-        return BackendCapabilities(ALL_CAPABILITIES.names - {str(Capability.INFERENCE)})
+        # No `export`: the weights live in the Tinker service (see export_unsupported_hint).
+        lacking = {str(Capability.EXPORT), str(Capability.SFT)}
+        if not self._serve:
+            lacking.add(str(Capability.INFERENCE))
+        return BackendCapabilities(ALL_CAPABILITIES.names - lacking)
 
     # --- lifecycle ----------------------------------------------------------------------
 

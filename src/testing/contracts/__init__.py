@@ -9,6 +9,7 @@ import pytest
 
 pytest.register_assert_rewrite(
     "arthex.testing.contracts.metrics",
+    "arthex.testing.contracts.sft",
     "arthex.testing.contracts.trajectory_store",
     "arthex.testing.contracts.training_backend",
 )

@@ -27,6 +27,7 @@ from ...core.errors import ArthexError, InvalidInputError, UnsupportedCapability
 from ...core.identity import ModelSpec, RunRef
 from ...core.trajectories import Trajectory, TrajectoryGroup
 from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
+from .sft import SupervisedFineTuningContract
 
 T = TypeVar("T")
 
@@ -93,8 +94,8 @@ def synthetic_groups(
     return groups
 
 
-class TrainingBackendContract:
-    """Mix into a test class and override `backend`."""
+class TrainingBackendContract(SupervisedFineTuningContract):
+    """Mix into a test class and override `backend`. The `sft` tests come with it (sft.py)."""
 
     @pytest.fixture
     def backend(self) -> TrainingBackend:

@@ -1,0 +1,116 @@
+"""Supervised fine-tuning on the local trainer: the gradient steps of one `train_sft` call.
+
+Synchronous, for the worker thread, like trainer.py. Each planned batch (core/sft.py) is one
+optimizer step whose loss is the mean token cross-entropy over the batch's target tokens (ART's
+`num_items_in_batch` normalisation: a long reply weighs more than a short one), accumulated over
+micro-batches of about `micro_batch_tokens` tokens, then clipped to `max_grad_norm`.
+
+Choices where the reference was silent:
+- Weight decay is 0 while fine-tuning (ART's SFT sets it so); RL keeps the backend's.
+- Adam's moments are per objective: the trainer starts its optimizer state afresh when a run
+  switches between RL and SFT (ART resets it the same way), and the checkpoint remembers
+  which objective its state belongs to.
+- Rows are right-padded, so no attention mask is passed: under causal attention a real token
+  sees only earlier, real positions (see trainer._padding_mask).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+import attrs
+import torch
+
+from ...core.sft import Conversation, PlannedBatch, TrainSFTConfig, step_metrics
+from ..inference.sft_tokens import SFTSequence, TokenizedData
+from .loss import next_token_logprobs
+from .trainer import PolicyTrainer
+
+
+@attrs.frozen
+class SFTBatch:
+    sequences: tuple[SFTSequence, ...]
+    learning_rate: float
+
+    @property
+    def num_targets(self) -> int:
+        return sum(s.num_targets for s in self.sequences)
+
+
+def build_batches(plan: Sequence[PlannedBatch], data: TokenizedData) -> list[SFTBatch]:
+    """The planned batches with their sequences; a batch left without targets (all of its
+    conversations dropped) is skipped, as ART skips it."""
+    batches = []
+    for planned in plan:
+        sequences = tuple(
+            sequence for index in planned.items for sequence in (data.sequences[index] or ())
+        )
+        batch = SFTBatch(sequences, planned.learning_rate)
+        if batch.num_targets:
+            batches.append(batch)
+    return batches
+
+
+def sft_steps(
+    trainer: PolicyTrainer,
+    batches: Sequence[SFTBatch],
+    config: TrainSFTConfig,
+    conversations: Sequence[Conversation],
+    dropped: int,
+) -> Iterator[dict[str, float]]:
+    """One optimizer step per batch, yielding its metrics as it finishes."""
+    assert trainer.optimizer is not None and trainer.model is not None
+    trainer.use_optimizer_for("sft")
+    for group in trainer.optimizer.param_groups:
+        group["weight_decay"] = 0.0
+    params = [p for group in trainer.optimizer.param_groups for p in group["params"]]
+    device = torch.device(trainer.settings.device)
+    total_targets = sum(batch.num_targets for batch in batches)
+    limit = config.max_grad_norm if config.max_grad_norm is not None else math.inf
+    for batch in batches:
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = batch.learning_rate
+        normalizer = float(batch.num_targets)
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for tokens, targets in _micro_batches(batch, trainer, device):
+            logits = trainer.model(input_ids=tokens, use_cache=False).logits
+            _, logprobs = next_token_logprobs(logits, tokens)
+            loss = -(logprobs * targets[:, 1:]).sum() / normalizer
+            loss.backward()  # type: ignore[no-untyped-call]
+            loss_sum += float(loss.item())
+            del logits, logprobs, loss
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, limit)
+        trainer.optimizer.step()
+        yield step_metrics(
+            loss=loss_sum,
+            grad_norm=float(grad_norm.item()),
+            learning_rate=batch.learning_rate,
+            conversations=len(conversations),
+            trainable_tokens=total_targets,
+            dropped=dropped,
+            gradient_steps=len(batches),
+        )
+
+
+def _micro_batches(
+    batch: SFTBatch, trainer: PolicyTrainer, device: torch.device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Right-padded (tokens, target mask) tensors of about `micro_batch_tokens` tokens each."""
+    rows = sorted(batch.sequences, key=lambda s: len(s.tokens))
+    budget = trainer.settings.micro_batch_tokens
+    start = 0
+    while start < len(rows):
+        end = start + 1
+        while end < len(rows) and (end + 1 - start) * len(rows[end].tokens) <= budget:
+            end += 1
+        part = rows[start:end]
+        width = max(len(s.tokens) for s in part)
+        tokens = torch.full((len(part), width), trainer.pad_token_id, dtype=torch.long)
+        targets = torch.zeros((len(part), width), dtype=torch.float32)
+        for row, sequence in enumerate(part):
+            tokens[row, : len(sequence.tokens)] = torch.tensor(sequence.tokens)
+            targets[row, : len(sequence.targets)] = torch.tensor(sequence.targets)
+        yield tokens.to(device), targets.to(device)
+        start = end
