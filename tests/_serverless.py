@@ -13,6 +13,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -192,3 +193,74 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 def directories(directory: Path) -> set[str]:
     return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_dir()}
+
+
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection over a plain socket, for what httpx hides: whether
+    the server kept the connection after an answer, and requests no client library would
+    send (a header of 32 MiB, a Content-Length in other digits)."""
+
+    def __init__(self, url: str, timeout: float = 60.0) -> None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._buffer = b""
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    def send_head(self, method: str, path: str, headers: Mapping[str, str]) -> None:
+        lines = [
+            f"{method} {path} HTTP/1.1",
+            "Host: arthex-test",
+            *(f"{k}: {v}" for k, v in headers.items()),
+        ]
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("utf-8"))
+
+    def request(
+        self, method: str, path: str, headers: Mapping[str, str] | None = None, body: bytes = b""
+    ) -> tuple[int, dict[str, str], bytes]:
+        all_headers = {"Content-Length": str(len(body)), **(headers or {})}
+        self.send_head(method, path, all_headers)
+        self.sock.sendall(body)
+        return self.read_response()
+
+    def read_response(self) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) of the next answer; the body by its Content-Length."""
+        while b"\r\n\r\n" not in self._buffer:
+            self._fill()
+        head, self._buffer = self._buffer.split(b"\r\n\r\n", 1)
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        while len(self._buffer) < length:
+            self._fill()
+        body, self._buffer = self._buffer[:length], self._buffer[length:]
+        return int(status_line.split(" ", 2)[1]), headers, body
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self._buffer += chunk
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory so far (the kernel's VmHWM), in MiB."""
+    return _status_kib(pid, "VmHWM") / 1024
+
+
+def rss_mib(pid: int) -> float:
+    return _status_kib(pid, "VmRSS") / 1024
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/{pid}/status has no {field}")

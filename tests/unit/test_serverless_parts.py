@@ -25,7 +25,7 @@ from arthex.adapters.serverless.client import _raise_for_status
 from arthex.adapters.serverless.guard import TENANT_SCOPE_KEY, Guard
 from arthex.adapters.serverless.jobs import JobStore
 from arthex.adapters.serverless.keys import KeyRing, hash_key, new_key
-from arthex.adapters.serverless.registry import ModelRecord, ModelRegistry, model_id
+from arthex.adapters.serverless.registry import ModelRecord, ModelRegistry
 from arthex.adapters.serverless.service import TrainingService
 from arthex.core.config import TrainConfig
 from arthex.core.errors import (
@@ -165,7 +165,7 @@ def test_waiting_returns_when_an_event_arrives(tmp_path: Path) -> None:
 def test_registry_persists_and_hides_other_tenants(tmp_path: Path) -> None:
     registry = ModelRegistry(tmp_path / "registry.json")
     record = ModelRecord(
-        id=model_id("alice", "p", "n"), tenant="alice", project="p", name="n", base_model="b"
+        id=registry.new_id("alice", "p", "n"), tenant="alice", project="p", name="n", base_model="b"
     )
     registry.add(record)
     reloaded = ModelRegistry(tmp_path / "registry.json")
@@ -203,7 +203,7 @@ def test_a_failed_register_leaves_nothing_behind(tmp_path: Path) -> None:
     async def scenario() -> None:
         await service.register("alice", "p", "n", "/nowhere", None)
 
-    with pytest.raises(InvalidInputError, match="cannot load base model"):
+    with pytest.raises(InvalidInputError, match="cannot be loaded by this server"):
         asyncio.run(scenario())
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert service.registry.of_tenant("alice") == []

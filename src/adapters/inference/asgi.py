@@ -1,8 +1,11 @@
 """ASGI plumbing shared by the servers (the inference server and the training server): the
-types, headers, JSON replies, and a request body read whole under a size cap."""
+types, headers, JSON replies, and a request body read whole under a size cap (in memory, or
+spooled to a temp file past a threshold)."""
 
 from __future__ import annotations
 
+import re
+import tempfile
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -11,6 +14,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_DIGITS = re.compile(r"[0-9]{1,18}")  # not str.isdigit(): it accepts '²', which int() refuses
 
 
 class BodyTooLarge(Exception):
@@ -29,7 +34,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
     BodyTooLarge as soon as the declared length or the bytes received pass `limit`, so an
     oversized body is refused while it streams, not after it has been buffered."""
     declared = header(scope, b"content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+    if declared is not None and (_DIGITS.fullmatch(declared) is None or int(declared) > limit):
         raise BodyTooLarge
     body = bytearray()
     while True:
@@ -41,6 +46,70 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
             raise BodyTooLarge
         if not message.get("more_body", False):
             return bytes(body)
+
+
+class SpooledBody:
+    """A request body held once: in memory up to `threshold` bytes, in a temp file in
+    `directory` past it. `read()` returns it as one buffer, read straight from the file, so
+    the process never holds the body twice (the bytes received, and a copy to parse)."""
+
+    def __init__(self, threshold: int, directory: str | None = None) -> None:
+        # closed by close(), which the Guard calls when the request ends
+        self._file = tempfile.SpooledTemporaryFile(max_size=threshold, dir=directory)  # noqa: SIM115
+        self.size = 0
+
+    def write(self, chunk: bytes) -> None:
+        self._file.write(chunk)
+        self.size += len(chunk)
+
+    def read(self) -> bytes:
+        """The whole body as one bytes object (bytes, not bytearray: a parser copies a
+        mutable buffer before it parses it)."""
+        self._file.seek(0)
+        return bytes(self._file.read())
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        self._file.seek(offset)
+        return bytes(self._file.read(size))
+
+    def close(self) -> None:
+        self._file.close()
+
+
+async def read_body_spooled(scope: Scope, receive: Receive, limit: int, body: SpooledBody) -> bool:
+    """Read the request body into `body` (False when the client disconnected first). Raises
+    BodyTooLarge as `read_body` does: on the declared length, or as soon as the bytes
+    received pass `limit`."""
+    declared = header(scope, b"content-length")
+    if declared is not None and (_DIGITS.fullmatch(declared) is None or int(declared) > limit):
+        raise BodyTooLarge
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return False
+        chunk = message.get("body", b"")
+        if body.size + len(chunk) > limit:
+            raise BodyTooLarge
+        body.write(chunk)
+        if not message.get("more_body", False):
+            return True
+
+
+def replaying_spooled(body: SpooledBody, receive: Receive, piece: int = 64 * 1024) -> Receive:
+    """A `receive` that hands the app the spooled body in pieces, then the real channel."""
+    offset = 0
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal offset, delivered
+        if delivered:
+            return await receive()
+        chunk = body.read_at(offset, piece)
+        offset += len(chunk)
+        delivered = offset >= body.size
+        return {"type": "http.request", "body": chunk, "more_body": not delivered}
+
+    return replay
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:

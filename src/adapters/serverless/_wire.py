@@ -28,12 +28,21 @@ NOT_FOUND = "not_found"
 INVALID_REQUEST = "invalid_request"
 MODEL_BUSY = "model_busy"
 REQUEST_TOO_LARGE = "request_too_large"
+HEADERS_TOO_LARGE = "request_headers_too_large"
 UNSUPPORTED_CAPABILITY = "unsupported_capability"
 INTERNAL_ERROR = "internal_error"
 
 # Server-made identifiers; a path segment that does not match is a 404 before any lookup.
 MODEL_ID = re.compile(r"m[0-9a-f]{24}")
 JOB_ID = re.compile(r"j[0-9a-f]{24}")
+# Numbers in URLs and headers are ASCII digits: str.isdigit() also says yes to '١٢' and '²',
+# and int() refuses the second.
+COUNT = re.compile(r"[0-9]{1,18}")
+
+
+def parse_count(text: str) -> int | None:
+    """A non-negative integer written in ASCII digits, else None."""
+    return int(text) if COUNT.fullmatch(text) is not None else None
 
 
 def error_body(status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:

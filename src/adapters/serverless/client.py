@@ -321,7 +321,7 @@ class ServerlessBackend(BackendTrainEntry):
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
         if response is not None:
             retry_after = response.headers.get("retry-after", "")
-            if retry_after.replace(".", "", 1).isdigit():
+            if wire.COUNT.fullmatch(retry_after.replace(".", "", 1)) is not None:
                 return min(float(retry_after), MAX_BACKOFF_S)
         base = min(self.backoff_s * (2**attempt), MAX_BACKOFF_S)
         return float(base * (0.5 + random.random() / 2))  # jitter: retrying clients do not stampede

@@ -2,12 +2,15 @@
 
 It runs before routing, so no request reaches a route (or an unknown path) unauthenticated,
 and a body is refused with 413 as soon as it is known to be too long: at once when its
-Content-Length says so, otherwise while it streams in, never after buffering all of it.
+Content-Length says so, otherwise while it streams in, never after buffering all of it. An
+accepted body is spooled (memory up to a threshold, a temp file past it) and handed to the
+route in the scope (see bodies.py), so the server holds it once.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..inference.asgi import (
@@ -16,12 +19,14 @@ from ..inference.asgi import (
     Receive,
     Scope,
     Send,
+    SpooledBody,
     header,
-    read_body,
-    replaying,
+    read_body_spooled,
+    replaying_spooled,
 )
 from ..inference.asgi import send_json as send_body
-from ._wire import AUTHENTICATION_ERROR, REQUEST_TOO_LARGE, error_body
+from ._wire import AUTHENTICATION_ERROR, HEADERS_TOO_LARGE, REQUEST_TOO_LARGE, error_body
+from .bodies import BODY_SCOPE_KEY
 from .keys import KeyRing
 
 __all__ = ["TENANT_SCOPE_KEY", "ASGIApp", "Guard"]
@@ -30,14 +35,38 @@ TENANT_SCOPE_KEY = "arthex.tenant"
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, *, keys: KeyRing, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: KeyRing,
+        max_body_bytes: int,
+        max_headers: int = 100,
+        spool_threshold_bytes: int = 1024 * 1024,
+        spool_dir: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.app = app
         self.keys = keys
         self.max_body_bytes = max_body_bytes
+        self.max_headers = max_headers
+        self.spool_threshold_bytes = spool_threshold_bytes
+        self.spool_dir = spool_dir
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
+            return
+        if len(scope.get("headers", ())) > self.max_headers:
+            message = (
+                f"the request has more headers than this server accepts ({self.max_headers}); "
+                "send fewer"
+            )
+            await send_json(
+                send,
+                431,
+                error_body(431, message, HEADERS_TOO_LARGE),
+                [(b"connection", b"close")],
+            )
             return
         tenant = self._tenant(scope)
         if tenant is None:
@@ -50,14 +79,20 @@ class Guard:
             )
             return
         scope[TENANT_SCOPE_KEY] = tenant
+        body = SpooledBody(self.spool_threshold_bytes, self.spool_dir())
         try:
-            body = await read_body(scope, receive, self.max_body_bytes)
-        except BodyTooLarge:
-            await self._too_large(send)
-            return
-        if body is None:
-            return
-        await self.app(scope, replaying(body, receive), send)
+            try:
+                complete = await read_body_spooled(scope, receive, self.max_body_bytes, body)
+            except BodyTooLarge:
+                await self._too_large(send)
+                return
+            if not complete:
+                return
+            scope[BODY_SCOPE_KEY] = body
+            await self.app(scope, replaying_spooled(body, receive), send)
+        finally:
+            scope.pop(BODY_SCOPE_KEY, None)
+            body.close()
 
     def _tenant(self, scope: Scope) -> str | None:
         value = header(scope, b"authorization")

@@ -4,12 +4,23 @@ The backend knows a model only by its id (`RunRef(project=tenant, name=id)`), so
 can use the same `project/name` without seeing each other, and no client-chosen string ever
 becomes a path on the server. The registry is one JSON file, rewritten atomically on each
 change, so a restarted server still knows every model whose checkpoints are on disk.
+
+Ids are an HMAC of (tenant, project, name) under a secret of this server (`server-secret`
+beside the registry, 32 random bytes made on first start, readable by its owner only): the
+same on every call of this server, so a retried register lands on the same model, but not
+computable elsewhere, so a tenant cannot confirm guesses of another tenant's names from an id
+(a plain hash of the names, the same on every server, allowed exactly that). Lookups go by
+the names held in the registry, never by recomputing an id, so ids made under an older rule
+keep working.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,16 +29,58 @@ import attrs
 
 from ...core.errors import CorruptDataError
 from ...core.identity import RunRef
-from .._files import atomic_write_bytes
+from .._files import atomic_write_bytes, fsync_dir, temp_path_for
 from ._wire import MODEL_ID, now_iso
 
 REGISTRY_VERSION = 1
+SECRET_FILE = "server-secret"
+SECRET_BYTES = 32
 
 
-def model_id(tenant: str, project: str, name: str) -> str:
-    """Deterministic, so a register retried after a crash lands on the same checkpoints."""
-    digest = hashlib.sha256(f"{tenant}\0{project}\0{name}".encode()).hexdigest()
-    return "m" + digest[:24]
+def model_id(secret: bytes, tenant: str, project: str, name: str) -> str:
+    """Deterministic for one server (a register retried after a crash lands on the same
+    checkpoints), unguessable without the server's secret."""
+    message = f"{tenant}\0{project}\0{name}".encode()
+    return "m" + hmac.new(secret, message, hashlib.sha256).hexdigest()[:24]
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """The server's id secret: read it, or make it once (created 0600 under a temp name and
+    renamed into place, so it is never readable by others and never half-written; when two
+    processes race, the first rename wins and both read that one)."""
+    try:
+        return _read_secret(path)
+    except FileNotFoundError:
+        pass
+    temp = temp_path_for(path)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secrets.token_hex(SECRET_BYTES).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(temp, path)  # fails if another process made it first
+    except FileExistsError:
+        pass
+    finally:
+        temp.unlink()
+    fsync_dir(path.parent)
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    text = path.read_text().strip()
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        secret = b""
+    if len(secret) < 16:
+        raise CorruptDataError(
+            f"the server secret {path} is damaged; restore it from a backup (model ids depend "
+            "on it), or move it away to make a new one (registered models keep their ids)"
+        )
+    return secret
 
 
 @attrs.frozen
@@ -68,8 +121,16 @@ class ModelRegistry:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._models: dict[str, ModelRecord] = {}
+        self._secret: bytes | None = None
+
+    def new_id(self, tenant: str, project: str, name: str) -> str:
+        """The id a new model gets (the same for the same names on this server)."""
+        if self._secret is None:
+            self._secret = load_or_create_secret(self.path.parent / SECRET_FILE)
+        return model_id(self._secret, tenant, project, name)
 
     def load(self) -> None:
+        self._secret = load_or_create_secret(self.path.parent / SECRET_FILE)
         if not self.path.exists():
             return
         try:
@@ -105,7 +166,10 @@ class ModelRegistry:
         return record if record is not None and record.tenant == tenant else None
 
     def find(self, tenant: str, project: str, name: str) -> ModelRecord | None:
-        return self.get(tenant, model_id(tenant, project, name))
+        for record in self._models.values():
+            if (record.tenant, record.project, record.name) == (tenant, project, name):
+                return record
+        return None
 
     def named(self, tenant: str, name: str, project: str | None = None) -> list[ModelRecord]:
         return [

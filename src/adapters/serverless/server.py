@@ -29,17 +29,19 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import re
 import socket
 import sys
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ...ports.training_backend import TrainingBackend
-from .app import DEFAULT_MAX_BODY_BYTES, create_app
-from .jobs import DEFAULT_RETENTION_S
+from .app import create_app
+from .http_protocol import head_capped_protocol
 from .keys import KeyRing
+from .limits import ServerLimits
 
 __all__ = ["create_app", "main", "make_backend", "serve", "serve_async"]
 
@@ -58,9 +60,8 @@ async def serve_async(
     state_dir: str | Path,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    limits: ServerLimits | None = None,
     allowed_base_models: Collection[str] | None = None,
-    job_retention_s: float = DEFAULT_RETENTION_S,
     on_ready: Callable[[str], None] | None = None,
     log_level: str = "warning",
 ) -> None:
@@ -74,9 +75,8 @@ async def serve_async(
         backend,
         keys=keys,
         state_dir=state_dir,
-        max_body_bytes=max_body_bytes,
+        limits=limits,
         allowed_base_models=allowed_base_models,
-        job_retention_s=job_retention_s,
     )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
@@ -89,8 +89,15 @@ async def serve_async(
     except OSError as exc:
         sock.close()
         raise InvalidInputError(f"cannot listen on {host}:{port}: {exc}") from exc
+    limits = limits if limits is not None else ServerLimits()
     config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=10
+        app,
+        http=head_capped_protocol(limits.max_header_bytes),
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -137,29 +144,108 @@ def _preload(modules: Sequence[str]) -> None:
             importlib.import_module(name)
 
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+TRACE = 5  # uvicorn's level below DEBUG
+
+
+class _Parser(argparse.ArgumentParser):
+    """Option errors are one line (what was wrong, where to look), not usage and a traceback."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def _integer(text: str) -> int:
+    if re.fullmatch(r"-?[0-9]{1,19}", text) is None:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(text)
+
+
+def _number(text: str) -> float:
+    if re.fullmatch(r"-?[0-9]{1,19}(\.[0-9]{1,9})?", text) is None:
+        raise argparse.ArgumentTypeError(f"expected a number such as 2 or 0.5, got {text!r}")
+    return float(text)
+
+
+def _port(text: str) -> int:
+    port = _integer(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is from 0 to 65535, got {port}")
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="arthex serve", description="Serve a training backend over HTTP."
-    )
+    defaults = ServerLimits()
+    parser = _Parser(prog="arthex serve", description="Serve a training backend over HTTP.")
     parser.add_argument("--backend", default="local", help="local, inmemory, or module:callable")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help="0 picks a free port")
     parser.add_argument("--keys", default=None, help="API keys file (default: $ARTHEX_SERVER_KEYS)")
     parser.add_argument("--state-dir", default=".arthex-server", help="registry, jobs, checkpoints")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument(
         "--allow-base-model",
         action="append",
         default=None,
         help="a base model tenants may register (repeatable; default: any)",
     )
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--log-level", type=str.lower, choices=LOG_LEVELS, default="warning", metavar="LEVEL"
+    )
+    limits = parser.add_argument_group("limits (0 means no limit where noted)")
+    limits.add_argument(
+        "--max-body-bytes",
+        type=_integer,
+        default=defaults.max_body_bytes,
+        help="largest request body; 413 above it (default %(default)s)",
+    )
+    limits.add_argument(
+        "--spool-threshold-bytes",
+        type=_integer,
+        default=defaults.spool_threshold_bytes,
+        help="bodies above it wait on disk, not in memory (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-header-bytes",
+        type=_integer,
+        default=defaults.max_header_bytes,
+        help="largest request line plus headers; 431 above it (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-headers",
+        type=_integer,
+        default=defaults.max_headers,
+        help="most request headers; 431 above it (default %(default)s)",
+    )
+    limits.add_argument(
+        "--job-retention",
+        type=_number,
+        default=defaults.job_retention_s,
+        metavar="SECONDS",
+        help="how long a finished job's events are kept once read (default %(default)s)",
+    )
     return parser
 
 
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    return ServerLimits(
+        max_body_bytes=args.max_body_bytes,
+        spool_threshold_bytes=args.spool_threshold_bytes,
+        max_header_bytes=args.max_header_bytes,
+        max_headers=args.max_headers,
+        job_retention_s=args.job_retention,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        limits = _limits(args)
+    except InvalidInputError as exc:
+        parser.error(str(exc))
+    logging.addLevelName(TRACE, "TRACE")
+    level = TRACE if args.log_level == "trace" else args.log_level.upper()
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         keys = KeyRing.load(args.keys)
         backend = make_backend(args.backend)
@@ -186,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             state_dir=args.state_dir,
             host=args.host,
             port=args.port,
-            max_body_bytes=args.max_body_bytes,
+            limits=limits,
             allowed_base_models=args.allow_base_model,
             on_ready=ready,
             log_level=args.log_level,

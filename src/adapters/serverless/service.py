@@ -18,14 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from ...core.config import TrainConfig
-from ...core.errors import ArthexError, InvalidInputError, NotRegisteredError
+from ...core.errors import (
+    ArthexError,
+    InvalidInputError,
+    NotRegisteredError,
+    UnsupportedCapability,
+)
 from ...core.identity import ModelSpec, validate_name
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import InferenceEndpoint, TrainingBackend
-from ._wire import GRADIENT_STEP, TRAINING_ENDED, TRAINING_FAILED, TRAINING_STARTED, encode_metrics
+from ._wire import (
+    GRADIENT_STEP,
+    TRAINING_ENDED,
+    TRAINING_FAILED,
+    TRAINING_STARTED,
+    encode_metrics,
+    parse_count,
+)
 from .errors import ModelBusyError
 from .jobs import DEFAULT_RETENTION_S, JobLog, JobStore
-from .registry import ModelRecord, ModelRegistry, model_id
+from .registry import ModelRecord, ModelRegistry
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -60,8 +72,15 @@ class TrainingService:
     def backend_root(self) -> Path:
         return self.state_dir / "backend"
 
+    @property
+    def spool_dir(self) -> Path:
+        """Where request bodies past the spool threshold wait (on the state's disk, not in a
+        /tmp that may be memory)."""
+        return self.state_dir / "tmp"
+
     def open(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.spool_dir.mkdir(exist_ok=True)
         self.registry.load()
         for job in self.jobs.load():
             logger.warning("job %s was interrupted by a server stop; marked failed", job.id)
@@ -106,7 +125,7 @@ class TrainingService:
             await self.ensure_registered(existing)
             return existing, False
         record = ModelRecord(
-            id=model_id(tenant, project, name),
+            id=self.registry.new_id(tenant, project, name),
             tenant=tenant,
             project=project,
             name=name,
@@ -116,11 +135,26 @@ class TrainingService:
         created_before = self._existing_ancestors(record)
         try:
             await self.ensure_registered(record)
-        except BaseException:
+        except BaseException as exc:
             self._remove_created(record, created_before)
+            if isinstance(exc, Exception) and not isinstance(exc, UnsupportedCapability):
+                raise self._unloadable(base, exc) from None
             raise
         self.registry.add(record)
         return record, True
+
+    def _unloadable(self, base: str | None, exc: Exception) -> InvalidInputError:
+        """One answer for every base model the backend could not load, whatever the reason.
+
+        A missing path, a directory that is not a model and a hub id the server cannot reach
+        get the same status and message, so a tenant cannot probe which paths exist on the
+        server. The reason goes to the server's log, for the operator."""
+        logger.warning("register: the backend could not load base_model %r: %r", base, exc)
+        return InvalidInputError(
+            f"base_model {base!r:.200} cannot be loaded by this server's backend "
+            f"({type(self.backend).__name__}); name a model the server offers (ask its "
+            "operator which hub ids or model directories)"
+        )
 
     def model(self, tenant: str, model_id: str) -> ModelRecord:
         record = self.registry.get(tenant, model_id)
@@ -286,7 +320,7 @@ class TrainingService:
         if not isinstance(requested, str) or not requested:
             raise InvalidInputError("'model' must be a served name such as 'my-model@3'")
         base, at, step = requested.partition("@")
-        if at and not step.isdigit():
+        if at and parse_count(step) is None:
             raise InvalidInputError(f"model {requested!r}: the step after '@' must be a number")
         if "/" in base:
             project_part, _, base = base.partition("/")
