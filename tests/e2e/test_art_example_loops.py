@@ -56,8 +56,10 @@ def assert_two_step_art_run(run_dir: Path) -> list[dict[str, Any]]:
     assert all(row["training_step"] == row["step"] for row in rows)
     assert [row["step"] for row in rows if GRADIENT_STEPS_KEY in row] == [1, 2]
     train_dir = run_dir / "trajectories" / "train"
-    assert sorted(p.name for p in train_dir.iterdir()) == ["0001.parquet", "0002.parquet"]
-    for part in train_dir.iterdir():
+    # the data files ART reads; a hidden `.lock` beside them serializes writers of a step
+    visible = sorted(p.name for p in train_dir.iterdir() if not p.name.startswith("."))
+    assert visible == ["0001.parquet", "0002.parquet"]
+    for part in train_dir.glob("*.parquet"):
         table = pq.read_table(part)
         assert table.schema.metadata[b"art.trajectory_parquet.version"] == b"2"
         # the rollouts never asked for logprobs; the server sent them, and training used them
@@ -107,7 +109,10 @@ def test_the_art_skill_template_loop_runs_with_its_imports_changed(
     val_rows = [row for row in rows if "val/reward" in row]
     assert [row["step"] for row in val_rows] == [1, 2]
     val_dir = run_dir / "trajectories" / "val"
-    assert sorted(p.name for p in val_dir.iterdir()) == ["0001.parquet", "0002.parquet"]
+    assert sorted(p.name for p in val_dir.iterdir() if not p.name.startswith(".")) == [
+        "0001.parquet",
+        "0002.parquet",
+    ]
     # delete_checkpoints kept the latest and the best validation step, nothing else
     best = max(val_rows, key=lambda row: (row["val/reward"], row["step"]))["step"]
     kept = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
