@@ -321,9 +321,17 @@ def trajectory_group(
                 when = asyncio.ALL_COMPLETED if return_exceptions else asyncio.FIRST_EXCEPTION
                 await asyncio.wait(tasks.values(), return_when=when)
             if not return_exceptions:
-                for task in tasks.values():  # the first failure, in input order
-                    if task.done() and not task.cancelled() and task.exception() is not None:
-                        raise cast(BaseException, task.exception())
+                # the first failure in input order (asking each settled task marks its error
+                # as retrieved, so none is reported as "never retrieved" later)
+                failures = [
+                    error
+                    for task in tasks.values()
+                    if task.done() and not task.cancelled()
+                    for error in [task.exception()]
+                    if error is not None
+                ]
+                if failures:
+                    raise failures[0]
             results: list[Trajectory | BaseException] = []
             for item in items:
                 result = _outcome(tasks[id(item)]) if id(item) in tasks else item
