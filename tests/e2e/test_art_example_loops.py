@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 import pyarrow.parquet as pq
 
-from arthex.core.model import GRADIENT_STEPS_KEY
+from arthex.core.training_row import GRADIENT_STEPS_KEY
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

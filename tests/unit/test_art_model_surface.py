@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 import arthex as art
 from arthex.core.errors import InvalidInputError, InvalidNameError, UnsupportedCapability
-from arthex.core.model import GRADIENT_STEPS_KEY
+from arthex.core.training_row import GRADIENT_STEPS_KEY
 from arthex.testing.builders import make_group
 from arthex.testing.fake_backend import InMemoryBackend
 

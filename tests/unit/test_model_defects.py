@@ -7,6 +7,7 @@ import asyncio
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,9 +22,15 @@ from arthex.testing.fake_backend import InMemoryBackend
 RUN = arthex.RunRef("p", "m")
 
 
-def trainable(base: Path) -> arthex.TrainableModel:
+def trainable(base: Path, **ports: Any) -> arthex.TrainableModel:
     return arthex.TrainableModel(
-        name="m", project="p", base_model="tiny", base_path=str(base), report_metrics=[]
+        name="m", project="p", base_model="tiny", base_path=str(base), report_metrics=[], **ports
+    )
+
+
+def train_parts(base: Path) -> list[str]:
+    return sorted(
+        p.name for p in (base / "p" / "models" / "m" / "trajectories" / "train").iterdir()
     )
 
 
@@ -242,22 +249,14 @@ def test_a_retried_train_after_a_backend_failure_writes_no_duplicate_rows_or_par
 
     assert asyncio.run(go()) == 1
     assert [r.step for r in rows(tmp_path)] == [0, 1]
-    parts = sorted((tmp_path / "p" / "models" / "m" / "trajectories" / "train").iterdir())
-    assert [p.name for p in parts] == ["0000.parquet"]
+    assert train_parts(tmp_path) == ["0000.parquet"]
 
 
 def test_a_retry_after_the_batch_row_failed_writes_the_part_once(tmp_path: Path) -> None:
     groups = synthetic_groups()
 
     async def go() -> int:
-        model = arthex.TrainableModel(
-            name="m",
-            project="p",
-            base_model="tiny",
-            base_path=str(tmp_path),
-            report_metrics=[],
-            history=FailingHistory(str(tmp_path)),
-        )
+        model = trainable(tmp_path, history=FailingHistory(str(tmp_path)))
         await model.register(InMemoryBackend())
         with pytest.raises(OSError, match="disk hiccup"):
             await model.train(groups)
@@ -265,8 +264,7 @@ def test_a_retry_after_the_batch_row_failed_writes_the_part_once(tmp_path: Path)
 
     assert asyncio.run(go()) == 1
     assert [r.step for r in rows(tmp_path)] == [0, 1]
-    parts = sorted((tmp_path / "p" / "models" / "m" / "trajectories" / "train").iterdir())
-    assert [p.name for p in parts] == ["0000.parquet"]
+    assert train_parts(tmp_path) == ["0000.parquet"]
 
 
 def test_new_groups_at_the_same_step_after_a_failure_are_a_new_batch(tmp_path: Path) -> None:

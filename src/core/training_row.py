@@ -1,0 +1,63 @@
+"""What one `train` call records: the training row of the update, and the batch it logged.
+
+Kept apart from the use cases (model.py) because both are plain values and rules: how the
+backend's per-gradient-step samples become one row, and how a retried call recognises the
+batch a failed attempt already wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from .metrics import STEP_NUM_GROUPS_TRAINABLE, MetricsRow, aggregate_training_metrics
+from .trajectories import TrajectoryGroup
+
+GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
+TRAINER_SECONDS_KEY = "time/step_backend_train_s"  # ART's name: wall time of the backend's train
+# Counts of the batch the model itself records at step N (the train-split row); a backend's
+# own copy would record the same fact again at N+1.
+_BATCH_COUNT_KEYS = frozenset({STEP_NUM_GROUPS_TRAINABLE})
+
+
+def gradient_steps(samples: Sequence[Mapping[str, float]]) -> float:
+    """How many optimizer steps the update took: what the backend says (ART's
+    `data/step_num_gradient_steps`, the same on every sample; a no-op update says 0), else one
+    per sample it yielded."""
+    said = [sample[GRADIENT_STEPS_KEY] for sample in samples if GRADIENT_STEPS_KEY in sample]
+    return float(said[-1]) if said else float(len(samples))
+
+
+def training_values(
+    samples: Sequence[Mapping[str, float]], extra: Mapping[str, float | None]
+) -> dict[str, float | None]:
+    """The training row's metrics: the backend's samples averaged per key, `extra`, and the
+    gradient-step count."""
+    values: dict[str, float | None] = {
+        key: value
+        for key, value in aggregate_training_metrics(samples).items()
+        if key not in _BATCH_COUNT_KEYS
+    }
+    values.update(extra)
+    values[GRADIENT_STEPS_KEY] = gradient_steps(samples)
+    return values
+
+
+@attrs.define
+class PendingBatch:
+    """The train-split batch of a `train` call whose update has not been recorded yet, and
+    which of its writes are done: a retried `train` with the same groups at the same step
+    writes neither its part nor its row again."""
+
+    step: int
+    groups: list[TrajectoryGroup]
+    part_written: bool = False
+    row: MetricsRow | None = None
+
+    def retried_by(self, step: int, groups: Sequence[TrajectoryGroup]) -> bool:
+        return (
+            step == self.step
+            and len(groups) == len(self.groups)
+            and all(new is old or new == old for new, old in zip(groups, self.groups, strict=True))
+        )
