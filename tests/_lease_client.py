@@ -34,7 +34,8 @@ def say(event: str, **data: object) -> None:
 
 
 async def read_line() -> str:
-    return (await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)).strip()
+    line: str = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    return line.strip()
 
 
 async def train_one(backend: ServerlessBackend) -> int:
