@@ -21,10 +21,11 @@ from arthex.adapters.serverless import (
     TrainingJobFailed,
 )
 from arthex.adapters.serverless._wire import decode_metrics, encode_metrics
-from arthex.adapters.serverless.client import _raise_for_status
+from arthex.adapters.serverless.client_http import raise_for_status
 from arthex.adapters.serverless.guard import TENANT_SCOPE_KEY, Guard
 from arthex.adapters.serverless.jobs import JobStore
 from arthex.adapters.serverless.keys import KeyRing, hash_key, new_key
+from arthex.adapters.serverless.limits import ServerLimits
 from arthex.adapters.serverless.registry import ModelRecord, ModelRegistry
 from arthex.adapters.serverless.service import TrainingService
 from arthex.core.config import TrainConfig
@@ -214,7 +215,7 @@ def test_base_models_can_be_restricted(tmp_path: Path) -> None:
     service.open()
     with pytest.raises(InvalidInputError, match="not offered"):
         asyncio.run(service.register("alice", "p", "n", "/etc", None))
-    record, created = asyncio.run(service.register("alice", "p", "n", "ok-model", None))
+    record, created, _ = asyncio.run(service.register("alice", "p", "n", "ok-model", None))
     assert created and record.base_model == "ok-model"
 
 
@@ -260,14 +261,20 @@ def test_the_guard_authenticates_then_caps_the_body_while_reading() -> None:
     async def unused(scope: Scope, receive: Any, send: Any) -> None:
         raise AssertionError("replaced by drive()")
 
-    guard = Guard(unused, keys=KeyRing.parse(f"alice:{KEY_A}", "t"), max_body_bytes=10)
+    guard = Guard(
+        unused,
+        keys=KeyRing.parse(f"alice:{KEY_A}", "t"),
+        limits=ServerLimits(max_body_bytes=1024, spool_threshold_bytes=100),
+    )
     auth = [(b"authorization", f"Bearer {KEY_A}".encode())]
     assert drive(guard, [], [b"{}"])[0] == 401
     assert drive(guard, [(b"authorization", b"Bearer nope")], [b"{}"])[0] == 401
     status, seen = drive(guard, auth, [b"12345", b"678"])
     assert status == 200 and seen["tenant"] == "alice" and seen["body"] == b"12345678"
-    assert drive(guard, [*auth, (b"content-length", b"11")], [b"x" * 11])[0] == 413
-    status, seen = drive(guard, auth, [b"123456", b"789012", b"3", b"4", b"5"])
+    assert drive(guard, [*auth, (b"content-length", b"1025")], [b"x" * 1025])[0] == 413
+    status, seen = drive(guard, auth, [b"x" * 150, b"y" * 150])  # spooled past 100 bytes
+    assert status == 200 and seen["body"] == b"x" * 150 + b"y" * 150
+    status, seen = drive(guard, auth, [b"1" * 600, b"2" * 600, b"3", b"4", b"5"])
     assert status == 413
     assert seen["chunks_read"] == 2, "refused as soon as the cap was passed"
 
@@ -295,7 +302,7 @@ def response(status: int, kind: str = "x", message: str = "the server said so") 
 )
 def test_statuses_map_to_clear_errors(status: int, kind: str, error: type[Exception]) -> None:
     with pytest.raises(error, match="the server said so"):
-        _raise_for_status("GET", "/p", response(status, kind))
+        raise_for_status("GET", "/p", response(status, kind))
 
 
 def test_non_finite_metrics_travel_as_null() -> None:

@@ -3,11 +3,12 @@ talks to (`arthex.adapters.serverless.server`). Importing this package imports n
 nor fastapi; the client imports httpx when it first sends a request."""
 
 from .client import JobEvent, ServerlessBackend
-from .errors import ModelBusyError, ServerlessAuthError, TrainingJobFailed
+from .errors import ModelBusyError, QuotaExceededError, ServerlessAuthError, TrainingJobFailed
 
 __all__ = [
     "JobEvent",
     "ModelBusyError",
+    "QuotaExceededError",
     "ServerlessAuthError",
     "ServerlessBackend",
     "TrainingJobFailed",

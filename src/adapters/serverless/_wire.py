@@ -26,9 +26,13 @@ TERMINAL_EVENTS = frozenset({TRAINING_ENDED, TRAINING_FAILED})
 AUTHENTICATION_ERROR = "authentication_error"
 NOT_FOUND = "not_found"
 INVALID_REQUEST = "invalid_request"
-MODEL_BUSY = "model_busy"
+MODEL_BUSY = "model_busy"  # a job of this model is running
+RUN_BUSY = "run_busy"  # another client holds the model's trainer lease
 REQUEST_TOO_LARGE = "request_too_large"
 HEADERS_TOO_LARGE = "request_headers_too_large"
+RATE_LIMITED = "rate_limit_exceeded"  # refused before acting: safe to retry, even a POST
+QUOTA_EXCEEDED = "insufficient_quota"
+STORAGE_EXCEEDED = "insufficient_storage"
 UNSUPPORTED_CAPABILITY = "unsupported_capability"
 INTERNAL_ERROR = "internal_error"
 

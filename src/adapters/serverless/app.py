@@ -1,5 +1,5 @@
 """The training server's ASGI app: the routes of handlers.py over a TrainingService, behind
-the Guard.
+the Guard (key, rate, body), behind the Observer (health, metrics, audit).
 
 Routes are plain Starlette routes on a FastAPI app (no OpenAPI pages, no injection). Every
 error becomes a JSON body in OpenAI's shape with a 4xx status, or a 500 whose message is
@@ -20,17 +20,21 @@ from ...core.errors import (
     InvalidInputError,
     MissingExtraError,
     NotRegisteredError,
+    RunBusyError,
     UnsupportedCapability,
 )
 from ...ports.training_backend import TrainingBackend
 from . import _wire as wire
 from . import proxy
+from .audit import AuditLog
 from .bodies import BadJsonError
-from .errors import ModelBusyError
+from .errors import ModelBusyError, QuotaExceededError
 from .guard import ASGIApp, Guard
 from .handlers import Handlers
 from .keys import KeyRing
 from .limits import ServerLimits
+from .metrics import ServerMetrics
+from .observer import Observer
 from .service import TrainingService
 
 if TYPE_CHECKING:
@@ -53,9 +57,16 @@ def create_app(
     state_dir: str | Path,
     limits: ServerLimits | None = None,
     allowed_base_models: Collection[str] | None = None,
-) -> ASGIApp:
-    """The ASGI app. Its lifespan opens the state (registry, jobs) and, at shutdown, ends
-    running jobs and closes the backend."""
+    admin_keys: KeyRing | None = None,
+    audit: AuditLog | None = None,
+) -> Observer:
+    """The ASGI app. Its lifespan opens the state (registry, jobs, leases, audit log) and, at
+    shutdown, ends running jobs and closes the backend. `admin_keys` open /metrics; they must
+    not be tenant keys."""
+    if admin_keys is not None and admin_keys.overlaps(keys):
+        raise InvalidInputError(
+            "a key is both an admin key and a tenant key; give /metrics keys of its own"
+        )
     try:
         import httpx
         from fastapi import FastAPI
@@ -64,34 +75,47 @@ def create_app(
 
     limits = limits if limits is not None else ServerLimits()
     service = TrainingService(
-        backend,
-        state_dir,
-        allowed_base_models=allowed_base_models,
-        job_retention_s=limits.job_retention_s,
+        backend, state_dir, allowed_base_models=allowed_base_models, limits=limits
     )
     clients: list[httpx.AsyncClient] = []
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         service.open()
+        if audit is not None:
+            audit.open()
         clients.append(httpx.AsyncClient(timeout=proxy.UPSTREAM_TIMEOUT_S))
         try:
             yield
         finally:
             await clients.pop().aclose()
             await service.close()
+            if audit is not None:
+                audit.close()
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     _install_error_handlers(app, service)
-    for method, path, handler in Handlers(service, lambda: clients[0]).routes():
+    routes = Handlers(service, lambda: clients[0]).routes()
+    for method, path, handler in routes:
         _mount(app, method, path, handler)
-    return Guard(
+    metrics = ServerMetrics(
+        jobs_running=lambda: service.runner.running,
+        jobs_queued=lambda: service.runner.queued,
+        bytes_by_tenant=service.quotas.bytes_by_tenant,
+    )
+    guard = Guard(
         cast(ASGIApp, app),
         keys=keys,
-        max_body_bytes=limits.max_body_bytes,
-        max_headers=limits.max_headers,
-        spool_threshold_bytes=limits.spool_threshold_bytes,
+        limits=limits,
         spool_dir=lambda: str(service.spool_dir) if service.spool_dir.is_dir() else None,
+        on_rate_limited=metrics.rate_limited.inc,
+    )
+    return Observer(
+        guard,
+        routes=[path for _, path, _ in routes],
+        metrics=metrics,
+        audit=audit,
+        admin_keys=admin_keys,
     )
 
 
@@ -119,6 +143,11 @@ def _install_error_handlers(app: FastAPI, service: TrainingService) -> None:
             return fail(400, str(exc), wire.INVALID_REQUEST)
         if isinstance(exc, ModelBusyError):
             return fail(409, str(exc), wire.MODEL_BUSY)
+        if isinstance(exc, RunBusyError):
+            return fail(409, str(exc), wire.RUN_BUSY)
+        if isinstance(exc, QuotaExceededError):
+            kind = wire.STORAGE_EXCEEDED if exc.status == 507 else wire.QUOTA_EXCEEDED
+            return fail(exc.status, str(exc), kind)
         if isinstance(exc, NotRegisteredError):
             return fail(404, str(exc), wire.NOT_FOUND)
         if isinstance(exc, UnsupportedCapability):

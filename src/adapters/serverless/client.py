@@ -7,20 +7,30 @@
 trajectory groups and the config travel; the history and the parquet files stay with the
 frontend, and the checkpoints stay on the server.
 
-Retries: GET and DELETE are retried with exponential backoff on connection errors, 429 and
-500/502/503/504; a POST is never retried, since the server may have acted on it. Training
-events are read with a cursor that advances past every event (the long poll returns as soon
-as one arrives), so a client that reconnects, or another one given the job id and cursor,
-reads each event exactly once.
+Retries: GET, PUT and DELETE are retried with exponential backoff on connection errors, 429
+and 500/502/503/504; a POST is retried only on a 429 `rate_limit_exceeded` (refused before the
+server acted), never otherwise, since the server may have acted on it. Training events are
+read with a cursor that advances past every event (the long poll returns as soon as one
+arrives), so a client that reconnects, or another one given the job id and cursor, reads
+each event exactly once.
+
+One trainer per model: each ServerlessBackend is one trainer, with a lease id of its own that
+it sends with `register` and on every request after (the server's leases.py says how the
+lease is granted, renewed and given back). While registered it renews each model's lease
+every third of the server's TTL, and `close()` gives the leases back. A second client that
+registers a model another trainer holds gets RunBusyError naming that trainer ("pid 4242 on
+gpu-box-1").
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
+import logging
 import os
 import random
-import ssl
+import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,9 +42,8 @@ from ...core.config import TrainConfig
 from ...core.errors import (
     BackendError,
     InvalidInputError,
-    MissingExtraError,
     NotRegisteredError,
-    UnsupportedCapability,
+    RunBusyError,
 )
 from ...core.identity import ModelSpec, RunRef
 from ...core.trajectories import TrajectoryGroup
@@ -45,16 +54,25 @@ from ...ports.training_backend import (
     TrainingBackend,
 )
 from . import _wire as wire
-from .errors import ModelBusyError, ServerlessAuthError, TrainingJobFailed
+from .client_http import (
+    httpx_module,
+    raise_for_status,
+    retryable,
+    ssl_context,
+    transport_error,
+)
+from .errors import TrainingJobFailed
 
 if TYPE_CHECKING:
     import httpx
 
 URL_ENV = "ARTHEX_SERVERLESS_URL"
 KEY_ENV = "ARTHEX_API_KEY"
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 8.0
 EMPTY_POLL_PAUSE_S = 1.0
+LEASE_HEADER = "X-Arthex-Lease"
+
+logger = logging.getLogger("arthex.serverless")
 
 
 @attrs.frozen
@@ -112,6 +130,9 @@ class ServerlessBackend(BackendTrainEntry):
         self._model_ids: dict[RunRef, str] = {}
         self._capabilities: BackendCapabilities | None = None
         self._client: httpx.AsyncClient | None = None
+        self.lease_id = secrets.token_urlsafe(24)
+        self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
+        self._heartbeats: dict[RunRef, asyncio.Task[None]] = {}
 
     # --- capabilities -------------------------------------------------------------------
 
@@ -120,8 +141,8 @@ class ServerlessBackend(BackendTrainEntry):
         """The server's backend's capabilities. Known after `register`; before it, the
         first access asks the server (a blocking GET, once)."""
         if self._capabilities is None:
-            httpx = _httpx()
-            with httpx.Client(timeout=self.timeout, verify=_ssl_context()) as client:
+            httpx = httpx_module()
+            with httpx.Client(timeout=self.timeout, verify=ssl_context()) as client:
                 response = self._sync_get(client, wire.BACKEND_PATH)
             self._capabilities = _offered(response.json()["capabilities"])
         return self._capabilities
@@ -146,9 +167,16 @@ class ServerlessBackend(BackendTrainEntry):
             "name": model.run.name,
             "base_model": model.base_model,
             "config": dict(model.config),
+            "lease": {"id": self.lease_id, "holder": self.holder},
         }
         payload = (await self._request("POST", wire.MODELS_PATH, json=body)).json()
         self._model_ids[model.run] = str(payload["id"])
+        lease = payload.get("lease")
+        if isinstance(lease, Mapping) and model.run not in self._heartbeats:
+            ttl = float(lease.get("ttl_s") or 60.0)
+            self._heartbeats[model.run] = asyncio.create_task(
+                self._heartbeat(model.run, ttl), name=f"lease-{model.run}"
+            )
         if "capabilities" in payload:
             self._capabilities = _offered(payload["capabilities"])
         if not payload.get("inference"):
@@ -187,9 +215,36 @@ class ServerlessBackend(BackendTrainEntry):
                 yield wire.decode_metrics(event.data.get("metrics"))
 
     async def close(self) -> None:
-        client, self._client = self._client, None
+        """Stop renewing and give back every lease this trainer holds, then close."""
+        heartbeats, self._heartbeats = self._heartbeats, {}
+        for task in heartbeats.values():
+            with contextlib.suppress(RuntimeError):  # its event loop may be gone
+                task.cancel()
+        client = self._client
+        if client is not None:
+            for run in heartbeats:
+                path = f"{wire.MODELS_PATH}/{self._model_ids[run]}/lease"
+                with contextlib.suppress(Exception):  # best effort: else it expires
+                    await client.request("DELETE", path, timeout=min(self.timeout, 10.0))
+        self._client = None
         if client is not None:
             await client.aclose()
+
+    async def _heartbeat(self, run: RunRef, ttl_s: float) -> None:
+        """Renew the model's lease every third of its TTL while this trainer lives (a long
+        rollout phase makes no other call). Transport errors are retried on the next beat; a
+        lease another trainer took ends the beat (the next training call says so)."""
+        path = f"{wire.MODELS_PATH}/{self._model_ids[run]}/lease"
+        body = {"id": self.lease_id, "holder": self.holder}
+        while True:
+            await asyncio.sleep(ttl_s / 3)
+            try:
+                await self._request("PUT", path, json=body)
+            except RunBusyError as exc:
+                logger.warning("the lease on %s was lost: %s", run, exc)
+                return
+            except BackendError as exc:
+                logger.warning("could not renew the lease on %s: %s", run, exc)
 
     async def __aenter__(self) -> ServerlessBackend:
         return self
@@ -267,12 +322,12 @@ class ServerlessBackend(BackendTrainEntry):
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            httpx = _httpx()
+            httpx = httpx_module()
             self._client = httpx.AsyncClient(
                 base_url=self.base_url,
                 timeout=self.timeout,
-                verify=_ssl_context(),
-                headers={"Authorization": f"Bearer {self.api_key}"},
+                verify=ssl_context(),
+                headers={"Authorization": f"Bearer {self.api_key}", LEASE_HEADER: self.lease_id},
                 transport=self._transport,
             )
         return self._client
@@ -280,27 +335,28 @@ class ServerlessBackend(BackendTrainEntry):
     async def _request(
         self, method: str, path: str, *, extra_timeout: float = 0.0, **kwargs: Any
     ) -> httpx.Response:
-        httpx = _httpx()
+        httpx = httpx_module()
         client = self._http()
-        attempts = 1 if method == "POST" else self.retries + 1
+        attempts = self.retries + 1
         timeout = self.timeout + extra_timeout
         for attempt in range(attempts):
+            last = attempt + 1 >= attempts
             try:
                 response = await client.request(method, path, timeout=timeout, **kwargs)
             except httpx.TransportError as exc:
-                if attempt + 1 >= attempts:
-                    raise _transport_error(method, path, exc, self.base_url) from exc
+                if last or method == "POST":
+                    raise transport_error(method, path, exc, self.base_url) from exc
                 await asyncio.sleep(self._delay(attempt, None))
                 continue
-            if response.status_code in RETRY_STATUSES and attempt + 1 < attempts:
+            if not last and retryable(method, response):
                 await asyncio.sleep(self._delay(attempt, response))
                 continue
-            _raise_for_status(method, path, response)
+            raise_for_status(method, path, response)
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _sync_get(self, client: httpx.Client, path: str) -> httpx.Response:
-        httpx = _httpx()
+        httpx = httpx_module()
         headers = {"Authorization": f"Bearer {self.api_key}"}
         url = self.base_url + path
         for attempt in range(self.retries + 1):
@@ -308,13 +364,13 @@ class ServerlessBackend(BackendTrainEntry):
                 response = client.get(url, headers=headers)
             except httpx.TransportError as exc:
                 if attempt >= self.retries:
-                    raise _transport_error("GET", path, exc, self.base_url) from exc
+                    raise transport_error("GET", path, exc, self.base_url) from exc
                 time.sleep(self._delay(attempt, None))
                 continue
-            if response.status_code in RETRY_STATUSES and attempt < self.retries:
+            if retryable("GET", response) and attempt < self.retries:
                 time.sleep(self._delay(attempt, response))
                 continue
-            _raise_for_status("GET", path, response)
+            raise_for_status("GET", path, response)
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -330,57 +386,6 @@ class ServerlessBackend(BackendTrainEntry):
 def _offered(names: list[str]) -> BackendCapabilities:
     """The server backend's capabilities this client can use."""
     return BackendCapabilities(set(names) - {str(Capability.SFT), str(Capability.EXPORT)})
-
-
-def _httpx() -> Any:
-    try:
-        import httpx
-    except ImportError as exc:
-        raise MissingExtraError("httpx", "serverless") from exc
-    return httpx
-
-
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """Made once per process: building one (loading the CA bundle) costs ~0.1 s, and every
-    event loop needs a client of its own."""
-    context: ssl.SSLContext = _httpx().create_ssl_context()
-    return context
-
-
-def _transport_error(method: str, path: str, exc: Exception, base_url: str) -> BackendError:
-    note = " (a POST is not retried: the server may have acted on it)" if method == "POST" else ""
-    return BackendError(
-        f"{method} {path} could not reach the training server at {base_url}: "
-        f"{type(exc).__name__}: {exc}{note}"
-    )
-
-
-def _raise_for_status(method: str, path: str, response: httpx.Response) -> None:
-    status = response.status_code
-    if status < 400:
-        return
-    try:
-        payload: object = response.json()
-    except ValueError:
-        payload = None
-    message, kind, param = wire.error_message(payload)
-    message = message or response.text[:500] or response.reason_phrase
-    if status == 401:
-        raise ServerlessAuthError(
-            f"the training server refused the API key ({message}); check ARTHEX_API_KEY"
-        )
-    if status == 404:
-        raise NotRegisteredError(message)
-    if status == 409:
-        raise ModelBusyError(message)
-    if status in (400, 413, 422):
-        raise InvalidInputError(message)
-    if status == 501 and kind == wire.UNSUPPORTED_CAPABILITY:
-        raise UnsupportedCapability(
-            param or "?", "ServerlessBackend (the server's backend)", message
-        )
-    raise BackendError(f"{method} {path} failed with HTTP {status}: {message}")
 
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
 """Errors of the serverless client and server, beyond the core ones they reuse
-(InvalidInputError for 400/413/422, NotRegisteredError for 404, UnsupportedCapability)."""
+(InvalidInputError for 400/413/422, NotRegisteredError for 404, UnsupportedCapability,
+RunBusyError for a model another trainer holds)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,16 @@ class ServerlessAuthError(BackendError, PermissionError):
 
 class ModelBusyError(BackendError):
     """The model is training: one job per model runs at a time (HTTP 409)."""
+
+
+class QuotaExceededError(BackendError):
+    """A tenant quota of the server is used up (HTTP 429 `insufficient_quota` for models and
+    jobs, 507 for checkpoint storage). Waiting does not help: free some (end a job, delete
+    checkpoints) or ask the server's operator for more."""
+
+    def __init__(self, message: str, status: int = 429) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class TrainingJobFailed(BackendError):

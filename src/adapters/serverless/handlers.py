@@ -18,8 +18,9 @@ from ...core.identity import validate_name
 from . import _wire as wire
 from . import proxy
 from .bodies import json_object
-from .guard import TENANT_SCOPE_KEY
+from .guard import AUDIT_SCOPE_KEY, TENANT_SCOPE_KEY
 from .jobs import JobLog
+from .leases import LEASE_HEADER, Lease, parse_claim
 from .registry import ModelRecord
 from .service import TrainingService
 
@@ -30,9 +31,8 @@ if TYPE_CHECKING:
 
     Handler = Callable[[Request], Awaitable["Response | dict[str, Any]"]]
 
-__all__ = ["AUDIT_SCOPE_KEY", "Handlers"]
+__all__ = ["Handlers"]
 
-AUDIT_SCOPE_KEY = "arthex.audit"  # what a handler tells the audit log (model and job ids)
 MAX_WAIT_S = 30.0
 MAX_EVENTS_PER_PAGE = 1000
 _DECIMAL = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
@@ -53,6 +53,8 @@ class Handlers:
             ("POST", models, self.register),
             ("GET", models, self.list_models),
             ("GET", models + "/{model_id}", self.get_model),
+            ("PUT", models + "/{model_id}/lease", self.renew_lease),
+            ("DELETE", models + "/{model_id}/lease", self.release_lease),
             ("GET", models + "/{model_id}/checkpoints", self.checkpoints),
             ("DELETE", models + "/{model_id}/checkpoints", self.delete_checkpoints),
             ("POST", jobs, self.create_job),
@@ -74,12 +76,18 @@ class Handlers:
     def audit(request: Request, **ids: str) -> None:
         request.scope.setdefault(AUDIT_SCOPE_KEY, {}).update(ids)
 
+    @staticmethod
+    def lease_of(request: Request) -> str | None:
+        return request.headers.get(LEASE_HEADER) or None
+
     def model_of(self, request: Request) -> ModelRecord:
+        """The tenant's model named in the path; a read by its trainer renews the lease."""
         model_id = str(request.path_params["model_id"])
         if wire.MODEL_ID.fullmatch(model_id) is None:
             raise NotRegisteredError(f"no model {model_id!r:.80} is registered for this API key")
         record = self.service.model(self.tenant(request), model_id)
         self.audit(request, model_id=record.id)
+        self.service.leases.renew(record.id, self.lease_of(request))
         return record
 
     def job_of(self, request: Request) -> JobLog:
@@ -92,6 +100,7 @@ class Handlers:
         if job is None:
             raise NotRegisteredError(f"no training job {job_id!r:.80} exists for this API key")
         self.audit(request, model_id=job.model_id, job_id=job.id)
+        self.service.leases.renew(job.model_id, self.lease_of(request))
         return job
 
     def project_of(self, request: Request) -> str | None:
@@ -115,20 +124,41 @@ class Handlers:
         from starlette.responses import JSONResponse
 
         body = json_object(request.scope)
-        record, created = await self.service.register(
+        record, created, lease = await self.service.register(
             self.tenant(request),
             body.get("project"),
             body.get("name"),
             body.get("base_model"),
             body.get("config"),
+            body.get("lease"),
         )
         self.audit(request, model_id=record.id)
         payload = {
             **record.public(),
             "inference": self.service.endpoint_of(record) is not None,
             "capabilities": self.service.capabilities(),
+            "lease": self._lease_json(lease),
         }
         return JSONResponse(payload, status_code=201 if created else 200)
+
+    def _lease_json(self, lease: Lease | None) -> dict[str, Any] | None:
+        if lease is None:
+            return None
+        return {"id": lease.id, "since": lease.since, "ttl_s": self.service.leases.ttl_s}
+
+    async def renew_lease(self, request: Request) -> dict[str, Any]:
+        """The trainer's heartbeat: `{"id", "holder"}` takes or renews the model's lease."""
+        record = self.model_of(request)
+        claim = parse_claim(json_object(request.scope))
+        assert claim is not None
+        lease = self.service.leases.claim(record.id, claim[0], claim[1], record.label)
+        return {"lease": self._lease_json(lease)}
+
+    async def release_lease(self, request: Request) -> dict[str, Any]:
+        """The trainer is done: the model is free for another (a no-op for a non-holder)."""
+        record = self.model_of(request)
+        released = self.service.leases.release(record.id, self.lease_of(request))
+        return {"released": released}
 
     async def list_models(self, request: Request) -> dict[str, Any]:
         records = self.service.registry.of_tenant(self.tenant(request))
@@ -149,7 +179,7 @@ class Handlers:
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps
         ):
             raise InvalidInputError("'steps' must be a list of checkpoint steps (integers >= 0)")
-        return await self.service.delete_checkpoints(record, steps)
+        return await self.service.delete_checkpoints(record, steps, self.lease_of(request))
 
     # --- training jobs --------------------------------------------------------------------
 
@@ -162,6 +192,7 @@ class Handlers:
             body.get("model_id"),
             body.get("trajectory_groups"),
             body.get("config"),
+            self.lease_of(request),
         )
         self.audit(request, model_id=job.model_id, job_id=job.id)
         return JSONResponse(job.public(), status_code=201)

@@ -58,12 +58,22 @@ class KeyRing:
         return frozenset(tenant for tenant, _ in self.entries)
 
     def tenant_for(self, presented: str) -> str | None:
+        found = self.identify(presented)
+        return found[0] if found is not None else None
+
+    def identify(self, presented: str) -> tuple[str, bytes] | None:
+        """(tenant, the key's digest) for a key of this ring, else None. The digest names the
+        key without being it (rate limits are per key)."""
         digest = hashlib.sha256(presented.encode()).digest()
-        found: str | None = None
+        found: tuple[str, bytes] | None = None
         for tenant, stored in self.entries:  # no early exit: every digest is compared
             if hmac.compare_digest(digest, stored) and found is None:
-                found = tenant
+                found = (tenant, stored)
         return found
+
+    def overlaps(self, other: KeyRing) -> bool:
+        """Whether a key is in both rings (an admin key must not also be a tenant's)."""
+        return bool({d for _, d in self.entries} & {d for _, d in other.entries})
 
     @classmethod
     def parse(cls, text: str, source: str) -> KeyRing:

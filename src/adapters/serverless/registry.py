@@ -94,6 +94,11 @@ class ModelRecord:
     created_at: str = attrs.field(factory=now_iso)
 
     @property
+    def label(self) -> str:
+        """How the tenant names it: `project/name`."""
+        return f"{self.project}/{self.name}"
+
+    @property
     def run(self) -> RunRef:
         """The identity the backend sees."""
         return RunRef(project=self.tenant, name=self.id)

@@ -24,30 +24,31 @@ State under `--state-dir`: `registry.json`, `jobs/{id}/events.jsonl`, `backend/`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import importlib
 import logging
-import re
 import socket
 import sys
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ...ports.training_backend import TrainingBackend
+from . import options
 from .app import create_app
+from .audit import AuditLog
 from .http_protocol import head_capped_protocol
 from .keys import KeyRing
 from .limits import ServerLimits
+from .options import DEFAULT_PORT
 
 __all__ = ["create_app", "main", "make_backend", "serve", "serve_async"]
 
 logger = logging.getLogger("arthex.serverless")
 
-DEFAULT_PORT = 8000
+TRACE = 5  # uvicorn's level below DEBUG
 
 
 # --- running it ---------------------------------------------------------------------------
@@ -62,6 +63,8 @@ async def serve_async(
     port: int = DEFAULT_PORT,
     limits: ServerLimits | None = None,
     allowed_base_models: Collection[str] | None = None,
+    admin_keys: KeyRing | None = None,
+    audit: AuditLog | None = None,
     on_ready: Callable[[str], None] | None = None,
     log_level: str = "warning",
 ) -> None:
@@ -77,6 +80,8 @@ async def serve_async(
         state_dir=state_dir,
         limits=limits,
         allowed_base_models=allowed_base_models,
+        admin_keys=admin_keys,
+        audit=audit,
     )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
@@ -92,7 +97,7 @@ async def serve_async(
     limits = limits if limits is not None else ServerLimits()
     config = uvicorn.Config(
         app,
-        http=head_capped_protocol(limits.max_header_bytes),
+        http=head_capped_protocol(limits.max_header_bytes, app.header_refused),
         h11_max_incomplete_event_size=limits.max_header_bytes,
         log_level=log_level,
         access_log=False,
@@ -144,110 +149,16 @@ def _preload(modules: Sequence[str]) -> None:
             importlib.import_module(name)
 
 
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-TRACE = 5  # uvicorn's level below DEBUG
-
-
-class _Parser(argparse.ArgumentParser):
-    """Option errors are one line (what was wrong, where to look), not usage and a traceback."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
-
-
-def _integer(text: str) -> int:
-    if re.fullmatch(r"-?[0-9]{1,19}", text) is None:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    return int(text)
-
-
-def _number(text: str) -> float:
-    if re.fullmatch(r"-?[0-9]{1,19}(\.[0-9]{1,9})?", text) is None:
-        raise argparse.ArgumentTypeError(f"expected a number such as 2 or 0.5, got {text!r}")
-    return float(text)
-
-
-def _port(text: str) -> int:
-    port = _integer(text)
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is from 0 to 65535, got {port}")
-    return port
-
-
-def _parser() -> argparse.ArgumentParser:
-    defaults = ServerLimits()
-    parser = _Parser(prog="arthex serve", description="Serve a training backend over HTTP.")
-    parser.add_argument("--backend", default="local", help="local, inmemory, or module:callable")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback)")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help="0 picks a free port")
-    parser.add_argument("--keys", default=None, help="API keys file (default: $ARTHEX_SERVER_KEYS)")
-    parser.add_argument("--state-dir", default=".arthex-server", help="registry, jobs, checkpoints")
-    parser.add_argument(
-        "--allow-base-model",
-        action="append",
-        default=None,
-        help="a base model tenants may register (repeatable; default: any)",
-    )
-    parser.add_argument(
-        "--log-level", type=str.lower, choices=LOG_LEVELS, default="warning", metavar="LEVEL"
-    )
-    limits = parser.add_argument_group("limits (0 means no limit where noted)")
-    limits.add_argument(
-        "--max-body-bytes",
-        type=_integer,
-        default=defaults.max_body_bytes,
-        help="largest request body; 413 above it (default %(default)s)",
-    )
-    limits.add_argument(
-        "--spool-threshold-bytes",
-        type=_integer,
-        default=defaults.spool_threshold_bytes,
-        help="bodies above it wait on disk, not in memory (default %(default)s)",
-    )
-    limits.add_argument(
-        "--max-header-bytes",
-        type=_integer,
-        default=defaults.max_header_bytes,
-        help="largest request line plus headers; 431 above it (default %(default)s)",
-    )
-    limits.add_argument(
-        "--max-headers",
-        type=_integer,
-        default=defaults.max_headers,
-        help="most request headers; 431 above it (default %(default)s)",
-    )
-    limits.add_argument(
-        "--job-retention",
-        type=_number,
-        default=defaults.job_retention_s,
-        metavar="SECONDS",
-        help="how long a finished job's events are kept once read (default %(default)s)",
-    )
-    return parser
-
-
-def _limits(args: argparse.Namespace) -> ServerLimits:
-    return ServerLimits(
-        max_body_bytes=args.max_body_bytes,
-        spool_threshold_bytes=args.spool_threshold_bytes,
-        max_header_bytes=args.max_header_bytes,
-        max_headers=args.max_headers,
-        job_retention_s=args.job_retention,
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    try:
-        limits = _limits(args)
-    except InvalidInputError as exc:
-        parser.error(str(exc))
+    args = options.parse(argv)
     logging.addLevelName(TRACE, "TRACE")
     level = TRACE if args.log_level == "trace" else args.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         keys = KeyRing.load(args.keys)
+        admin_keys = options.admin_keys_of(args)
+        if admin_keys is not None and admin_keys.overlaps(keys):
+            raise InvalidInputError("a key is both an admin key and a tenant key")
         backend = make_backend(args.backend)
     except ArthexError as exc:
         sys.exit(f"arthex serve: {exc}")
@@ -272,8 +183,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             state_dir=args.state_dir,
             host=args.host,
             port=args.port,
-            limits=limits,
+            limits=args.limits,
             allowed_base_models=args.allow_base_model,
+            admin_keys=admin_keys,
+            audit=args.audit,
             on_ready=ready,
             log_level=args.log_level,
         )

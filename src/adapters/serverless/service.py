@@ -17,27 +17,23 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...core.config import TrainConfig
 from ...core.errors import (
-    ArthexError,
     InvalidInputError,
     NotRegisteredError,
     UnsupportedCapability,
 )
 from ...core.identity import ModelSpec, validate_name
-from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import InferenceEndpoint, TrainingBackend
 from ._wire import (
-    GRADIENT_STEP,
-    TRAINING_ENDED,
-    TRAINING_FAILED,
-    TRAINING_STARTED,
-    encode_metrics,
     parse_count,
 )
 from .errors import ModelBusyError
-from .jobs import DEFAULT_RETENTION_S, JobLog, JobStore
+from .jobs import JobLog, JobStore
+from .leases import Lease, LeaseTable, parse_claim
+from .limits import ServerLimits
+from .quotas import TenantQuotas
 from .registry import ModelRecord, ModelRegistry
+from .runner import JobRunner, parse_config, parse_groups
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -54,19 +50,26 @@ class TrainingService:
         state_dir: str | Path,
         *,
         allowed_base_models: Collection[str] | None = None,
-        job_retention_s: float = DEFAULT_RETENTION_S,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.backend = backend
         self.state_dir = Path(state_dir).resolve()
         self.allowed_base_models = (
             frozenset(allowed_base_models) if allowed_base_models is not None else None
         )
+        self.limits = limits if limits is not None else ServerLimits()
         self.registry = ModelRegistry(self.state_dir / "registry.json")
-        self.jobs = JobStore(self.state_dir / "jobs", retention_s=job_retention_s)
+        self.jobs = JobStore(self.state_dir / "jobs", retention_s=self.limits.job_retention_s)
+        self.leases = LeaseTable(self.state_dir / "leases.json", self.limits.lease_ttl_s)
+        self.quotas = TenantQuotas(self.limits, self.backend_root)
         self._endpoints: dict[str, InferenceEndpoint | None] = {}
         self._register_locks: dict[str, asyncio.Lock] = {}
-        self._training: dict[str, str] = {}  # model id -> running job id
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.runner = JobRunner(
+            backend,
+            max_running_jobs=self.limits.max_running_jobs,
+            scrub=self.scrub,
+            on_end=lambda record: self.quotas.job_ended(record.tenant),
+        )
 
     @property
     def backend_root(self) -> Path:
@@ -81,18 +84,15 @@ class TrainingService:
     def open(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.spool_dir.mkdir(exist_ok=True)
+        self.runner.open()
         self.registry.load()
+        self.leases.load()
         for job in self.jobs.load():
             logger.warning("job %s was interrupted by a server stop; marked failed", job.id)
 
     async def close(self) -> None:
         """Stop running jobs (each gets a training_failed event), then close the backend."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await self.runner.close()
         await self.backend.close()
 
     # --- models -------------------------------------------------------------------------
@@ -105,12 +105,20 @@ class TrainingService:
         return sorted(self.backend.capabilities.names)
 
     async def register(
-        self, tenant: str, project: object, name: object, base_model: object, config: object
-    ) -> tuple[ModelRecord, bool]:
-        """The tenant's model `project/name` (created when new). Returns (record, created)."""
+        self,
+        tenant: str,
+        project: object,
+        name: object,
+        base_model: object,
+        config: object,
+        lease: object = None,
+    ) -> tuple[ModelRecord, bool, Lease | None]:
+        """The tenant's model `project/name` (created when new), and the trainer's lease when
+        `lease` ({"id", "holder"}) asks for one. Returns (record, created, lease)."""
         project = validate_name(project, "project")
         name = validate_name(name, "name")
         base = self._check_base_model(base_model)
+        claim = parse_claim(lease)
         if config is None:
             config = {}
         if not isinstance(config, Mapping):
@@ -122,15 +130,29 @@ class TrainingService:
                     f"model {project}/{name} is registered with base_model "
                     f"{existing.base_model!r}, not {base!r}; register it under another name"
                 )
+            granted = self._claim(existing, claim)  # before the backend does anything
             await self.ensure_registered(existing)
-            return existing, False
+            return existing, False, granted
+        with self.quotas.registering(tenant, (project, name), len(self.registry.of_tenant(tenant))):
+            await asyncio.to_thread(self.quotas.check_storage, tenant, 0)
+            record = await self._create(tenant, project, name, base, dict(config))
+        return record, True, self._claim(record, claim)
+
+    def _claim(self, record: ModelRecord, claim: tuple[str, str] | None) -> Lease | None:
+        if claim is None:
+            return None
+        return self.leases.claim(record.id, claim[0], claim[1], record.label)
+
+    async def _create(
+        self, tenant: str, project: str, name: str, base: str | None, config: dict[str, Any]
+    ) -> ModelRecord:
         record = ModelRecord(
             id=self.registry.new_id(tenant, project, name),
             tenant=tenant,
             project=project,
             name=name,
             base_model=base,
-            config=dict(config),
+            config=config,
         )
         created_before = self._existing_ancestors(record)
         try:
@@ -141,7 +163,7 @@ class TrainingService:
                 raise self._unloadable(base, exc) from None
             raise
         self.registry.add(record)
-        return record, True
+        return record
 
     def _unloadable(self, base: str | None, exc: Exception) -> InvalidInputError:
         """One answer for every base model the backend could not load, whatever the reason.
@@ -226,8 +248,11 @@ class TrainingService:
         steps = await self.backend.checkpoint_steps(record.run)
         return sorted(steps), await self.backend.get_step(record.run)
 
-    async def delete_checkpoints(self, record: ModelRecord, steps: Sequence[int]) -> dict[str, Any]:
+    async def delete_checkpoints(
+        self, record: ModelRecord, steps: Sequence[int], lease: str | None = None
+    ) -> dict[str, Any]:
         """Delete the given steps, except the latest (and any the backend protects)."""
+        self.leases.require(record.id, lease, record.label)
         self._refuse_if_training(record)
         await self.ensure_registered(record)
         existing = await self.backend.checkpoint_steps(record.run)
@@ -246,7 +271,12 @@ class TrainingService:
     # --- training -----------------------------------------------------------------------
 
     async def start_job(
-        self, tenant: str, model_id_value: object, groups_json: object, config_json: object
+        self,
+        tenant: str,
+        model_id_value: object,
+        groups_json: object,
+        config_json: object,
+        lease: str | None = None,
     ) -> JobLog:
         """Check everything, then start the job; nothing is written when a check fails."""
         if not isinstance(model_id_value, str):
@@ -255,61 +285,28 @@ class TrainingService:
         config = parse_config(config_json)
         groups = parse_groups(groups_json)
         self.backend.capabilities.check(config, type(self.backend).__name__)
+        self.leases.require(record.id, lease, record.label)
         self._refuse_if_training(record)
+        self.quotas.admit_job(tenant)
         await self.ensure_registered(record)
-        self._refuse_if_training(record)  # registering awaited: check again, then claim
+        steps = await self.backend.checkpoint_steps(record.run)
+        await self.quotas.admit_checkpoint(tenant, self._model_dir(record)[-1], len(steps))
+        # Those awaited: check again, then claim, with no await in between.
+        self.leases.require(record.id, lease, record.label)
+        self._refuse_if_training(record)
+        self.quotas.admit_job(tenant)
         job = self.jobs.create(tenant, record.id)
-        self._training[record.id] = job.id
-        task = asyncio.create_task(self._run(job, record, groups, config), name=f"job-{job.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.quotas.job_started(tenant)
+        self.runner.start(job, record, groups, config)
         return job
 
     def _refuse_if_training(self, record: ModelRecord) -> None:
-        running = self._training.get(record.id)
+        running = self.runner.training.get(record.id)
         if running is not None:
             raise ModelBusyError(
                 f"model {record.project}/{record.name} is training (job {running}); one job "
                 "per model runs at a time: wait for it to end, then retry"
             )
-
-    async def _run(
-        self,
-        job: JobLog,
-        record: ModelRecord,
-        groups: list[TrajectoryGroup],
-        config: TrainConfig,
-    ) -> None:
-        run = record.run
-        try:
-            step = await self.backend.get_step(run)
-            job.append(
-                TRAINING_STARTED,
-                {
-                    "step": step,
-                    "num_groups": len(groups),
-                    "num_trajectories": sum(len(g.trajectories) for g in groups),
-                },
-            )
-            count = 0
-            async for metrics in self.backend.train(run, groups, config):
-                count += 1
-                job.append(GRADIENT_STEP, {"index": count, "metrics": encode_metrics(metrics)})
-            new_step = await self.backend.get_step(run)
-            job.append(TRAINING_ENDED, {"step": new_step, "num_gradient_steps": count})
-        except asyncio.CancelledError:
-            job.append(
-                TRAINING_FAILED,
-                {"message": "the training server shut down during this job", "type": "Interrupted"},
-            )
-            raise
-        except Exception as exc:
-            if not isinstance(exc, ArthexError):
-                logger.exception("job %s failed", job.id)
-            message = self.scrub(str(exc))
-            job.append(TRAINING_FAILED, {"message": message, "type": type(exc).__name__})
-        finally:
-            self._training.pop(record.id, None)
 
     # --- inference ----------------------------------------------------------------------
 
@@ -355,30 +352,3 @@ class TrainingService:
 
     def endpoint_of(self, record: ModelRecord) -> InferenceEndpoint | None:
         return self._endpoints.get(record.id)
-
-
-def parse_config(payload: object) -> TrainConfig:
-    if payload is None:
-        return TrainConfig()
-    if not isinstance(payload, Mapping):
-        raise InvalidInputError(f"config must be a JSON object, got {type(payload).__name__}")
-    try:
-        return TrainConfig(**{str(k): v for k, v in payload.items()})
-    except TypeError as exc:
-        raise InvalidInputError(f"config: {exc}; see TrainConfig for the fields") from None
-
-
-def parse_groups(payload: object) -> list[TrajectoryGroup]:
-    from pydantic import ValidationError
-
-    if not isinstance(payload, list):
-        raise InvalidInputError("trajectory_groups must be a JSON list of trajectory groups")
-    if not payload:
-        raise InvalidInputError("train got an empty list of groups: there is nothing to train on")
-    groups = []
-    for index, item in enumerate(payload):
-        try:
-            groups.append(TrajectoryGroup.model_validate(item))
-        except (ValidationError, TypeError, ValueError) as exc:
-            raise InvalidInputError(f"trajectory_groups[{index}] is not a group: {exc}") from None
-    return groups
