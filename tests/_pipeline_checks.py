@@ -10,7 +10,6 @@ one place that lists them.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from typing import Any
 
@@ -18,10 +17,10 @@ import attrs
 
 from arthex.core.identity import RunRef
 from arthex.core.model import TrainableModel
-from arthex.core.pipeline import RolloutFn, make_group_rollout_fn
+from arthex.core.pipeline import RolloutFn
 from arthex.core.pipeline.measures import INITIAL_STEP_KEY, STREAM_INDEX_KEY
 from arthex.core.pipeline_record import PipelineRecord
-from arthex.core.trajectories import Trajectory
+from arthex.core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
 from arthex.ports.metrics_reporter import MetricsHistory
 from arthex.ports.pipeline_state import PipelineStateStore
 from arthex.ports.trajectory_store import TrajectoryStore
@@ -97,12 +96,11 @@ async def check_pipeline_run(
 
 
 def chat_rollout_fn(group_size: int = 2, max_tokens: int = 4) -> RolloutFn:
-    """Rollouts as users write them: a chat completion with logprobs from the model's own
-    endpoint, on the name `get_inference_name()` gives (its step recorded under SERVED_KEY).
-    Rewards differ within a group, so every group trains."""
-    counter = itertools.count()
+    """Rollouts as users write them: chat completions with logprobs from the model's own
+    endpoint, on the name `get_inference_name()` gives (its step kept under SERVED_KEY). The
+    i-th rollout of a group earns i plus a little for digits, so every group trains."""
 
-    async def single(model: TrainableModel, scenario: int, config: object) -> Trajectory:
+    async def single(model: TrainableModel, scenario: int, position: int) -> Trajectory:
         served = model.get_inference_name()
         messages: list[dict[str, Any]] = [{"role": "user", "content": f"Question {scenario}?"}]
         response = await model.openai_client().chat.completions.create(
@@ -117,8 +115,11 @@ def chat_rollout_fn(group_size: int = 2, max_tokens: int = 4) -> RolloutFn:
         digits = sum(c.isdigit() for c in text) / (len(text) + 1)
         return Trajectory(
             messages_and_choices=[*messages, choice],
-            reward=float(next(counter) % group_size) + digits,
+            reward=float(position) + digits,
             metadata={SERVED_KEY: int(served.rsplit("@", 1)[1])},
         )
 
-    return make_group_rollout_fn(single, group_size)
+    async def group(model: TrainableModel, scenario: int, config: object) -> TrajectoryGroup:
+        return await trajectory_group(single(model, scenario, i) for i in range(group_size))
+
+    return group

@@ -124,4 +124,5 @@ def test_without_save_checkpoint_only_steps_in_use_are_kept() -> None:
         Script(), range(20), min_batch_size=2, max_batch_size=2, max_steps=4, save_checkpoint=False
     )
     asyncio.run(trainer.train())
-    assert asyncio.run(world.backend.checkpoint_steps(RUN)) == [4]
+    kept = asyncio.run(world.backend.checkpoint_steps(RUN))
+    assert kept[-1] == 4 and len(kept) <= 2, "the latest, and a step rollouts still sampled on"

@@ -328,21 +328,25 @@ class PipelineTrainer:
             clock.tokens += outcome.tokens if isinstance(outcome, _Sampled) else 0
 
     def _fresh_enough(self) -> bool:
-        """A rollout started now would be young enough for an update it can join.
+        """A rollout started now would be young enough for the update it will join.
 
-        ART waits only while the served step is already too old for the next update. But
-        groups started while the batches they could join are full wait for later updates and
-        go stale in the queue (with `max_steps_off_policy=0`, every group started between a
-        batch being collected and its update ending). So the groups admitted at the served
-        step are capped at the batches still to come within the bound: `bound + 1` batches of
-        `max_batch_size`, one fewer while an update from that step runs. Groups admitted at
-        older steps do not count, so a straggler never holds the others back; discards make
-        this an estimate, and the bound itself is enforced when a batch is collected."""
+        ART waits only while the served step is already too old for the next update. But a
+        group started while the batches it could join are already spoken for waits in the
+        queue for a later update and goes stale there (with `max_steps_off_policy=0`, every
+        group started between a batch being collected and its update ending). So a rollout
+        starts only if the update it would join is within the bound of the served step,
+        counting the groups admitted ahead of it in batches of `max_batch_size`: those in
+        flight, queued or collected and still young enough to be trained. Groups already too
+        old to train will be discarded and take no place, so a straggler never holds the
+        others back. Discards make this an estimate; the bound itself is enforced when a
+        batch is collected."""
         bound = self.max_steps_off_policy
         if self._stop.is_set() or bound is None:
             return True
-        batches = bound + 1 - (self._training_to - self._step)
-        return self._admitted[self._step] < batches * self.max_batch_size
+        next_update = self._training_to
+        ahead = sum(n for step, n in self._admitted.items() if step >= next_update - bound)
+        joins = next_update + ahead // self.max_batch_size
+        return joins - self._step <= bound
 
     async def _release(self, sampled: list[int]) -> None:
         """Admitted groups left the batches to come (discarded, or their update started):

@@ -1,0 +1,119 @@
+"""A pipeline run on LocalBackend and the tiny model, in a child process the parent SIGKILLs.
+
+The child is forked from the forkserver of _training_loop.py (torch and arthex imported once),
+registers the model, writes its live weights and optimizer tensors to `dump/` (so the parent
+can compare them with the newest checkpoint), runs `PipelineTrainer` over `range(scenarios)`
+with real chat completions from its own inference server, and reports each event to the
+parent over a pipe. `kill=(POINT, N)` makes it SIGKILL itself the N-th time it reaches POINT:
+the points of _training_loop.py (`pack`, `before-publish`, `after-publish`, ...) and
+`record-saved` (the pipeline record was just replaced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from . import _training_loop as loop
+
+PROJECT = "faults"
+NAME = "pipeline"
+GROUP_SIZE = 2
+BATCH = 2
+BOUND = 2
+PRELOAD = [
+    *loop.PRELOAD,
+    "arthex.core.pipeline",
+    "arthex.adapters.pipeline_state",
+    "tests._pipeline_checks",
+    __name__,
+]
+
+
+def model_dir(base_path: Path) -> Path:
+    return base_path / PROJECT / "models" / NAME
+
+
+def start_child(
+    options: Mapping[str, Any],
+) -> tuple[multiprocessing.process.BaseProcess, Connection]:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=child_main, args=(dict(options), send), daemon=True)
+    process.start()
+    send.close()
+    return process, receive
+
+
+def child_main(options: dict[str, Any], events: Connection) -> None:
+    from arthex.adapters import pipeline_state
+
+    kill = options.get("kill")
+    killer = loop.Killer(kill[0] if kill else None, kill[1] if kill else 0, events)
+    loop.install_hooks(killer)
+    store: Any = pipeline_state.JsonPipelineStateStore
+    save = store.save
+
+    async def hooked_save(self: Any, run: Any, record: Any) -> None:
+        await save(self, run, record)
+        killer.reached("record-saved")
+
+    store.save = hooked_save
+    loop._quiet()
+    asyncio.run(_run(options, events))
+
+
+async def _run(options: dict[str, Any], events: Connection) -> None:
+    from arthex.adapters.local import LocalBackend
+    from arthex.api import PipelineTrainer, TrainableModel
+    from tests._pipeline_checks import chat_rollout_fn
+
+    base_path = Path(options["base_path"])
+    model = TrainableModel(
+        name=NAME,
+        project=PROJECT,
+        base_model=options["base_model"],
+        base_path=str(base_path),
+        report_metrics=[],
+    )
+    backend = LocalBackend(engine="torch", full_finetune=True, seed=0)
+    try:
+        await model.register(backend)
+        step = await model.get_step()
+        _dump(backend, model, Path(options["dump"]) / f"resume-{os.getpid()}.safetensors")
+        events.send({"event": "registered", "step": step, "pid": os.getpid()})
+        trainer = PipelineTrainer(
+            model,
+            backend,
+            chat_rollout_fn(GROUP_SIZE),
+            range(options["scenarios"]),
+            None,
+            num_rollout_workers=4,
+            min_batch_size=BATCH,
+            max_batch_size=BATCH,
+            max_steps_off_policy=BOUND,
+            learning_rate=1e-2,
+            on_step=lambda done, _metrics: events.send({"event": "step", "step": done}),
+        )
+        await trainer.train()
+        step = await model.get_step()
+        _dump(backend, model, Path(options["dump"]) / f"final-{os.getpid()}.safetensors")
+        events.send({"event": "done", "step": step, "pid": os.getpid()})
+    finally:
+        await backend.close()
+        await model.close()
+
+
+def _dump(backend: Any, model: Any, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    weights, optimizer = backend.training_tensors(model.run)
+    tensors = {f"w.{k}": v for k, v in weights.items()}
+    tensors.update({f"o.{k}": v for k, v in optimizer.items()})
+    save_file(tensors, str(path))
