@@ -25,56 +25,10 @@ from arthex.adapters.local import LocalBackend, packing
 from arthex.adapters.parquet_store import read_part
 from arthex.core.capture import token_samples
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
-from tests.e2e._scripted_model import Turn, scripted_model
+from tests.e2e._scripted_model import scripted_model
+from tests.e2e._weather import FINAL, QUESTION, SCRIPT, SUMMARY, SYSTEM, TOOLS, WEATHER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-WEATHER = {"Paris": "sunny, 21C", "Oslo": "sunny, 14C"}
-SYSTEM = {"role": "system", "content": "You check the weather with the tool."}
-QUESTION = {"role": "user", "content": "Is it sunny in Paris and Oslo?"}
-SUMMARY = {"role": "user", "content": "Paris: sunny. Oslo: sunny."}
-FINAL = "Both are sunny."
-
-
-def _call(city: str) -> str:
-    return f'<tool_call>{{"name": "get_weather", "arguments": {{"city": "{city}"}}}}</tool_call>'
-
-
-def _assistant(city: str) -> dict[str, Any]:
-    arguments = json.dumps({"city": city})
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
-    ]}  # fmt: skip
-
-
-def _tool(city: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": "c", "content": WEATHER[city]}
-
-
-SCRIPT: list[Turn] = [
-    ([SYSTEM, QUESTION], TOOLS, _call("Paris")),
-    ([SYSTEM, QUESTION, _assistant("Paris"), _tool("Paris")], TOOLS, _call("Oslo")),
-    (
-        [SYSTEM, QUESTION, _assistant("Paris"), _tool("Paris"), _assistant("Oslo"), _tool("Oslo")],
-        TOOLS,
-        FINAL,
-    ),
-    ([SYSTEM, QUESTION, SUMMARY], TOOLS, FINAL),
-]
 
 
 async def weather_agent(
