@@ -32,6 +32,7 @@ from .jobs import DEFAULT_RETENTION_S, JobLog
 from .keys import KeyRing
 from .registry import ModelRecord
 from .service import TrainingService
+from .sft_jobs import add_sft_route
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -245,6 +246,8 @@ def create_app(
         if any(event["type"] in wire.TERMINAL_EVENTS for event in data):
             job.mark_read()
         return {"object": "list", "data": data, "has_more": has_more, "status": job.status}
+
+    add_sft_route(route, service, json_body, tenant)
 
     # --- inference proxy ------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,12 +225,28 @@ class TrainingService:
         caps.require(f"loss:{config.loss_fn}", backend_name)
         if config.kl_penalty_coef > 0:
             caps.require(Capability.KL_PENALTY, backend_name)
+        started = {
+            "num_groups": len(groups),
+            "num_trajectories": sum(len(g.trajectories) for g in groups),
+        }
+        return await self.launch(
+            record, started, lambda: self.backend.train(record.run, groups, config)
+        )
+
+    async def launch(
+        self,
+        record: ModelRecord,
+        started: Mapping[str, Any],
+        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
+    ) -> JobLog:
+        """Claim the model (one job at a time), then run `updates()` as a job: its events are
+        `training_started` (with `started`), one `gradient_step` per update, and the end."""
         self._refuse_if_training(record)
         await self.ensure_registered(record)
         self._refuse_if_training(record)  # registering awaited: check again, then claim
-        job = self.jobs.create(tenant, record.id)
+        job = self.jobs.create(record.tenant, record.id)
         self._training[record.id] = job.id
-        task = asyncio.create_task(self._run(job, record, groups, config), name=f"job-{job.id}")
+        task = asyncio.create_task(self._run(job, record, started, updates), name=f"job-{job.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job
@@ -247,22 +263,15 @@ class TrainingService:
         self,
         job: JobLog,
         record: ModelRecord,
-        groups: list[TrajectoryGroup],
-        config: TrainConfig,
+        started: Mapping[str, Any],
+        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
     ) -> None:
         run = record.run
         try:
             step = await self.backend.get_step(run)
-            job.append(
-                TRAINING_STARTED,
-                {
-                    "step": step,
-                    "num_groups": len(groups),
-                    "num_trajectories": sum(len(g.trajectories) for g in groups),
-                },
-            )
+            job.append(TRAINING_STARTED, {"step": step, **started})
             count = 0
-            async for metrics in self.backend.train(run, groups, config):
+            async for metrics in updates():
                 count += 1
                 job.append(GRADIENT_STEP, {"index": count, "metrics": encode_metrics(metrics)})
             new_step = await self.backend.get_step(run)
