@@ -49,7 +49,7 @@ def slow_backend() -> SlowInMemoryBackend:
 
 
 def cispo_only_backend() -> InMemoryBackend:
-    return InMemoryBackend(losses=("cispo",))
+    return InMemoryBackend(losses=("cispo",), sft=False)
 
 
 @attrs.define

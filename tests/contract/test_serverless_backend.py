@@ -72,6 +72,8 @@ class ServerlessContract(TrainingBackendContract):
 
 
 class TestServerlessOverInMemory(ServerlessContract):
+    sft_learning_rate = 5.0  # the in-memory backend's units (see test_inmemory_backend.py)
+
     @pytest.fixture
     def server(self, inmemory_server: ServerProcess) -> ServerProcess:
         return inmemory_server
@@ -97,11 +99,36 @@ class TestServerlessOverInMemory(ServerlessContract):
 
 
 class TestServerlessOverInMemoryWithoutPpo(ServerlessContract):
-    """The server's backend lacks losses: the refusal crosses the wire as UnsupportedCapability."""
+    """The server's backend lacks losses and SFT: the refusal crosses the wire as
+    UnsupportedCapability."""
 
     @pytest.fixture
     def server(self, cispo_only_server: ServerProcess) -> ServerProcess:
         return cispo_only_server
+
+    def test_the_server_refuses_an_sft_job_its_backend_cannot_run(
+        self, cispo_only_server: ServerProcess
+    ) -> None:
+        import httpx
+
+        key = cispo_only_server.fresh_key()
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=cispo_only_server.url, headers=headers) as client:
+            model = client.post(
+                "/preview/models", json={"project": "p", "name": "m", "base_model": None}
+            ).json()
+            record = {
+                "messages": [
+                    {"role": "user", "content": "a"},
+                    {"role": "assistant", "content": "b"},
+                ]
+            }
+            response = client.post(
+                "/preview/sft-training-jobs",
+                json={"model_id": model["id"], "conversations": [record], "config": {}},
+            )
+        assert response.status_code == 501
+        assert response.json()["error"]["param"] == "sft"
 
 
 class TestServerlessOverLocal(ServerlessContract):

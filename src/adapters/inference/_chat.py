@@ -88,6 +88,13 @@ class ChatTokenizer:
             ids = ids[0]
         return [int(token) for token in ids]
 
+    @property
+    def context_limit(self) -> int | None:
+        """The tokenizer's `model_max_length` when it names one (Hugging Face stores a huge
+        sentinel when the model's limit is unknown)."""
+        limit = getattr(self._tokenizer, "model_max_length", None)
+        return limit if isinstance(limit, int) and 0 < limit < 10**7 else None
+
     def decode(self, token_ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=True))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 MODELS_PATH = "/preview/models"
 JOBS_PATH = "/preview/training-jobs"
+SFT_JOBS_PATH = "/preview/sft-training-jobs"  # its jobs' events are read under JOBS_PATH
 BACKEND_PATH = "/preview/backend"
 
 TRAINING_STARTED = "training_started"

@@ -46,11 +46,13 @@ from ...core.errors import (
     RunBusyError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.sft import Conversation, TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
+    SupervisedFineTuning,
     TrainingBackend,
 )
 from . import _wire as wire
@@ -210,6 +212,19 @@ class ServerlessBackend(BackendTrainEntry):
         """Create a training job and yield each gradient step's metrics as the server
         reports them; returns when the job ends, raises TrainingJobFailed if it fails."""
         job_id = await self.create_training_job(run, groups, config)
+        async for metrics in self._gradient_steps(job_id):
+            yield metrics
+
+    async def train_sft(
+        self, run: RunRef, conversations: Sequence[Conversation], config: TrainSFTConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        """Create an SFT job on the server and yield each gradient step's metrics as `train`
+        does; the conversations travel in the OpenAI fine-tuning format."""
+        job_id = await self.create_sft_job(run, conversations, config)
+        async for metrics in self._gradient_steps(job_id):
+            yield metrics
+
+    async def _gradient_steps(self, job_id: str) -> AsyncIterator[dict[str, float]]:
         async for event in self.job_events(job_id):
             if event.type == wire.GRADIENT_STEP:
                 yield wire.decode_metrics(event.data.get("metrics"))
@@ -269,6 +284,21 @@ class ServerlessBackend(BackendTrainEntry):
             "config": config.to_json(),
         }
         return str((await self._request("POST", wire.JOBS_PATH, json=body)).json()["id"])
+
+    async def create_sft_job(
+        self, run: RunRef, conversations: Sequence[Conversation], config: TrainSFTConfig
+    ) -> str:
+        """POST the SFT job (never retried) and return its id; its events are a training
+        job's."""
+        model_id = self._model_id(run)
+        config.plan(len(conversations))  # no conversations, or a wrong rate list: refused here
+        (await self._caps()).require(Capability.SFT, "ServerlessBackend (the server's backend)")
+        body = {
+            "model_id": model_id,
+            "conversations": [conversation.to_json() for conversation in conversations],
+            "config": config.to_json(),
+        }
+        return str((await self._request("POST", wire.SFT_JOBS_PATH, json=body)).json()["id"])
 
     async def job_events(self, job_id: str, *, after: str | None = None) -> AsyncIterator[JobEvent]:
         """The job's events after the cursor `after`, through its terminal event; raises
@@ -384,9 +414,11 @@ class ServerlessBackend(BackendTrainEntry):
 
 
 def _offered(names: list[str]) -> BackendCapabilities:
-    """The server backend's capabilities this client can use."""
-    return BackendCapabilities(set(names) - {str(Capability.SFT), str(Capability.EXPORT)})
+    """The server backend's capabilities this client can use (exporting a step is done on the
+    server, where its checkpoints are: `arthex export` there)."""
+    return BackendCapabilities(set(names) - {str(Capability.EXPORT)})
 
 
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = ServerlessBackend
+    _fine_tunes: type[SupervisedFineTuning] = ServerlessBackend

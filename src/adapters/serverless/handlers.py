@@ -23,6 +23,7 @@ from .jobs import JobLog
 from .leases import LEASE_HEADER, Lease, parse_claim
 from .registry import ModelRecord
 from .service import TrainingService
+from .sft_jobs import start_sft_job
 
 if TYPE_CHECKING:
     import httpx
@@ -58,6 +59,7 @@ class Handlers:
             ("GET", models + "/{model_id}/checkpoints", self.checkpoints),
             ("DELETE", models + "/{model_id}/checkpoints", self.delete_checkpoints),
             ("POST", jobs, self.create_job),
+            ("POST", wire.SFT_JOBS_PATH, self.create_sft_job),
             ("GET", jobs + "/{job_id}", self.get_job),
             ("GET", jobs + "/{job_id}/events", self.events),
         ]
@@ -191,6 +193,21 @@ class Handlers:
             self.tenant(request),
             body.get("model_id"),
             body.get("trajectory_groups"),
+            body.get("config"),
+            self.lease_of(request),
+        )
+        self.audit(request, model_id=job.model_id, job_id=job.id)
+        return JSONResponse(job.public(), status_code=201)
+
+    async def create_sft_job(self, request: Request) -> Response:
+        from starlette.responses import JSONResponse
+
+        body = json_object(request.scope)
+        job = await start_sft_job(
+            self.service,
+            self.tenant(request),
+            body.get("model_id"),
+            body.get("conversations"),
             body.get("config"),
             self.lease_of(request),
         )

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from ...core.config import TrainConfig
 from ...core.errors import ArthexError, InvalidInputError
@@ -54,10 +55,15 @@ class JobRunner:
             self._slots = asyncio.Semaphore(self.max_running_jobs)
 
     def start(
-        self, job: JobLog, record: ModelRecord, groups: list[TrajectoryGroup], config: TrainConfig
+        self,
+        job: JobLog,
+        record: ModelRecord,
+        started: Mapping[str, Any],
+        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
     ) -> None:
+        """Run `updates()` (an RL or SFT update's metrics, one per gradient step) as `job`."""
         self.training[record.id] = job.id
-        task = asyncio.create_task(self._run(job, record, groups, config), name=f"job-{job.id}")
+        task = asyncio.create_task(self._run(job, record, started, updates), name=f"job-{job.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -74,8 +80,8 @@ class JobRunner:
         self,
         job: JobLog,
         record: ModelRecord,
-        groups: list[TrajectoryGroup],
-        config: TrainConfig,
+        started: Mapping[str, Any],
+        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
     ) -> None:
         run = record.run
         slot = False
@@ -88,16 +94,9 @@ class JobRunner:
                     self.queued -= 1
                 slot = True
             step = await self.backend.get_step(run)
-            job.append(
-                TRAINING_STARTED,
-                {
-                    "step": step,
-                    "num_groups": len(groups),
-                    "num_trajectories": sum(len(g.trajectories) for g in groups),
-                },
-            )
+            job.append(TRAINING_STARTED, {"step": step, **started})
             count = 0
-            async for metrics in self.backend.train(run, groups, config):
+            async for metrics in updates():
                 count += 1
                 job.append(GRADIENT_STEP, {"index": count, "metrics": encode_metrics(metrics)})
             new_step = await self.backend.get_step(run)

@@ -12,6 +12,7 @@ Routes (every one needs `Authorization: Bearer <key>`; a key is a tenant, see ke
     GET    /preview/models/{id}/checkpoints        {data: [{step}], step: newest}
     DELETE /preview/models/{id}/checkpoints        {steps: [to delete]} (never the newest)
     POST   /preview/training-jobs                  {model_id, trajectory_groups, config} -> job
+    POST   /preview/sft-training-jobs              {model_id, conversations, config} -> job
     GET    /preview/training-jobs/{id}             the job's status
     GET    /preview/training-jobs/{id}/events      ?after=<cursor>&limit=&wait=<s>&stream=true
     GET    /v1/models, POST /v1/chat/completions   OpenAI-compatible proxy to the backend

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +285,25 @@ class TrainingService:
         config = parse_config(config_json)
         groups = parse_groups(groups_json)
         self.backend.capabilities.check(config, type(self.backend).__name__)
+        started = {
+            "num_groups": len(groups),
+            "num_trajectories": sum(len(g.trajectories) for g in groups),
+        }
+        return await self.launch(
+            tenant, record, started, lambda: self.backend.train(record.run, groups, config), lease
+        )
+
+    async def launch(
+        self,
+        tenant: str,
+        record: ModelRecord,
+        started: Mapping[str, Any],
+        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
+        lease: str | None = None,
+    ) -> JobLog:
+        """Claim the model for a job (its lease, one job per model, the tenant's quotas),
+        then run `updates()` as the job: `training_started` (with `started`), one
+        `gradient_step` per update, and the end. RL and SFT jobs both start here."""
         self.leases.require(record.id, lease, record.label)
         self._refuse_if_training(record)
         self.quotas.admit_job(tenant)
@@ -297,7 +316,7 @@ class TrainingService:
         self.quotas.admit_job(tenant)
         job = self.jobs.create(tenant, record.id)
         self.quotas.job_started(tenant)
-        self.runner.start(job, record, groups, config)
+        self.runner.start(job, record, started, updates)
         return job
 
     def _refuse_if_training(self, record: ModelRecord) -> None:

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import sys
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,12 +47,14 @@ from ...core.errors import (
     NotRegisteredError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.sft import Conversation, TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
     Capability,
     InferenceEndpoint,
+    SupervisedFineTuning,
     TrainingBackend,
 )
 from .clients import (
@@ -72,6 +75,7 @@ from .step import TinkerLoss, kl_penalty, optimize
 if TYPE_CHECKING:
     from tinker import types
 
+    from ..inference._chat import ChatTokenizer
     from ..inference.server import InferenceServer
     from .datums import Batch
     from .engine import TinkerSamplingEngine
@@ -163,13 +167,14 @@ class TinkerBackend(BackendTrainEntry):
         self._rest_client: RestClientLike | None = None
         self._runs: dict[RunRef, _Run] = {}
         self._servings: list[_Serving] = []
+        self._chats: dict[str, ChatTokenizer] = {}
         self._register_lock: asyncio.Lock | None = None
         self._closed = False
 
     @property
     def capabilities(self) -> BackendCapabilities:
         # No `export`: the weights live in the Tinker service (see export_unsupported_hint).
-        lacking = {str(Capability.EXPORT), str(Capability.SFT)}
+        lacking = {str(Capability.EXPORT)}
         if not self._serve:
             lacking.add(str(Capability.INFERENCE))
         return BackendCapabilities(ALL_CAPABILITIES.names - lacking)
@@ -375,7 +380,7 @@ class TinkerBackend(BackendTrainEntry):
             )
         try:
             if batch.parts:
-                adam = self._adam(config)
+                adam = self._adam(config.learning_rate, config.max_grad_norm)
                 metrics.update(await optimize(training, batch, loss, config, adam, self._timeout_s))
             else:
                 metrics.update(
@@ -385,30 +390,78 @@ class TinkerBackend(BackendTrainEntry):
                         "data/step_num_sequences": 0.0,
                     }
                 )
-            new = step + 1
-            checkpoint = await self._save(
-                training, new, with_state=new % self._save_state_every == 0
-            )
-            record = state.record.with_checkpoint(checkpoint)
-            await asyncio.to_thread(write_record, state.model_dir, record)
+            await self._save_next(state, training)
         except BaseException:
             # The service may now be ahead of the record: resume from the record next time.
             state.training = None
             raise
-        state.record = record
-        await self._serve_step(state, new)
+        await self._serve_step(state, step + 1)
         return metrics
 
-    def _adam(self, config: TrainConfig) -> types.AdamParams:
+    async def _save_next(self, state: _Run, training: TrainingClientLike) -> None:
+        """Save the trained weights as the run's next step and record it."""
+        new = state.record.step + 1
+        checkpoint = await self._save(training, new, with_state=new % self._save_state_every == 0)
+        record = state.record.with_checkpoint(checkpoint)
+        await asyncio.to_thread(write_record, state.model_dir, record)
+        state.record = record
+
+    async def train_sft(
+        self, run: RunRef, conversations: Sequence[Conversation], config: TrainSFTConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        """Fine-tune with Tinker's cross_entropy loss (sft.py), then save and serve step N+1
+        like `train`; a failure or an early stop resumes from the record next time."""
+        from ..inference.sft_tokens import tokenize_conversations
+        from .sft import batch_sequences, fine_tune
+
+        state = self._require(run)
+        plan = config.plan(len(conversations))
+        chat = await self._chat(state)
+        data = await asyncio.to_thread(
+            tokenize_conversations,
+            chat,
+            conversations,
+            config.assistant_turns,
+            chat.context_limit or sys.maxsize,
+        )
+        batches = batch_sequences(plan, data)
+
+        def adam(rate: float) -> types.AdamParams:
+            return self._adam(rate, config.max_grad_norm)
+
+        async with state.lock:
+            training = await self._training_client(state)
+            try:
+                async for metrics in fine_tune(
+                    training, batches, adam, conversations, data.dropped, self._timeout_s
+                ):
+                    yield metrics
+                await self._save_next(state, training)
+            except BaseException:
+                state.training = None
+                raise
+            await self._serve_step(state, state.record.step)
+
+    async def _chat(self, state: _Run) -> ChatTokenizer:
+        """The chat tokenizer SFT targets are rendered with (the one the server renders with)."""
+        from ..inference._chat import ChatTokenizer
+
+        assert state.spec.base_model is not None
+        source = self._tokenizer or state.spec.base_model
+        if source not in self._chats:
+            self._chats[source] = await asyncio.to_thread(ChatTokenizer.load, source)
+        return self._chats[source]
+
+    def _adam(self, learning_rate: float, max_grad_norm: float | None) -> types.AdamParams:
         from tinker import types
 
         return types.AdamParams(
-            learning_rate=config.learning_rate,
+            learning_rate=learning_rate,
             beta1=self._adam_betas[0],
             beta2=self._adam_betas[1],
             eps=self._adam_eps,
             weight_decay=self._weight_decay,
-            grad_clip_norm=config.max_grad_norm or 0.0,
+            grad_clip_norm=max_grad_norm or 0.0,
         )
 
     async def _reference(self, state: _Run, step: int | None) -> SamplingClientLike:
@@ -596,3 +649,4 @@ class TinkerBackend(BackendTrainEntry):
 
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = TinkerBackend
+    _fine_tunes: type[SupervisedFineTuning] = TinkerBackend
