@@ -38,9 +38,9 @@ from typing import Any
 
 import attrs
 
-from arthex import demo as demo_module
 from arthex.adapters.local import LocalBackend
-from arthex.api import PipelineTrainer, TrainableModel
+from arthex.apps import demo as demo_module
+from arthex.composition.api import PipelineTrainer, TrainableModel
 from arthex.core.config import TrainConfig
 from arthex.core.gather import gather_trajectory_groups
 from arthex.core.trajectories import Trajectory, TrajectoryGroup

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
 from arthex.core.trajectories import TrajectoryGroup
 

@@ -51,7 +51,7 @@ def _status_kib(pid: int, field: str) -> int:
 class Server:
     def __init__(self, state: Path, cap: int) -> None:
         command = [
-            sys.executable, "-m", "arthex.adapters.serverless.server", "--backend", "inmemory",
+            sys.executable, "-m", "arthex.apps.server", "--backend", "inmemory",
             "--port", "0", "--state-dir", str(state), "--max-body-bytes", str(cap),
         ]  # fmt: skip
         env = {**os.environ, "ARTHEX_SERVER_KEYS": f"bench:{KEY}"}

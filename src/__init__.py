@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
-    "Model": "arthex.api",
-    "TrainableModel": "arthex.api",
-    "PipelineTrainer": "arthex.api",
+    "Model": "arthex.composition.api",
+    "TrainableModel": "arthex.composition.api",
+    "PipelineTrainer": "arthex.composition.api",
     "make_group_rollout_fn": "arthex.core.pipeline",
     "TrainResult": "arthex.core.model",
     "TrainConfig": "arthex.core.config",
@@ -26,11 +26,11 @@ _EXPORTS: dict[str, str] = {
     "History": "arthex.core.trajectories",
     "CapturedException": "arthex.core.trajectories",
     "trajectory_group": "arthex.core.trajectories",
-    "capture": "arthex.capturing",
-    "capture_trajectory": "arthex.capturing",
-    "capture_trajectory_group": "arthex.capturing",
-    "current_trajectory": "arthex.capturing",
-    "no_capture": "arthex.capturing",
+    "capture": "arthex.composition.capture",
+    "capture_trajectory": "arthex.composition.capture",
+    "capture_trajectory_group": "arthex.composition.capture",
+    "current_trajectory": "arthex.composition.capture",
+    "no_capture": "arthex.composition.capture",
     "gather_trajectory_groups": "arthex.core.gather",
     "gather_trajectories": "arthex.core.gather",
     "trajectory_group_batches": "arthex.core.batches",
@@ -55,13 +55,13 @@ _EXPORTS: dict[str, str] = {
     "LocalBackend": "arthex.adapters.local",
     "ServerlessBackend": "arthex.adapters.serverless",
     "TinkerBackend": "arthex.adapters.tinker",
-    "ParquetTrajectoryStore": "arthex.adapters.parquet_store",
+    "ParquetTrajectoryStore": "arthex.adapters.parquet.store",
     "JsonlHistory": "arthex.adapters.jsonl_history",
     "WandbReporter": "arthex.adapters.wandb_reporter",
-    "load_trajectories": "arthex.loaders",
-    "load_history": "arthex.loaders",
+    "load_trajectories": "arthex.apps.loaders",
+    "load_history": "arthex.apps.loaders",
     "retry": "arthex.utils.retry",
-    "load_sft_dataset": "arthex.sft_dataset",
+    "load_sft_dataset": "arthex.apps.sft_dataset",
 }
 # Subpackages reachable as attributes (`arthex.utils.iterate_dataset(...)`), as in ART.
 _SUBPACKAGES = ("utils",)
@@ -90,18 +90,21 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .adapters.jsonl_history import JsonlHistory as JsonlHistory
     from .adapters.local import LocalBackend as LocalBackend
-    from .adapters.parquet_store import ParquetTrajectoryStore as ParquetTrajectoryStore
+    from .adapters.parquet.store import ParquetTrajectoryStore as ParquetTrajectoryStore
     from .adapters.serverless import ServerlessBackend as ServerlessBackend
     from .adapters.tinker import TinkerBackend as TinkerBackend
     from .adapters.wandb_reporter import WandbReporter as WandbReporter
-    from .api import Model as Model
-    from .api import PipelineTrainer as PipelineTrainer
-    from .api import TrainableModel as TrainableModel
-    from .capturing import capture as capture
-    from .capturing import capture_trajectory as capture_trajectory
-    from .capturing import capture_trajectory_group as capture_trajectory_group
-    from .capturing import current_trajectory as current_trajectory
-    from .capturing import no_capture as no_capture
+    from .apps.loaders import load_history as load_history
+    from .apps.loaders import load_trajectories as load_trajectories
+    from .apps.sft_dataset import load_sft_dataset as load_sft_dataset
+    from .composition.api import Model as Model
+    from .composition.api import PipelineTrainer as PipelineTrainer
+    from .composition.api import TrainableModel as TrainableModel
+    from .composition.capture import capture as capture
+    from .composition.capture import capture_trajectory as capture_trajectory
+    from .composition.capture import capture_trajectory_group as capture_trajectory_group
+    from .composition.capture import current_trajectory as current_trajectory
+    from .composition.capture import no_capture as no_capture
     from .core.advantages import group_advantages as group_advantages
     from .core.batches import trajectory_group_batches as trajectory_group_batches
     from .core.chat_types import Messages as Messages
@@ -134,7 +137,4 @@ if TYPE_CHECKING:
     from .core.trajectories import Trajectory as Trajectory
     from .core.trajectories import TrajectoryGroup as TrajectoryGroup
     from .core.trajectories import trajectory_group as trajectory_group
-    from .loaders import load_history as load_history
-    from .loaders import load_trajectories as load_trajectories
-    from .sft_dataset import load_sft_dataset as load_sft_dataset
     from .utils.retry import retry as retry

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from arthex.adapters.parquet_layout import WRITE_OPTIONS, encode
+from arthex.adapters.parquet.codec import WRITE_OPTIONS, encode
 from arthex.core.trajectories import TrajectoryGroup
 
 

@@ -28,7 +28,7 @@ from arthex.ports.trajectory_store import TrajectoryStore
 SERVED_KEY = "served_step"
 TRAINING_ROW_KEY = "data/step_num_gradient_steps"
 PIPELINE_ROW_KEY = "discarded/cum/stale_groups"
-SUMMARY_ROW_KEY = "train/data/step_num_groups"
+SUMMARY_ROW_KEY = "data/step_num_scenarios"  # ART's count, on every train-split row
 
 
 @attrs.frozen

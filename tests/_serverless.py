@@ -1,6 +1,6 @@
 """Running the training server as a real subprocess on loopback, for the serverless tests.
 
-`start_server` launches `python -m arthex.adapters.serverless.server` with a fresh keys file
+`start_server` launches `python -m arthex.apps.server` with a fresh keys file
 and waits for its "listening on" line. `slow_backend` is a backend factory for `--backend
 tests._serverless:slow_backend`: the in-memory backend with a pause after each gradient step,
 so a test can act while a job is still running.
@@ -25,7 +25,7 @@ import attrs
 from arthex.core.config import TrainConfig
 from arthex.core.identity import RunRef
 from arthex.core.trajectories import TrajectoryGroup
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_DELAY_ENV = "ARTHEX_TEST_STEP_DELAY"
@@ -123,7 +123,7 @@ def launch_server(
     command = [
         sys.executable,
         "-m",
-        "arthex.adapters.serverless.server",
+        "arthex.apps.server",
         "--backend",
         backend,
         "--port",

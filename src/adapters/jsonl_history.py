@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import CorruptDataError, InvalidInputError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
-from ._files import fsync_dir
+from .files import fsync_dir
 
 if TYPE_CHECKING:
     from ..ports.metrics_reporter import MetricsHistory

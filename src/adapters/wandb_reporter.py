@@ -51,7 +51,7 @@ from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
 from ..core.run_state import deep_merge
 from ..core.trajectories import TrajectoryGroup
-from ._files import atomic_write_bytes
+from .files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from ..ports.metrics_reporter import (

@@ -9,7 +9,7 @@ import pytest
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.ports.metrics_reporter import MetricsHistory
 from arthex.testing.contracts.metrics import MetricsHistoryContract
-from arthex.testing.fake_history import InMemoryHistory
+from arthex.testing.fakes.history import InMemoryHistory
 
 
 class TestJsonlHistory(MetricsHistoryContract):

@@ -6,7 +6,7 @@ import pytest
 
 from arthex.ports.training_backend import TrainingBackend
 from arthex.testing.contracts.training_backend import TrainingBackendContract
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 
 class TestInMemoryBackend(TrainingBackendContract):

@@ -9,7 +9,7 @@ from pathlib import Path
 BROKEN_STORE_TEST = """
 import pytest
 from arthex.testing.contracts.trajectory_store import TrajectoryStoreContract
-from arthex.testing.fakes import InMemoryTrajectoryStore
+from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 
 
 class DropsTheLastGroup(InMemoryTrajectoryStore):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.ports.trajectory_store import TrajectoryStore
 from arthex.testing.contracts.trajectory_store import TrajectoryStoreContract
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from arthex.adapters.pipeline_state import JsonPipelineStateStore
+from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
 from arthex.core.errors import CorruptDataError, InvalidInputError
 from arthex.core.pipeline_record import PipelineRecord
 from arthex.ports.pipeline_state import PipelineStateStore
@@ -18,7 +18,7 @@ from arthex.testing.contracts.pipeline_state import (
     PipelineStateStoreContract,
     full_record,
 )
-from arthex.testing.fake_pipeline_state import InMemoryPipelineStateStore
+from arthex.testing.fakes.pipeline_state import InMemoryPipelineStateStore
 
 
 class TestJsonPipelineStateStore(PipelineStateStoreContract):

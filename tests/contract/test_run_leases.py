@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from arthex.adapters.run_lease import FileLease, FileRunLeases, current_holder
+from arthex.adapters.run_files.lease import FileLease, FileRunLeases, current_holder
 from arthex.core.errors import RunBusyError
 from arthex.core.identity import RunRef
 from arthex.ports.run_lease import HeldLease, RunLeases
 from arthex.testing.contracts.run_lease import RUN, RunLeasesContract
-from arthex.testing.fake_leases import InMemoryRunLeases
+from arthex.testing.fakes.leases import InMemoryRunLeases
 
 
 class TestFileRunLeases(RunLeasesContract):

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.ports.trajectory_store import TrajectoryStore
 from arthex.testing.contracts.trajectory_store import TrajectoryStoreContract
-from arthex.testing.fakes import InMemoryTrajectoryStore
+from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 
 
 class TestParquetTrajectoryStore(TrajectoryStoreContract):

@@ -22,7 +22,7 @@ pytest.importorskip("fastapi")
 
 import arthex
 from arthex.adapters.local import LocalBackend, packing
-from arthex.adapters.parquet_store import read_part
+from arthex.adapters.parquet.store import read_part
 from arthex.core.capture import token_samples
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from tests.e2e._scripted_model import scripted_model

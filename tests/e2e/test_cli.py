@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 import arthex
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
 from arthex.testing.builders import make_choice, make_exception, make_trajectory
 from arthex.testing.contracts.training_backend import synthetic_groups
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 pytestmark = pytest.mark.e2e
 
@@ -99,10 +99,11 @@ def env() -> dict[str, str]:
 def arthex_many(
     *commands: Sequence[str], cwd: Path | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
-    """Run `python -m arthex.cli ...` once per command, concurrently (each pays its imports)."""
+    """Run `python -m arthex.apps.cli ...` once per command, concurrently (each pays its
+    imports)."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "arthex.cli", *command],
+            [sys.executable, "-m", "arthex.apps.cli", *command],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

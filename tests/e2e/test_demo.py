@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
-from arthex.demo import DemoResult, digit_share, run_demo
+from arthex.apps.demo import DemoResult, digit_share, run_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

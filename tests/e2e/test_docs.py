@@ -167,7 +167,7 @@ def test_tool_agent_trains_a_few_steps_on_cpu(
 ) -> None:
     import polars as pl
 
-    from arthex.loaders import load_history, load_trajectories
+    from arthex.apps.loaders import load_history, load_trajectories
 
     run_example(
         "tool_agent.py", ["--steps", "2", "--base-path", str(clean_env / ".art")], monkeypatch

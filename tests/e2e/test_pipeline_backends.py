@@ -14,8 +14,8 @@ import pytest
 
 import arthex
 from arthex.adapters.jsonl_history import JsonlHistory
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
-from arthex.adapters.pipeline_state import JsonPipelineStateStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
+from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
 from arthex.core.identity import RunRef
 from arthex.ports.training_backend import TrainingBackend
 from tests._pipeline_checks import Outcome, chat_rollout_fn, check_pipeline_run

@@ -14,11 +14,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from arthex.adapters.parquet_store import ParquetTrajectoryStore, read_part
+from arthex.adapters.parquet.store import ParquetTrajectoryStore, read_part
+from arthex.apps.loaders import load_trajectories
 from arthex.core.errors import CorruptDataError
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import TrajectoryGroup
-from arthex.loaders import load_trajectories
 from arthex.ports.trajectory_store import TrajectoryStore
 from arthex.testing.builders import make_choice, make_group, make_trajectory, rich_groups
 from arthex.testing.contracts.trajectory_store import (

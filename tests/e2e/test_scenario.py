@@ -13,8 +13,8 @@ import pytest
 import arthex
 from arthex.core.errors import InvalidInputError, InvalidNameError, NotRegisteredError
 from arthex.testing.contracts.training_backend import synthetic_groups
-from arthex.testing.fake_backend import InMemoryBackend
-from arthex.testing.fake_history import InMemoryHistory
+from arthex.testing.fakes.backend import InMemoryBackend
+from arthex.testing.fakes.history import InMemoryHistory
 
 
 def trainable(base: Path, **ports: Any) -> arthex.TrainableModel:

@@ -329,9 +329,9 @@ def test_bad_options_stop_the_server_at_start_with_one_line(
     keys = tmp_path / "keys.txt"
     keys.write_text("".join(f"{t}:{k}\n" for t, k in make_keys(1).items()))
     command = (
-        [sys.executable, "-m", "arthex.adapters.serverless.server"]
+        [sys.executable, "-m", "arthex.apps.server"]
         if entry == "module"
-        else [sys.executable, "-c", "from arthex.cli import main; main()", "serve"]
+        else [sys.executable, "-c", "from arthex.apps.cli.main import main; main()", "serve"]
     )
     state = tmp_path / "state"
     common = ["--backend", "inmemory", "--keys", str(keys), "--state-dir", str(state)]

@@ -298,7 +298,7 @@ def test_an_admin_key_that_is_also_a_tenant_key_stops_the_start(tmp_path: Path) 
         [
             sys.executable,
             "-m",
-            "arthex.adapters.serverless.server",
+            "arthex.apps.server",
             "--backend",
             "inmemory",
             "--keys",

@@ -68,12 +68,12 @@ def test_runs_and_history_show_the_local_wall_time_of_the_latest_row(
 ) -> None:
     art_wall_time, latest_wall_time = ZONES[zone]
     ledger(tmp_path, art_wall_time)
-    runs = run_under(zone, "-m", "arthex.cli", "runs", "--base-path", str(tmp_path))
+    runs = run_under(zone, "-m", "arthex.apps.cli", "runs", "--base-path", str(tmp_path))
     assert runs.returncode == 0, runs.stderr
     (row,) = [line for line in runs.stdout.splitlines() if "agent" in line]
     assert latest_wall_time in row
     history = run_under(
-        zone, "-m", "arthex.cli", "history", "proj/agent", "--base-path", str(tmp_path),
+        zone, "-m", "arthex.apps.cli", "history", "proj/agent", "--base-path", str(tmp_path),
         "--keys", "recorded_at",
     )  # fmt: skip
     assert history.returncode == 0, history.stderr

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from arthex.adapters.jsonl_history import JsonlHistory
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.adapters.wandb_reporter import RUN_RECORD, WandbReporter, WandbUnavailableError
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
 from arthex.core.model import TrainableModel
 from arthex.testing.builders import make_group
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.wandb_offline import (
     OfflineRun,
     finished_runs,

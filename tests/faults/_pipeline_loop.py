@@ -29,7 +29,7 @@ BOUND = 2
 PRELOAD = [
     *loop.PRELOAD,
     "arthex.core.pipeline",
-    "arthex.adapters.pipeline_state",
+    "arthex.adapters.run_files.pipeline",
     "tests._pipeline_checks",
     __name__,
 ]
@@ -52,7 +52,7 @@ def start_child(
 
 
 def child_main(options: dict[str, Any], events: Connection) -> None:
-    from arthex.adapters import pipeline_state
+    from arthex.adapters.run_files import pipeline as pipeline_state
 
     kill = options.get("kill")
     killer = loop.Killer(kill[0] if kill else None, kill[1] if kill else 0, events)
@@ -71,7 +71,7 @@ def child_main(options: dict[str, Any], events: Connection) -> None:
 
 async def _run(options: dict[str, Any], events: Connection) -> None:
     from arthex.adapters.local import LocalBackend
-    from arthex.api import PipelineTrainer, TrainableModel
+    from arthex.composition.api import PipelineTrainer, TrainableModel
     from tests._pipeline_checks import chat_rollout_fn
 
     base_path = Path(options["base_path"])

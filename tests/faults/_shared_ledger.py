@@ -28,9 +28,9 @@ def trainer_main(base_path: str, evaluator: Connection, results: Connection) -> 
 
 
 async def _train(base_path: str, evaluator: Connection, results: Connection) -> None:
-    from arthex.api import TrainableModel
+    from arthex.composition.api import TrainableModel
     from arthex.testing.builders import make_group
-    from arthex.testing.fake_backend import InMemoryBackend
+    from arthex.testing.fakes.backend import InMemoryBackend
 
     model = TrainableModel(
         name=NAME, project=PROJECT, base_model="tiny", base_path=base_path, report_metrics=[]
@@ -65,7 +65,7 @@ def evaluator_main(base_path: str, trainer: Connection, results: Connection) -> 
 
 
 async def _evaluate(base_path: str, trainer: Connection, results: Connection) -> None:
-    from arthex.api import Model
+    from arthex.composition.api import Model
 
     rng = random.Random(7)
     model = Model(name=NAME, project=PROJECT, base_path=base_path, report_metrics=[])

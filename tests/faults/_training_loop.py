@@ -66,9 +66,9 @@ PRELOAD = [
     "arthex.adapters.inference.server",
     "arthex.adapters.inference.select",
     "arthex.adapters.inference.torch_engine",
-    "arthex.adapters.parquet_store",
+    "arthex.adapters.parquet.store",
     "arthex.adapters.jsonl_history",
-    "arthex.api",
+    "arthex.composition.api",
     __name__,
 ]
 
@@ -194,7 +194,7 @@ async def _rollout(
 async def _loop(options: dict[str, Any], events: Connection, killer: Killer) -> None:
     from arthex.adapters.local import LocalBackend
     from arthex.adapters.local.checkpoints import checkpoints_dir
-    from arthex.api import TrainableModel
+    from arthex.composition.api import TrainableModel
     from arthex.core.config import TrainConfig
     from arthex.core.gather import gather_trajectory_groups
     from arthex.core.trajectories import trajectory_group

@@ -22,7 +22,7 @@ def trainer_main(options: dict[str, Any], events: Connection) -> None:
 
 async def _main(options: dict[str, Any], events: Connection) -> None:
     from arthex.adapters.local import LocalBackend
-    from arthex.api import TrainableModel
+    from arthex.composition.api import TrainableModel
     from arthex.core.config import TrainConfig
     from arthex.core.errors import RunBusyError
     from arthex.testing.contracts.training_backend import synthetic_groups

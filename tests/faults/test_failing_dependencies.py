@@ -30,11 +30,11 @@ from openai import AsyncOpenAI
 from safetensors.torch import load_file, save_file
 
 import arthex
-from arthex.adapters._files import TEMP_PREFIX
+from arthex.adapters.files import TEMP_PREFIX
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.adapters.local import LocalBackend
 from arthex.adapters.local import checkpoints as ckpt
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.config import TrainConfig
 from arthex.core.errors import BackendError, TooManyExceptionsError
 from arthex.core.gather import gather_trajectory_groups

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import arthex
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.errors import ArthexError, InvalidNameError
 from arthex.core.identity import validate_name
 from arthex.core.metrics import qualify_key

@@ -46,7 +46,7 @@ from safetensors.torch import load_file
 
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.adapters.local import checkpoints as ckpt
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
 from arthex.testing.tiny_model import tiny_model

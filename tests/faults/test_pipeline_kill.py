@@ -33,8 +33,8 @@ from safetensors.torch import load_file
 
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.adapters.local import checkpoints as ckpt
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
-from arthex.adapters.pipeline_state import JsonPipelineStateStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
+from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
 from arthex.core.identity import RunRef
 from arthex.core.pipeline.measures import STREAM_INDEX_KEY
 from arthex.testing.tiny_model import tiny_model

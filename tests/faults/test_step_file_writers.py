@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
 from arthex.core.trajectories import TrajectoryGroup
 from arthex.testing.builders import make_group
@@ -81,8 +81,8 @@ _KILLER = textwrap.dedent(
     """
     import asyncio, os, re, signal, sys
     import pyarrow.parquet as pq
-    from arthex.adapters import parquet_publish
-    from arthex.adapters.parquet_store import ParquetTrajectoryStore
+    from arthex.adapters.parquet import publish as parquet_publish
+    from arthex.adapters.parquet.store import ParquetTrajectoryStore
     from arthex.core.identity import RunRef
     from arthex.testing.builders import make_group
 

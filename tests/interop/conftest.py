@@ -31,7 +31,7 @@ import attrs
 import pytest
 
 import arthex
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
 
 from ._groups import Batch, batches
@@ -63,7 +63,7 @@ class World:
 def cli(*args: str, tz: str = TZ) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "TZ": tz, "COLUMNS": "250", "NO_COLOR": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "arthex.cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "arthex.apps.cli", *args], capture_output=True, text=True,
         env=environment, timeout=300,
     )  # fmt: skip
 

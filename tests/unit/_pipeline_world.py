@@ -26,10 +26,10 @@ from arthex.core.pipeline import PipelineTrainer, RolloutFn, make_group_rollout_
 from arthex.core.pipeline_record import PipelineRecord
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
-from arthex.testing.fake_backend import InMemoryBackend
-from arthex.testing.fake_history import InMemoryHistory
-from arthex.testing.fake_pipeline_state import InMemoryPipelineStateStore
-from arthex.testing.fakes import InMemoryTrajectoryStore
+from arthex.testing.fakes.backend import InMemoryBackend
+from arthex.testing.fakes.history import InMemoryHistory
+from arthex.testing.fakes.pipeline_state import InMemoryPipelineStateStore
+from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 from tests._pipeline_checks import SERVED_KEY, Outcome, check_pipeline_run
 
 RUN = RunRef("pipe", "model")

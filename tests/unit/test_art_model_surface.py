@@ -20,7 +20,7 @@ import arthex as art
 from arthex.core.errors import InvalidInputError, InvalidNameError, UnsupportedCapability
 from arthex.core.training_row import GRADIENT_STEPS_KEY
 from arthex.testing.builders import make_group
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 
 def trainable(tmp_path: Path, **kwargs: Any) -> art.TrainableModel:

@@ -9,10 +9,10 @@ import pytest
 from dependency_injector import providers
 
 import arthex
-from arthex.container import backend, container, mirrors, wandb_wanted
+from arthex.composition.container import backend, container, mirrors, wandb_wanted
 from arthex.core.errors import InvalidInputError
-from arthex.testing.fake_backend import InMemoryBackend
-from arthex.testing.fake_history import InMemoryHistory
+from arthex.testing.fakes.backend import InMemoryBackend
+from arthex.testing.fakes.history import InMemoryHistory
 
 
 def test_public_model_gets_file_adapters_under_base_path(tmp_path: Path) -> None:

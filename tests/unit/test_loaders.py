@@ -14,12 +14,12 @@ import pytest
 
 import arthex
 from arthex.adapters.jsonl_history import JsonlHistory, encode_row
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
+from arthex.apps.loaders import list_parts, load_history, load_trajectories, model_dir
 from arthex.core.errors import CorruptDataError, InvalidInputError, InvalidNameError
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
 from arthex.core.trajectories import TrajectoryGroup
-from arthex.loaders import list_parts, load_history, load_trajectories, model_dir
 from arthex.testing.builders import make_choice, make_exception, make_group, make_trajectory
 from tests._parts import write_legacy_part
 

@@ -17,7 +17,7 @@ from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.ports.training_backend import BackendCapabilities
 from arthex.testing.builders import make_group
 from arthex.testing.contracts.training_backend import synthetic_groups
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 RUN = arthex.RunRef("p", "m")
 
@@ -29,9 +29,9 @@ def trainable(base: Path, **ports: Any) -> arthex.TrainableModel:
 
 
 def train_parts(base: Path) -> list[str]:
-    return sorted(
-        p.name for p in (base / "p" / "models" / "m" / "trajectories" / "train").iterdir()
-    )
+    """The data files of the train split (the hidden `.lock` beside them is not one)."""
+    folder = base / "p" / "models" / "m" / "trajectories" / "train"
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
 
 
 def files_under(base: Path) -> dict[str, bytes]:

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from openai.types.chat.chat_completion import Choice
 
-from arthex.adapters import parquet_layout
-from arthex.adapters.parquet_layout import encode, full_trajectory_json, trajectory_json
-from arthex.adapters.parquet_store import ParquetTrajectoryStore, PartFile, resolve_root
+from arthex.adapters.parquet import codec as parquet_layout
+from arthex.adapters.parquet.codec import encode, full_trajectory_json, trajectory_json
+from arthex.adapters.parquet.store import ParquetTrajectoryStore, PartFile, resolve_root
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.identity import RunRef
 from arthex.core.trajectories import History, Trajectory, TrajectoryGroup

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat.chat_completion import Choice
 
-from arthex.adapters.parquet_store import ParquetTrajectoryStore, read_part
+from arthex.adapters.parquet.store import ParquetTrajectoryStore, read_part
 from arthex.core.errors import CorruptDataError, InvalidInputError
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import (
@@ -278,7 +278,7 @@ def test_two_processes_writing_one_step_both_keep_their_data(tmp_path: Path) -> 
     worker = textwrap.dedent(
         f"""
         import asyncio, os, sys, time
-        from arthex.adapters.parquet_store import ParquetTrajectoryStore
+        from arthex.adapters.parquet.store import ParquetTrajectoryStore
         from arthex.core.identity import RunRef
         from arthex.testing.builders import make_group
         store = ParquetTrajectoryStore({str(tmp_path / "art")!r})

@@ -155,7 +155,7 @@ CRASH_POINTS = {
     "intent-saved": lambda w: setattr(w.state, "crash_on_save", 2),  # never logged: resample
     "groups-stored": lambda w: setattr(w.store, "crash_on_train_write", 2),  # logged: train them
     "train-row-written": lambda w: setattr(
-        w.history, "crash_on", ("train/data/step_num_groups", 2)
+        w.history, "crash_on", ("data/step_num_scenarios", 2)
     ),
     "checkpoint-saved": lambda w: setattr(w.backend, "crash_after_checkpoint", 2),  # trained
     "training-row-written": lambda w: setattr(

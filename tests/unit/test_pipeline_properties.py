@@ -16,7 +16,7 @@ from ._pipeline_world import Crash, Script, TurnsBackend, World, check_run, turn
 CRASHES: dict[str, Callable[[World, int], None]] = {
     "record-save": lambda w, n: setattr(w.state, "crash_on_save", n),
     "train-write": lambda w, n: setattr(w.store, "crash_on_train_write", n),
-    "summary-row": lambda w, n: setattr(w.history, "crash_on", ("train/data/step_num_groups", n)),
+    "summary-row": lambda w, n: setattr(w.history, "crash_on", ("data/step_num_scenarios", n)),
     "checkpoint": lambda w, n: setattr(w.backend, "crash_after_checkpoint", n),
     "training-row": lambda w, n: setattr(
         w.history, "crash_on", ("data/step_num_gradient_steps", n)

@@ -176,7 +176,7 @@ def test_the_in_memory_backend_learns_in_the_direction_of_the_reward() -> None:
     from arthex.core.identity import ModelSpec, RunRef
     from arthex.core.trajectories import TrajectoryGroup
     from arthex.testing.builders import make_choice, make_trajectory
-    from arthex.testing.fake_backend import InMemoryBackend
+    from arthex.testing.fakes.backend import InMemoryBackend
 
     run = RunRef("p", "fake")
     good = make_trajectory(1.0, choice=make_choice("a", token_ids=[7]))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import arthex
-from arthex.adapters._files import UnwritableDirectoryError
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.adapters.files import UnwritableDirectoryError
+from arthex.testing.fakes.backend import InMemoryBackend
 
 
 def _make_read_only(path: Path) -> bool:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import arthex
-from arthex.adapters.run_lease import FileRunLeases
+from arthex.adapters.run_files.lease import FileRunLeases
 from arthex.core.errors import RunBusyError
 from arthex.testing.builders import make_group
-from arthex.testing.fake_backend import InMemoryBackend
-from arthex.testing.fake_leases import InMemoryRunLeases
+from arthex.testing.fakes.backend import InMemoryBackend
+from arthex.testing.fakes.leases import InMemoryRunLeases
 
 
 def trainable(base: Path, leases: object) -> arthex.TrainableModel:

@@ -16,13 +16,13 @@ import httpx
 import pytest
 
 from arthex.adapters.serverless import QuotaExceededError, ServerlessBackend
-from arthex.adapters.serverless.audit import AuditLog
 from arthex.adapters.serverless.client_http import raise_for_status
-from arthex.adapters.serverless.leases import LeaseTable, parse_claim
-from arthex.adapters.serverless.limits import ServerLimits
-from arthex.adapters.serverless.options import parse
-from arthex.adapters.serverless.quotas import TenantQuotas, disk_bytes
-from arthex.adapters.serverless.ratelimit import TokenBuckets
+from arthex.apps.server.audit import AuditLog
+from arthex.apps.server.leases import LeaseTable, parse_claim
+from arthex.apps.server.limits import ServerLimits
+from arthex.apps.server.options import parse
+from arthex.apps.server.quotas import TenantQuotas, disk_bytes
+from arthex.apps.server.ratelimit import TokenBuckets
 from arthex.core.errors import BackendError, CorruptDataError, InvalidInputError, RunBusyError
 from arthex.core.identity import ModelSpec, RunRef
 

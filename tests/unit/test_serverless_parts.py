@@ -20,14 +20,14 @@ from arthex.adapters.serverless import (
     ServerlessBackend,
     TrainingJobFailed,
 )
-from arthex.adapters.serverless._wire import decode_metrics, encode_metrics
 from arthex.adapters.serverless.client_http import raise_for_status
-from arthex.adapters.serverless.guard import TENANT_SCOPE_KEY, Guard
-from arthex.adapters.serverless.jobs import JobStore
-from arthex.adapters.serverless.keys import KeyRing, hash_key, new_key
-from arthex.adapters.serverless.limits import ServerLimits
-from arthex.adapters.serverless.registry import ModelRecord, ModelRegistry
-from arthex.adapters.serverless.service import TrainingService
+from arthex.adapters.serverless.wire import decode_metrics, encode_metrics
+from arthex.apps.server.guard import TENANT_SCOPE_KEY, Guard
+from arthex.apps.server.jobs import JobStore
+from arthex.apps.server.keys import KeyRing, hash_key, new_key
+from arthex.apps.server.limits import ServerLimits
+from arthex.apps.server.registry import ModelRecord, ModelRegistry
+from arthex.apps.server.service import TrainingService
 from arthex.core.config import TrainConfig
 from arthex.core.errors import (
     BackendError,
@@ -39,7 +39,7 @@ from arthex.core.errors import (
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.ports.training_backend import InferenceEndpoint
 from arthex.testing.contracts.training_backend import synthetic_groups
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 KEY_A = "alpha-key-0123456789"
 KEY_B = "bravo-key-0123456789"

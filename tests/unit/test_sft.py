@@ -20,9 +20,9 @@ from arthex.core.sft import (
 )
 from arthex.core.trajectories import Trajectory
 from arthex.testing.builders import make_choice
-from arthex.testing.fake_backend import InMemoryBackend
-from arthex.testing.fake_history import InMemoryHistory
-from arthex.testing.fakes import InMemoryTrajectoryStore
+from arthex.testing.fakes.backend import InMemoryBackend
+from arthex.testing.fakes.history import InMemoryHistory
+from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 
 QA = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 

@@ -15,7 +15,7 @@ import pytest
 import arthex
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.testing.builders import make_group
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 
 def trainer(base: Path) -> arthex.TrainableModel:

@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from arthex.adapters.parquet_layout import WRITE_OPTIONS, encode
-from arthex.adapters.parquet_parts import FOLDED_KEY, WRITES_KEY
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
+from arthex.adapters.parquet.codec import WRITE_OPTIONS, encode
+from arthex.adapters.parquet.parts import FOLDED_KEY, WRITES_KEY
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
+from arthex.apps.loaders import list_parts, load_trajectories
 from arthex.core.errors import CorruptDataError
 from arthex.core.identity import RunRef
 from arthex.core.trajectories import TrajectoryGroup
-from arthex.loaders import list_parts, load_trajectories
 from arthex.testing.builders import make_group, rich_groups
 from arthex.testing.contracts.trajectory_store import assert_groups_identical
 from tests._parts import write_legacy_part

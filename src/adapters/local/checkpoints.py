@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ...core.errors import BackendError, CorruptDataError
-from .._files import TEMP_PREFIX, fsync_dir
+from ..files import TEMP_PREFIX, fsync_dir
 
 STATE_FILE = "trainer_state.json"
 METRICS_KEY = "train_metrics"  # in the state file: what `train` yielded for this step

@@ -1,5 +1,5 @@
 """Training on another machine: `ServerlessBackend` (the client) and the training server it
-talks to (`arthex.adapters.serverless.server`). Importing this package imports neither httpx
+talks to (`arthex.apps.server.main`). Importing this package imports neither httpx
 nor fastapi; the client imports httpx when it first sends a request."""
 
 from .client import JobEvent, ServerlessBackend

@@ -55,7 +55,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
-from . import _wire as wire
+from . import wire
 from .client_http import (
     httpx_module,
     raise_for_status,

@@ -15,7 +15,7 @@ from ...core.errors import (
     RunBusyError,
     UnsupportedCapability,
 )
-from . import _wire as wire
+from . import wire
 from .errors import ModelBusyError, QuotaExceededError, ServerlessAuthError
 
 if TYPE_CHECKING:

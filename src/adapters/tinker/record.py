@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from ...core.errors import CorruptDataError
-from .._files import atomic_write_bytes
+from ..files import atomic_write_bytes
 
 RECORD_FILE = "tinker-run.json"
 FORMAT_VERSION = 1

@@ -58,7 +58,7 @@ def _install_hooks() -> None:
         if not _hooks:
             logger.warning(
                 "no transport hook is registered, so this scope records nothing: open scopes "
-                "through arthex.capture (importing arthex.capturing registers the hook)"
+                "through arthex.capture (importing arthex.composition.capture registers the hook)"
             )
         pending = [hook for hook in _hooks if id(hook) not in _hooks_done]
         for hook in pending:

@@ -28,7 +28,7 @@ import attrs
 
 from ..config import TrainConfig
 from ..errors import BackendError, CorruptDataError
-from ..metrics import summarize
+from ..metrics import STEP_NUM_SCENARIOS, summarize
 from ..model import TrainableModel
 from ..pipeline_record import PipelineRecord
 from .measures import after_update, group_tokens, stream_index
@@ -36,7 +36,7 @@ from .measures import after_update, group_tokens, stream_index
 logger = logging.getLogger("arthex")
 
 PIPELINE_ROW_KEY = "discarded/cum/stale_groups"  # on every pipeline row, never null
-SUMMARY_ROW_KEY = "train/data/step_num_groups"  # on every train-split row `log` writes
+SUMMARY_ROW_KEY = STEP_NUM_SCENARIOS  # on every train-split row `log` writes
 
 
 async def has_value(model: TrainableModel, step: int, key: str) -> bool:

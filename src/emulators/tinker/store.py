@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ...adapters._files import atomic_write_bytes
+from ...adapters.files import atomic_write_bytes
 from .compute import META_FILE, LoraSettings, folder_size
 from .wire import CHECKPOINT_NAME, HttpError
 

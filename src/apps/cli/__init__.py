@@ -1,0 +1,5 @@
+"""The `arthex` command: one module per command group, wired in `main`."""
+
+from .main import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,263 @@
+"""`arthex demo`: RL on the tiny local model, on CPU, in about a minute.
+
+The task: "answer with digits". The reward is the share of the reply's visible characters
+that are digits. The tiny model starts with random weights, so its replies are random tokens
+of its small vocabulary, few of them digits: it rarely earns the reward. Group-relative RL
+rewards the replies that happened to hold more digits than their siblings, and within a few
+dozen steps the model answers mostly in digits.
+
+Everything goes through the real loop a user writes: rollouts with `model.openai_client()`
+against the local inference server, `gather_trajectory_groups`, `model.train`,
+`model.delete_checkpoints`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from ..core.config import TrainConfig
+from ..core.gather import gather_trajectory_groups
+from ..core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
+
+PROMPTS: tuple[str, ...] = (
+    "What is two plus two?",
+    "Count from one to ten.",
+    "Guess the secret number.",
+    "How many days are in a week?",
+)
+ROLLOUTS_PER_PROMPT = 8
+MAX_TOKENS = 8
+LEARNING_RATE = 3e-2
+DEFAULT_STEPS = 20
+PIPELINE_STEPS_OFF_POLICY = 1
+
+
+@attrs.frozen
+class DemoResult:
+    """Mean reward per step, and where the run's files are."""
+
+    rewards: tuple[float, ...]
+    seconds: float
+    model_dir: str
+
+    @property
+    def first_reward(self) -> float:
+        return self.rewards[0]
+
+    @property
+    def last3_mean(self) -> float:
+        tail = self.rewards[-3:]
+        return sum(tail) / len(tail)
+
+    @property
+    def improvement(self) -> float:
+        return self.last3_mean - self.first_reward
+
+
+def digit_share(text: str) -> float:
+    """Digits among the visible (non-space) characters; 0 for an empty reply."""
+    visible = [c for c in text if not c.isspace()]
+    if not visible:
+        return 0.0
+    return sum(c in "0123456789" for c in visible) / len(visible)
+
+
+async def run_demo(
+    base_path: str = ".art",
+    steps: int = DEFAULT_STEPS,
+    seed: int = 0,
+    progress: bool | None = None,
+    *,
+    stream: TextIO | None = None,
+    pipeline: bool = False,
+) -> DemoResult:
+    """Train the tiny model for `steps` RL steps and return the reward per step.
+
+    `pipeline=True` runs the same task through `PipelineTrainer`: rollouts of the next steps
+    are sampled while a step trains (at most `PIPELINE_STEPS_OFF_POLICY` steps behind).
+    `progress=None` prints one line per step and a summary; False prints nothing; True also
+    shows the gather progress bar when the stream is not a terminal."""
+    from ..adapters.local import LocalBackend
+    from ..composition.api import TrainableModel
+    from ..testing.tiny_model import tiny_model
+
+    if steps < 3:
+        raise ValueError(f"the demo needs at least 3 steps to compare, got {steps}")
+    out = stream if stream is not None else sys.stdout
+    show = progress is not False
+    started = time.monotonic()
+    _quiet_transformers()
+    base_model = tiny_model(Path(base_path) / "_tiny_model")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    model = TrainableModel(
+        name=f"digits-{stamp}-{os.getpid()}",
+        project="demo",
+        base_model=base_model,
+        base_path=base_path,
+        report_metrics=[],
+    )
+    backend = LocalBackend(engine="torch", full_finetune=True, seed=seed)
+    rewards: list[float] = []
+    client: Any = None
+
+    def report(step: int, reward: float, loss: float | None) -> None:
+        rewards.append(reward)
+        if show:
+            out.write(
+                f"{_bar(step, steps)} step {step:>3}/{steps}  reward {reward:.3f}  "
+                f"loss {_fmt(loss)}  {time.monotonic() - started:5.1f}s\n"
+            )
+            out.flush()
+
+    try:
+        await model.register(backend)
+        client = model.openai_client()
+        if pipeline:
+            await _pipeline(model, backend, client, steps, seed, report)
+            return _finish(rewards, started, base_path, model, out, show)
+        config = TrainConfig(learning_rate=LEARNING_RATE)
+        for step in range(steps):
+            policy = model.get_inference_name()
+            groups = await gather_trajectory_groups(
+                (
+                    trajectory_group(
+                        _rollout(client, policy, prompt, _seed(seed, step, p, r))
+                        for r in range(ROLLOUTS_PER_PROMPT)
+                    )
+                    for p, prompt in enumerate(PROMPTS)
+                ),
+                pbar_desc=f"step {step + 1} rollouts",
+                progress=True if progress else None if show else False,
+            )
+            reward = _mean_reward(groups)
+            result = await model.train(groups, config=config)
+            await model.delete_checkpoints(best_checkpoint_metric="train/reward")
+            report(step + 1, reward, result.metrics.get("loss/train"))
+    finally:
+        if client is not None:
+            await client.close()
+        await backend.close()
+        await model.close()
+    return _finish(rewards, started, base_path, model, out, show)
+
+
+def _finish(
+    rewards: list[float], started: float, base_path: str, model: Any, out: TextIO, show: bool
+) -> DemoResult:
+    demo = DemoResult(
+        rewards=tuple(rewards),
+        seconds=time.monotonic() - started,
+        model_dir=str(Path(base_path) / model.project / "models" / model.run_name),
+    )
+    if show:
+        out.write(
+            f"first step reward: {demo.first_reward:.3f}  mean of the last three steps: "
+            f"{demo.last3_mean:.3f}  ({demo.seconds:.0f}s, files in {demo.model_dir})\n"
+        )
+        out.flush()
+    return demo
+
+
+async def _pipeline(
+    model: Any,
+    backend: Any,
+    client: Any,
+    steps: int,
+    seed: int,
+    report: Callable[[int, float, float | None], None],
+) -> None:
+    """The demo's task through PipelineTrainer: the prompts in turn, one group of
+    `ROLLOUTS_PER_PROMPT` rollouts per scenario, a step per `len(PROMPTS)` groups.
+
+    Groups whose rollouts all earned the same reward teach nothing and are discarded (as in
+    ART), so once the model answers in digits most groups are; the stream holds twice the
+    scenarios of `steps` steps, and the run ends early when they are used up."""
+    from ..composition.api import PipelineTrainer
+    from ..core.pipeline import make_group_rollout_fn
+
+    counter = itertools.count()
+
+    async def single(model: Any, scenario: int, config: None) -> Trajectory:
+        prompt = PROMPTS[scenario % len(PROMPTS)]
+        return await _rollout(
+            client, model.get_inference_name(), prompt, seed * 7919 + next(counter)
+        )
+
+    def on_step(step: int, metrics: Mapping[str, float | None]) -> None:
+        report(step, metrics.get("train/reward") or 0.0, metrics.get("loss/train"))
+
+    trainer = PipelineTrainer(
+        model,
+        backend,
+        make_group_rollout_fn(single, ROLLOUTS_PER_PROMPT),
+        range(steps * len(PROMPTS) * 2),
+        None,
+        num_rollout_workers=2 * len(PROMPTS),
+        min_batch_size=len(PROMPTS),
+        max_batch_size=len(PROMPTS),
+        max_steps_off_policy=PIPELINE_STEPS_OFF_POLICY,
+        learning_rate=LEARNING_RATE,
+        max_steps=steps,
+        checkpoint_retention=1,
+        resume=False,
+        on_step=on_step,
+    )
+    await trainer.train()
+
+
+async def _rollout(client: Any, policy: str, prompt: str, seed: int) -> Trajectory:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Answer with digits only."},
+        {"role": "user", "content": prompt},
+    ]
+    response = await client.chat.completions.create(
+        model=policy,
+        messages=messages,
+        max_tokens=MAX_TOKENS,
+        temperature=1.0,
+        logprobs=True,
+        seed=seed,
+    )
+    choice = response.choices[0]
+    return Trajectory(
+        messages_and_choices=[*messages, choice],
+        reward=digit_share(choice.message.content or ""),
+    )
+
+
+def _seed(seed: int, step: int, prompt: int, rollout: int) -> int:
+    return ((seed * 10_007 + step) * 101 + prompt) * 1_009 + rollout
+
+
+def _mean_reward(groups: Sequence[TrajectoryGroup]) -> float:
+    rewards = [t.reward for g in groups for t in g.trajectories]
+    return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = width * done // total
+    return f"[{'#' * filled}{'.' * (width - filled)}]"
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.3f}"
+
+
+def _quiet_transformers() -> None:
+    """Loading a checkpoint every step would print a progress bar every step."""
+    try:
+        from transformers.utils import logging as hf_logging_module
+    except ImportError:
+        return
+    hf_logging: Any = hf_logging_module  # untyped
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

@@ -1,0 +1,151 @@
+"""The ASGI layer in front of every route: the header count, the API key, the key's rate
+limit (429 with Retry-After), then the body size cap.
+
+It runs before routing, so no request reaches a route (or an unknown path) unauthenticated,
+and a body is refused with 413 as soon as it is known to be too long: at once when its
+Content-Length says so, otherwise while it streams in, never after buffering all of it. An
+accepted body is spooled (memory up to a threshold, a temp file past it) and handed to the
+route in the scope (see bodies.py), so the server holds it once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...adapters.inference.asgi import (
+    ASGIApp,
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    SpooledBody,
+    header,
+    read_body_spooled,
+    replaying_spooled,
+)
+from ...adapters.inference.asgi import send_json as send_body
+from ...adapters.serverless.wire import (
+    AUTHENTICATION_ERROR,
+    HEADERS_TOO_LARGE,
+    RATE_LIMITED,
+    REQUEST_TOO_LARGE,
+    error_body,
+)
+from .bodies import BODY_SCOPE_KEY
+from .keys import KeyRing
+from .limits import ServerLimits
+from .ratelimit import TokenBuckets
+
+__all__ = ["AUDIT_SCOPE_KEY", "TENANT_SCOPE_KEY", "ASGIApp", "Guard", "bearer_token", "send_json"]
+
+TENANT_SCOPE_KEY = "arthex.tenant"
+AUDIT_SCOPE_KEY = "arthex.audit"  # what a handler tells the audit log (model and job ids)
+
+
+class Guard:
+    """Header count, then the API key, then the key's rate limit, then the body cap."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: KeyRing,
+        limits: ServerLimits,
+        spool_dir: Callable[[], str | None] = lambda: None,
+        on_rate_limited: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.keys = keys
+        self.limits = limits
+        self.spool_dir = spool_dir
+        self.on_rate_limited = on_rate_limited
+        self.buckets = TokenBuckets(limits.rate_per_s, limits.rate_burst, clock)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        if len(scope.get("headers", ())) > self.limits.max_headers:
+            message = (
+                f"the request has more headers than this server accepts "
+                f"({self.limits.max_headers}); send fewer"
+            )
+            await send_json(
+                send, 431, error_body(431, message, HEADERS_TOO_LARGE), [(b"connection", b"close")]
+            )
+            return
+        token = bearer_token(scope)
+        identity = self.keys.identify(token) if token is not None else None
+        if identity is None:
+            message = "missing or wrong API key; send 'Authorization: Bearer <key>'"
+            await send_json(
+                send,
+                401,
+                error_body(401, message, AUTHENTICATION_ERROR),
+                [(b"www-authenticate", b"Bearer")],
+            )
+            return
+        tenant, key_digest = identity
+        scope[TENANT_SCOPE_KEY] = tenant
+        wait = self.buckets.take(key_digest)
+        if wait > 0:
+            await self._rate_limited(send, wait)
+            return
+        body = SpooledBody(self.limits.spool_threshold_bytes, self.spool_dir())
+        try:
+            try:
+                complete = await read_body_spooled(scope, receive, self.limits.max_body_bytes, body)
+            except BodyTooLarge:
+                await self._too_large(send)
+                return
+            if not complete:
+                return
+            scope[BODY_SCOPE_KEY] = body
+            await self.app(scope, replaying_spooled(body, receive), send)
+        finally:
+            scope.pop(BODY_SCOPE_KEY, None)
+            body.close()
+
+    async def _rate_limited(self, send: Send, wait: float) -> None:
+        self.on_rate_limited()
+        message = (
+            f"this API key sent more than {self.limits.rate_per_s:g} requests a second (bursts "
+            f"of {self.limits.rate_burst}); retry after the Retry-After header's seconds"
+        )
+        retry_after = TokenBuckets.retry_after(wait).encode()
+        await send_json(
+            send, 429, error_body(429, message, RATE_LIMITED), [(b"retry-after", retry_after)]
+        )
+
+    async def _too_large(self, send: Send) -> None:
+        message = (
+            f"the request body is larger than this server accepts ({self.limits.max_body_bytes} "
+            "bytes); send fewer trajectory groups per request"
+        )
+        await send_json(
+            send, 413, error_body(413, message, REQUEST_TOO_LARGE), [(b"connection", b"close")]
+        )
+
+
+def bearer_token(scope: Scope) -> str | None:
+    value = header(scope, b"authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    payload: dict[str, Any],
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    await send_body(send, status, json.dumps(payload).encode(), extra_headers or ())

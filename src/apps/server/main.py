@@ -1,0 +1,197 @@
+"""The self-hosted training server: any TrainingBackend over HTTP, in the hosted API's shape.
+
+    python -m arthex.apps.server --backend local --host 127.0.0.1 --port 8000 \
+        --keys keys.txt --state-dir ./arthex-server
+
+Routes (every one needs `Authorization: Bearer <key>`; a key is a tenant, see keys.py):
+
+    GET    /preview/backend                        the backend's name and capabilities
+    POST   /preview/models                         {project, name, base_model, config} -> model
+    GET    /preview/models                         the tenant's models
+    GET    /preview/models/{id}                    one model
+    GET    /preview/models/{id}/checkpoints        {data: [{step}], step: newest}
+    DELETE /preview/models/{id}/checkpoints        {steps: [to delete]} (never the newest)
+    POST   /preview/training-jobs                  {model_id, trajectory_groups, config} -> job
+    POST   /preview/sft-training-jobs              {model_id, conversations, config} -> job
+    GET    /preview/training-jobs/{id}             the job's status
+    GET    /preview/training-jobs/{id}/events      ?after=<cursor>&limit=&wait=<s>&stream=true
+    GET    /v1/models, POST /v1/chat/completions   OpenAI-compatible proxy to the backend
+    GET    /v1/projects/{project}/models, POST /v1/projects/{project}/chat/completions
+
+Statuses: 400 bad JSON, 401 bad key, 404 unknown (or another tenant's) model or job, 409 the
+model is training, 413 body too large, 422 invalid input, 501 capability the backend lacks.
+State under `--state-dir`: `registry.json`, `jobs/{id}/events.jsonl`, `backend/` (checkpoints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import socket
+import sys
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
+from ...ports.training_backend import TrainingBackend
+from . import options
+from .app import create_app
+from .audit import AuditLog
+from .http_protocol import head_capped_protocol
+from .keys import KeyRing
+from .limits import ServerLimits
+from .options import DEFAULT_PORT
+
+__all__ = ["create_app", "main", "make_backend", "serve", "serve_async"]
+
+logger = logging.getLogger("arthex.serverless")
+
+TRACE = 5  # uvicorn's level below DEBUG
+
+
+# --- running it ---------------------------------------------------------------------------
+
+
+async def serve_async(
+    backend: TrainingBackend,
+    *,
+    keys: KeyRing,
+    state_dir: str | Path,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    limits: ServerLimits | None = None,
+    allowed_base_models: Collection[str] | None = None,
+    admin_keys: KeyRing | None = None,
+    audit: AuditLog | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve until SIGINT/SIGTERM (or cancellation); the backend is closed on the way out.
+    `port=0` picks a free port; `on_ready` gets the base URL once the socket listens."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise MissingExtraError("uvicorn", "server") from exc
+    app = create_app(
+        backend,
+        keys=keys,
+        state_dir=state_dir,
+        limits=limits,
+        allowed_base_models=allowed_base_models,
+        admin_keys=admin_keys,
+        audit=audit,
+    )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
+    # without it every reused connection waits ~40 ms on Nagle and delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(512)
+    except OSError as exc:
+        sock.close()
+        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc}") from exc
+    limits = limits if limits is not None else ServerLimits()
+    config = uvicorn.Config(
+        app,
+        http=head_capped_protocol(limits.max_header_bytes, app.header_refused),
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                await task
+                raise InvalidInputError("the training server stopped while starting")
+            await asyncio.sleep(0.01)
+        if on_ready is not None:
+            shown = f"[{host}]" if family == socket.AF_INET6 else host
+            on_ready(f"http://{shown}:{sock.getsockname()[1]}")
+        await task
+    finally:
+        sock.close()
+
+
+def serve(backend: TrainingBackend, **kwargs: Any) -> None:
+    """Blocking form of `serve_async` (same keyword arguments)."""
+    asyncio.run(serve_async(backend, **kwargs))
+
+
+def make_backend(kind: str) -> TrainingBackend:
+    """'local', 'inmemory', an `arthex.backends` entry point, or 'module:callable' (a factory
+    called with no arguments)."""
+    if ":" in kind:
+        module_name, _, attribute = kind.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise InvalidInputError(f"cannot load backend factory {kind!r}: {exc}") from exc
+        return cast(TrainingBackend, factory())
+    from ...composition.container import backend
+
+    return backend(kind)
+
+
+def _preload(modules: Sequence[str]) -> None:
+    """Import the backend's heavy libraries before listening, so the server is ready when it
+    says so and the first register does not wait seconds for torch. (Not on a side thread:
+    transformers' lazy module is not safe to import from two threads at once.)"""
+    for name in modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = options.parse(argv)
+    logging.addLevelName(TRACE, "TRACE")
+    level = TRACE if args.log_level == "trace" else args.log_level.upper()
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        keys = KeyRing.load(args.keys)
+        admin_keys = options.admin_keys_of(args)
+        if admin_keys is not None and admin_keys.overlaps(keys):
+            raise InvalidInputError("a key is both an admin key and a tenant key")
+        backend = make_backend(args.backend)
+    except ArthexError as exc:
+        sys.exit(f"arthex serve: {exc}")
+    if args.backend == "local":
+        _preload(("torch", "transformers"))
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning(
+            "listening on %s: API keys travel in clear text; put a TLS proxy in front", args.host
+        )
+
+    def ready(url: str) -> None:
+        print(
+            f"arthex serve: listening on {url} (backend {type(backend).__name__}, "
+            f"state {Path(args.state_dir).resolve()})",
+            flush=True,
+        )
+
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(
+            backend,
+            keys=keys,
+            state_dir=args.state_dir,
+            host=args.host,
+            port=args.port,
+            limits=args.limits,
+            allowed_base_models=args.allow_base_model,
+            admin_keys=admin_keys,
+            audit=args.audit,
+            on_ready=ready,
+            log_level=args.log_level,
+        )
+
+
+if __name__ == "__main__":
+    main()

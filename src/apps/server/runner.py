@@ -1,0 +1,152 @@
+"""Running admitted training jobs: one task per job, an optional server-wide queue, and the
+job's events as the backend trains.
+
+The service admits a job (every check done, nothing written) and hands it here. A job waits
+for a slot when `--max-running-jobs` is set (the queue whose depth /metrics reports), then
+trains; every outcome ends with a terminal event, a server shutdown included, so a client
+waiting on the job is never left hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from ...adapters.serverless.wire import (
+    GRADIENT_STEP,
+    TRAINING_ENDED,
+    TRAINING_FAILED,
+    TRAINING_STARTED,
+    encode_metrics,
+)
+from ...core.config import TrainConfig
+from ...core.errors import ArthexError, InvalidInputError
+from ...core.trajectories import TrajectoryGroup
+from ...ports.training_backend import TrainingBackend
+from .jobs import JobLog
+from .registry import ModelRecord
+
+__all__ = ["JobRunner", "parse_config", "parse_groups"]
+
+logger = logging.getLogger("arthex.serverless")
+
+
+class JobRunner:
+    def __init__(
+        self,
+        backend: TrainingBackend,
+        *,
+        max_running_jobs: int,
+        scrub: Callable[[str], str],
+        on_end: Callable[[ModelRecord], None],
+    ) -> None:
+        self.backend = backend
+        self.max_running_jobs = max_running_jobs
+        self.scrub = scrub
+        self.on_end = on_end
+        self.training: dict[str, str] = {}  # model id -> its job's id, queued or running
+        self.queued = 0
+        self._slots: asyncio.Semaphore | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def running(self) -> int:
+        return len(self.training) - self.queued
+
+    def open(self) -> None:
+        if self.max_running_jobs:
+            self._slots = asyncio.Semaphore(self.max_running_jobs)
+
+    def start(
+        self,
+        job: JobLog,
+        record: ModelRecord,
+        started: Mapping[str, Any],
+        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
+    ) -> None:
+        """Run `updates()` (an RL or SFT update's metrics, one per gradient step) as `job`."""
+        self.training[record.id] = job.id
+        task = asyncio.create_task(self._run(job, record, started, updates), name=f"job-{job.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Stop every job (each gets a training_failed event)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _run(
+        self,
+        job: JobLog,
+        record: ModelRecord,
+        started: Mapping[str, Any],
+        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
+    ) -> None:
+        run = record.run
+        slot = False
+        try:
+            if self._slots is not None:
+                self.queued += 1
+                try:
+                    await self._slots.acquire()
+                finally:
+                    self.queued -= 1
+                slot = True
+            step = await self.backend.get_step(run)
+            job.append(TRAINING_STARTED, {"step": step, **started})
+            count = 0
+            async for metrics in updates():
+                count += 1
+                job.append(GRADIENT_STEP, {"index": count, "metrics": encode_metrics(metrics)})
+            new_step = await self.backend.get_step(run)
+            job.append(TRAINING_ENDED, {"step": new_step, "num_gradient_steps": count})
+        except asyncio.CancelledError:
+            job.append(
+                TRAINING_FAILED,
+                {"message": "the training server shut down during this job", "type": "Interrupted"},
+            )
+            raise
+        except Exception as exc:
+            if not isinstance(exc, ArthexError):
+                logger.exception("job %s failed", job.id)
+            message = self.scrub(str(exc))
+            job.append(TRAINING_FAILED, {"message": message, "type": type(exc).__name__})
+        finally:
+            if slot and self._slots is not None:
+                self._slots.release()
+            self.training.pop(record.id, None)
+            self.on_end(record)
+
+
+def parse_config(payload: object) -> TrainConfig:
+    if payload is None:
+        return TrainConfig()
+    if not isinstance(payload, Mapping):
+        raise InvalidInputError(f"config must be a JSON object, got {type(payload).__name__}")
+    try:
+        return TrainConfig(**{str(k): v for k, v in payload.items()})
+    except TypeError as exc:
+        raise InvalidInputError(f"config: {exc}; see TrainConfig for the fields") from None
+
+
+def parse_groups(payload: object) -> list[TrajectoryGroup]:
+    from pydantic import ValidationError
+
+    if not isinstance(payload, list):
+        raise InvalidInputError("trajectory_groups must be a JSON list of trajectory groups")
+    if not payload:
+        raise InvalidInputError("train got an empty list of groups: there is nothing to train on")
+    groups = []
+    for index, item in enumerate(payload):
+        try:
+            groups.append(TrajectoryGroup.model_validate(item))
+        except (ValidationError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"trajectory_groups[{index}] is not a group: {exc}") from None
+    return groups

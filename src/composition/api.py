@@ -1,0 +1,188 @@
+"""The public `arthex.Model` and `arthex.TrainableModel`: the core classes with their default
+ports taken from the composition root. An adapter passed explicitly wins over the default.
+
+The constructors take ART 0.5.23's keyword arguments too, so an ART script's model
+construction runs unchanged; where arthex does a thing elsewhere it says so in a warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel as PydanticModel
+
+from ..core import model as core
+from ..core import pipeline
+from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
+from ..ports.pipeline_state import PipelineStateStore
+from ..ports.run_lease import RunLeases
+from ..ports.run_state import RunStateStore
+from ..ports.training_backend import TrainingBackend
+from ..ports.trajectory_store import TrajectoryStore
+from .container import container
+
+
+def _ports(
+    base_path: str,
+    report_metrics: Sequence[str] | None,
+    entity: str | None,
+    store: TrajectoryStore | None,
+    history: MetricsHistory | None,
+    mirrors: Sequence[MetricsReporter] | None,
+    state: RunStateStore | None,
+) -> tuple[TrajectoryStore, MetricsHistory, Sequence[MetricsReporter], RunStateStore | None]:
+    return (
+        store if store is not None else container.trajectory_store(base_path),
+        history if history is not None else container.history(base_path),
+        mirrors if mirrors is not None else container.mirrors(base_path, report_metrics, entity),
+        state if state is not None else container.run_state(base_path),
+    )
+
+
+def _warn_backend_settings(lora_config: object, internal_config: object) -> None:
+    """ART configures LoRA and the inference engine on the model; arthex on the backend."""
+    if lora_config is not None:
+        warnings.warn(
+            "lora_config is ignored: arthex sets LoRA on the backend, e.g. "
+            "LocalBackend(lora_rank=8, lora_alpha=16, lora_target_modules=[...])",
+            UserWarning,
+            stacklevel=3,
+        )
+    if internal_config is not None:
+        warnings.warn(
+            "_internal_config is ignored: arthex sets engine and trainer options on the "
+            "backend, e.g. LocalBackend(engine='vllm', device='cuda', full_finetune=False)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+class Model(core.Model):
+    """`Model(name=..., project=..., base_path=".art", report_metrics=None)`: logs evaluations
+    under `{base_path}/{project}/models/{name}/`. `report_metrics=["wandb"]` mirrors rows to
+    wandb (under `entity`, when given); None mirrors when wandb credentials (or
+    WANDB_MODE=offline) are present; [] never. `inference_base_url`, `inference_api_key` and
+    `inference_model_name` point `openai_client()` at any OpenAI-compatible service, to
+    evaluate a prompted model the same way as a trained one. `run_name` stores the run under
+    another name than `name` (see TrainableModel)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        project: str,
+        entity: str | None = None,
+        config: Mapping[str, Any] | PydanticModel | None = None,
+        inference_api_key: str | None = None,
+        inference_base_url: str | None = None,
+        inference_model_name: str | None = None,
+        base_path: str = ".art",
+        report_metrics: Sequence[str] | None = None,
+        store: TrajectoryStore | None = None,
+        history: MetricsHistory | None = None,
+        mirrors: Sequence[MetricsReporter] | None = None,
+        state: RunStateStore | None = None,
+        run_name: str | None = None,
+    ) -> None:
+        store, history, mirrors, state = _ports(
+            base_path, report_metrics, entity, store, history, mirrors, state
+        )
+        super().__init__(
+            name=name,
+            project=project,
+            store=store,
+            history=history,
+            mirrors=mirrors,
+            base_path=base_path,
+            config=config,
+            state=state,
+            run_name=run_name,
+            inference_base_url=inference_base_url,
+            inference_api_key=inference_api_key,
+            inference_model_name=inference_model_name,
+        )
+        self.entity = entity
+
+
+class TrainableModel(core.TrainableModel, Model):
+    """A model a backend trains: construct it, then `await model.register(backend)`. It is an
+    `arthex.Model` too, as in ART (the core's `__init__` reaches `Model.__init__` with the
+    ports already built, so nothing is built twice).
+
+    `run_name` (required by ART 0.5.23, optional here) names the run: its directory
+    `{base_path}/{project}/models/{run_name}/`, its history and wandb run, and the names it is
+    served under (`{run_name}@{step}`, which `get_inference_name()` returns). `name` is kept
+    as `model.name`. Without `run_name` the run is called `name`, as before ART 0.5.23.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        project: str,
+        base_model: str,
+        run_name: str | None = None,
+        entity: str | None = None,
+        config: Mapping[str, Any] | PydanticModel | None = None,
+        base_path: str = ".art",
+        report_metrics: Sequence[str] | None = None,
+        lora_config: object = None,
+        _internal_config: object = None,
+        store: TrajectoryStore | None = None,
+        history: MetricsHistory | None = None,
+        mirrors: Sequence[MetricsReporter] | None = None,
+        state: RunStateStore | None = None,
+        leases: RunLeases | None = None,
+    ) -> None:
+        _warn_backend_settings(lora_config, _internal_config)
+        store, history, mirrors, state = _ports(
+            base_path, report_metrics, entity, store, history, mirrors, state
+        )
+        super().__init__(
+            name=name,
+            project=project,
+            base_model=base_model,
+            store=store,
+            history=history,
+            mirrors=mirrors,
+            base_path=base_path,
+            config=config,
+            state=state,
+            run_name=run_name,
+            leases=leases if leases is not None else container.run_leases(base_path),
+        )
+        self.entity = entity
+
+
+class PipelineTrainer(pipeline.PipelineTrainer):
+    """`PipelineTrainer(model, backend, rollout_fn, scenarios, config, eval_fn=None, ...)`:
+    rollouts overlap training (see `arthex.core.pipeline.PipelineTrainer` for every option).
+    Its record goes to `pipeline_state.json` in the model's run directory unless `state_store`
+    is given."""
+
+    def __init__(
+        self,
+        model: core.TrainableModel,
+        backend: TrainingBackend,
+        rollout_fn: pipeline.RolloutFn,
+        scenarios: Iterable[Any] | AsyncIterable[Any],
+        config: Any,
+        eval_fn: pipeline.EvalFn | None = None,
+        *,
+        state_store: PipelineStateStore | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            model,
+            backend,
+            rollout_fn,
+            scenarios,
+            config,
+            eval_fn,
+            state_store=state_store
+            if state_store is not None
+            else container.pipeline_state(model.base_path),
+            **options,
+        )

@@ -1,0 +1,212 @@
+"""InMemoryBackend: a verified fake TrainingBackend (it passes TrainingBackendContract).
+
+Its "weights" are a per-token preference table updated by the same group-relative advantages
+a real backend uses, so tests can see a learning signal without torch. Its supervised
+fine-tuning reads the trained assistant messages' characters as tokens and raises their
+preference along the gradient of `softplus(-w)`, the loss it reports, so the loss falls as a
+real model's would on data it can memorise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ...core.advantages import group_advantages
+from ...core.backend_train import BackendTrainEntry
+from ...core.config import TrainConfig
+from ...core.errors import InvalidInputError, NotRegisteredError
+from ...core.identity import ModelSpec, RunRef
+from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import step_metrics as sft_metrics
+from ...core.trajectories import TrajectoryGroup
+from ...ports.training_backend import (
+    BackendCapabilities,
+    Capability,
+    InferenceEndpoint,
+    StepMetricsSource,
+    SupervisedFineTuning,
+    TrainingBackend,
+)
+
+Weights = dict[int, float]
+
+
+class InMemoryBackend(BackendTrainEntry):
+    """Checkpoints are dicts in memory; `train` yields one metrics dict per group it updates
+    on (one "gradient step" each), or one zero dict when nothing is trainable."""
+
+    def __init__(
+        self,
+        *,
+        losses: Collection[str] = ("cispo", "ppo", "importance_sampling"),
+        one_trainer: bool = False,
+        sft: bool = True,
+    ) -> None:
+        """`one_trainer=True` declares `Capability.ONE_TRAINER`, as a backend whose
+        checkpoints other processes see does (so models take the run's lease); `sft=False`
+        leaves out supervised fine-tuning."""
+        self._losses = frozenset(losses)
+        self._one_trainer = one_trainer
+        self._sft = sft
+        self._checkpoints: dict[RunRef, dict[int, Weights]] = {}
+        self._metrics: dict[tuple[RunRef, int], list[dict[str, float]]] = {}
+        self._locks: dict[RunRef, asyncio.Lock] = {}
+        self.closed = False
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        names: set[str] = {Capability.TRAIN, Capability.DELETE_CHECKPOINTS}
+        if self._one_trainer:
+            names.add(Capability.ONE_TRAINER)
+        if self._sft:
+            names.add(Capability.SFT)
+        return BackendCapabilities(names | {f"loss:{name}" for name in self._losses})
+
+    async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
+        self._checkpoints.setdefault(model.run, {0: {}})
+        self._locks.setdefault(model.run, asyncio.Lock())
+        return None
+
+    def _run(self, run: RunRef) -> dict[int, Weights]:
+        if run not in self._checkpoints:
+            raise NotRegisteredError(f"{run} is not registered with this InMemoryBackend")
+        return self._checkpoints[run]
+
+    async def get_step(self, run: RunRef) -> int:
+        return max(self._run(run))
+
+    def weights(self, run: RunRef, step: int | None = None) -> Weights:
+        """A copy of the preference table at `step` (latest when None)."""
+        checkpoints = self._run(run)
+        return dict(checkpoints[max(checkpoints) if step is None else step])
+
+    async def train_steps(  # the port's `train` (see BackendTrainEntry)
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        checkpoints = self._run(run)
+        if not groups:
+            raise InvalidInputError("train got no groups")
+        self.capabilities.check(config, type(self).__name__)
+        async with self._locks[run]:
+            step = max(checkpoints)
+            weights = dict(checkpoints[step])
+            samples: list[dict[str, float]] = []
+            for group in groups:
+                advantages = group_advantages(
+                    [t.reward for t in group.trajectories], scale=config.scale_rewards
+                )
+                if not any(advantages):
+                    continue
+                total = 0.0
+                for trajectory, advantage in zip(group.trajectories, advantages, strict=True):
+                    for choice in trajectory.choices():
+                        for token in (choice.model_extra or {}).get("token_ids", []):
+                            weights[int(token)] = (
+                                weights.get(int(token), 0.0) + config.learning_rate * advantage
+                            )
+                            total += abs(advantage)
+                samples.append(
+                    {
+                        "loss": -total,
+                        "grad_norm": math.sqrt(total),
+                        "learning_rate": config.learning_rate,
+                    }
+                )
+                await asyncio.sleep(0)
+            if not samples:  # nothing trainable: no optimizer step, as a real backend says
+                samples.append(
+                    {
+                        "loss": 0.0,
+                        "grad_norm": 0.0,
+                        "learning_rate": config.learning_rate,
+                        "data/step_num_gradient_steps": 0.0,
+                    }
+                )
+            checkpoints[step + 1] = weights
+            self._metrics[(run, step + 1)] = [dict(sample) for sample in samples]
+            for sample in samples:
+                yield sample
+
+    async def train_sft(
+        self, run: RunRef, conversations: Sequence[Conversation], config: TrainSFTConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        checkpoints = self._run(run)
+        self.capabilities.require(Capability.SFT, type(self).__name__)
+        plan = config.plan(len(conversations))
+        targets = [
+            [ord(c) for i in conv.trained_turns(config.assistant_turns) for c in _text(conv, i)]
+            for conv in conversations
+        ]
+        if not any(targets):
+            raise InvalidInputError("train_sft: no conversation has an assistant token to train")
+        async with self._locks[run]:
+            step = max(checkpoints)
+            weights = dict(checkpoints[step])
+            samples = []
+            for batch in plan:
+                tokens = [token for index in batch.items for token in targets[index]]
+                if not tokens:
+                    continue
+                loss = sum(math.log1p(math.exp(-weights.get(t, 0.0))) for t in tokens)
+                norm = 0.0
+                for token in tokens:
+                    pull = 1.0 / (1.0 + math.exp(weights.get(token, 0.0))) / len(tokens)
+                    weights[token] = weights.get(token, 0.0) + batch.learning_rate * pull
+                    norm += pull * pull
+                samples.append((loss / len(tokens), math.sqrt(norm), batch.learning_rate))
+                await asyncio.sleep(0)
+            metrics = [
+                sft_metrics(
+                    loss=loss,
+                    grad_norm=norm,
+                    learning_rate=rate,
+                    conversations=len(conversations),
+                    trainable_tokens=sum(len(t) for t in targets) * config.epochs,
+                    dropped=0,
+                    gradient_steps=len(samples),
+                )
+                for loss, norm, rate in samples
+            ]
+            checkpoints[step + 1] = weights
+            self._metrics[(run, step + 1)] = [dict(m) for m in metrics]
+            for sample in metrics:
+                yield sample
+
+    async def step_metrics(self, run: RunRef, step: int) -> list[dict[str, float]] | None:
+        """What `train` yielded for the update that made `step`, kept with the checkpoint."""
+        self._run(run)
+        samples = self._metrics.get((run, step))
+        return None if samples is None else [dict(sample) for sample in samples]
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        return sorted(self._run(run))
+
+    async def delete_checkpoint_files(
+        self, run: RunRef, steps_to_keep: Collection[int]
+    ) -> list[int]:
+        checkpoints = self._run(run)
+        latest = max(checkpoints)
+        keep = set(steps_to_keep) | {latest}
+        deleted = sorted(step for step in checkpoints if step not in keep)
+        for step in deleted:
+            del checkpoints[step]
+        return deleted
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _text(conversation: Conversation, index: int) -> str:
+    content = conversation.messages[index].get("content") or ""
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content)
+    return str(content)
+
+
+if TYPE_CHECKING:
+    _fits: type[TrainingBackend] = InMemoryBackend
+    _fine_tunes: type[SupervisedFineTuning] = InMemoryBackend
+    _keeps_metrics: type[StepMetricsSource] = InMemoryBackend
