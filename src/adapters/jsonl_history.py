@@ -24,11 +24,12 @@ from ..core.errors import CorruptDataError, InvalidInputError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
 from .files import fsync_dir
+from .layout import HISTORY, RunLayout
 
 if TYPE_CHECKING:
     from ..ports.metrics_reporter import MetricsHistory
 
-HISTORY_FILE = "history.jsonl"
+HISTORY_FILE = HISTORY
 TORN_SUFFIX = ".torn"
 _NEWLINE = b"\n"
 _TAIL_CHUNK = 64 * 1024
@@ -46,7 +47,7 @@ class JsonlHistory:
 
     def path(self, run: RunRef) -> Path:
         """Where `run`'s ledger lives; the run's names were validated as path segments."""
-        return self._root / run.project / "models" / run.name / HISTORY_FILE
+        return RunLayout.of(self._root, run).history
 
     async def report(self, run: RunRef, row: MetricsRow) -> None:
         line = encode_row(row)

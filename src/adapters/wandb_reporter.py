@@ -52,6 +52,7 @@ from ..core.metrics import MetricsRow
 from ..core.run_state import deep_merge
 from ..core.trajectories import TrajectoryGroup
 from .files import atomic_write_bytes
+from .layout import WANDB_RUN, RunLayout
 
 if TYPE_CHECKING:
     from ..ports.metrics_reporter import (
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("arthex.wandb")
 
-RUN_RECORD = "wandb-run.json"
+RUN_RECORD = WANDB_RUN
 X_AXIS = "training_step"
 MODES = frozenset({"online", "offline", "dryrun", "shared", "disabled"})
 _NO_CREDENTIAL_MODES = frozenset({"offline", "dryrun", "disabled"})
@@ -231,7 +232,7 @@ class WandbReporter:
     # -- introspection -------------------------------------------------------------------
 
     def record_path(self, run: RunRef) -> Path:
-        return self._root / run.project / "models" / run.name / RUN_RECORD
+        return RunLayout.of(self._root, run).wandb_run
 
     def resumed(self, run: RunRef) -> bool:
         """Whether this process's run for `run` reuses an id recorded by an earlier one."""

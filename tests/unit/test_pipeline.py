@@ -154,9 +154,7 @@ CRASH_POINTS = {
     # (case settled on resume) where the process dies
     "intent-saved": lambda w: setattr(w.state, "crash_on_save", 2),  # never logged: resample
     "groups-stored": lambda w: setattr(w.store, "crash_on_train_write", 2),  # logged: train them
-    "train-row-written": lambda w: setattr(
-        w.history, "crash_on", ("data/step_num_scenarios", 2)
-    ),
+    "train-row-written": lambda w: setattr(w.history, "crash_on", ("data/step_num_scenarios", 2)),
     "checkpoint-saved": lambda w: setattr(w.backend, "crash_after_checkpoint", 2),  # trained
     "training-row-written": lambda w: setattr(
         w.history, "crash_on", ("data/step_num_gradient_steps", 2)

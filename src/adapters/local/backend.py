@@ -44,6 +44,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
+from ..layout import RunLayout
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -179,7 +180,7 @@ class LocalBackend(BackendTrainEntry):
         from .trainer import DEFAULT_LORA_TARGETS, PolicyTrainer, TrainerSettings
 
         assert spec.base_model is not None
-        model_dir = Path(self._path or spec.base_path) / spec.run.project / "models" / spec.run.name
+        model_dir = RunLayout.of(self._path or spec.base_path, spec.run).dir
         model_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temps(model_dir)
         trainer = PolicyTrainer(

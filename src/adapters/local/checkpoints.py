@@ -1,5 +1,8 @@
 """Checkpoint directories: `{model_dir}/checkpoints/{step:04d}/`, published atomically.
 
+This module is the folder logic only and imports no torch, so `arthex prune` and `arthex runs`
+use the very code the backend uses; reading and writing tensors is `checkpoint_io`.
+
 A checkpoint holds the trained weights (`model.safetensors` for full fine-tuning, or the peft
 adapter files), the optimizer state (`optimizer.safetensors` plus `optimizer.json` for what is
 not a tensor) and `trainer_state.json`. It is written into `checkpoints/.tmp-*`, every file
@@ -24,11 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import load_file, save_file
-
 from ...core.errors import BackendError, CorruptDataError
 from ..files import TEMP_PREFIX, fsync_dir
+from ..layout import CHECKPOINTS, step_name
 
 STATE_FILE = "trainer_state.json"
 METRICS_KEY = "train_metrics"  # in the state file: what `train` yielded for this step
@@ -41,11 +42,11 @@ _STEP_DIR = re.compile(r"\d+")
 
 
 def checkpoints_dir(model_dir: Path) -> Path:
-    return model_dir / "checkpoints"
+    return model_dir / CHECKPOINTS
 
 
 def step_dir(model_dir: Path, step: int) -> Path:
-    return checkpoints_dir(model_dir) / f"{step:04d}"
+    return checkpoints_dir(model_dir) / step_name(step)
 
 
 def complete_steps(model_dir: Path) -> list[int]:
@@ -185,101 +186,6 @@ def step_folders(model_dir: Path) -> list[int]:
     if not root.is_dir():
         return []
     return sorted(int(e.name) for e in root.iterdir() if _STEP_DIR.fullmatch(e.name) and e.is_dir())
-
-
-# --- weights -------------------------------------------------------------------------------
-
-
-def save_weights(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
-    """A whole state_dict as safetensors. Tied parameters share storage, which safetensors
-    refuses, so every name after the first of a storage gets its own copy (loading writes the
-    same values into the shared parameter twice)."""
-    seen: set[tuple[int, int]] = set()
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in tensors.items():
-        value = tensor.detach().to("cpu").contiguous()
-        key = (value.untyped_storage().data_ptr(), int(value.storage_offset()))
-        out[name] = value.clone() if key in seen else value
-        seen.add(key)
-    save_file(out, str(path), metadata={"format": "pt"})
-
-
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(path))
-    except Exception as exc:
-        raise CorruptDataError(f"cannot read weights {path}: {exc}") from exc
-
-
-# --- optimizer -----------------------------------------------------------------------------
-
-
-def save_optimizer(
-    optimizer: torch.optim.Optimizer, param_names: list[str], directory: Path
-) -> None:
-    """The optimizer state keyed by parameter name: tensors in safetensors, the rest (param
-    group hyper-parameters, non-tensor state) in a JSON sidecar."""
-    state = optimizer.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for index, values in state["state"].items():
-        name = param_names[int(index)]
-        for key, value in values.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"state.{name}.{key}"] = value.detach().to("cpu").contiguous()
-            else:
-                scalars.setdefault(name, {})[key] = value
-    groups = []
-    for group in state["param_groups"]:
-        entry = {k: _jsonable(v) for k, v in group.items() if k != "params"}
-        entry["params"] = [param_names[int(i)] for i in group["params"]]
-        groups.append(entry)
-    save_file(tensors, str(directory / OPTIMIZER_FILE), metadata={"format": "pt"})
-    meta = {"format": FORMAT_VERSION, "param_groups": groups, "state_scalars": scalars}
-    (directory / OPTIMIZER_META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-
-
-def load_optimizer(
-    optimizer: torch.optim.Optimizer, param_names: list[str], directory: Path
-) -> None:
-    """Restore what `save_optimizer` wrote into an optimizer built over the same names."""
-    meta_path = directory / OPTIMIZER_META_FILE
-    try:
-        meta = json.loads(meta_path.read_text())
-        tensors = load_file(str(directory / OPTIMIZER_FILE))
-    except (OSError, ValueError) as exc:
-        raise CorruptDataError(f"cannot read the optimizer state in {directory}: {exc}") from exc
-    index = {name: i for i, name in enumerate(param_names)}
-    saved_names = [name for group in meta["param_groups"] for name in group["params"]]
-    if saved_names != param_names:
-        raise CorruptDataError(
-            f"the optimizer state in {directory} is for other parameters "
-            f"({len(saved_names)} saved, {len(param_names)} now); was the checkpoint written "
-            "with another LoRA/full fine-tuning setting?"
-        )
-    state: dict[int, dict[str, Any]] = {}
-    for key, tensor in tensors.items():
-        _, rest = key.split(".", 1)
-        name, field = rest.rsplit(".", 1)
-        state.setdefault(index[name], {})[field] = tensor
-    for name, values in meta.get("state_scalars", {}).items():
-        state.setdefault(index[name], {}).update(values)
-    groups = []
-    for group in meta["param_groups"]:
-        entry = dict(group)
-        if "betas" in entry and isinstance(entry["betas"], list):
-            entry["betas"] = tuple(entry["betas"])
-        entry["params"] = [index[name] for name in group["params"]]
-        groups.append(entry)
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, torch.Tensor):
-        return value.item()
-    return value
 
 
 def _files(directory: Path) -> Iterator[Path]:

@@ -31,6 +31,7 @@ import torch
 
 from ...core.config import TrainConfig
 from ...core.errors import CorruptDataError, InvalidInputError
+from . import checkpoint_io
 from . import checkpoints as ckpt
 from .loss import LossSettings, LossStats, next_token_logprobs, policy_loss
 from .packing import PackedBatch
@@ -115,7 +116,7 @@ class PolicyTrainer:
             base = base.float()  # full fine-tuning keeps float32 master weights
         if full:
             if checkpoint is not None:
-                base.load_state_dict(ckpt.load_weights(checkpoint / ckpt.WEIGHTS_FILE))
+                base.load_state_dict(checkpoint_io.load_weights(checkpoint / ckpt.WEIGHTS_FILE))
             self.model = base
         else:
             self.model = self._lora(base, checkpoint)
@@ -124,7 +125,7 @@ class PolicyTrainer:
         self.optimizer_mode = state.get("optimizer_mode", "rl") if state is not None else None
         if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
             assert self.optimizer is not None
-            ckpt.load_optimizer(self.optimizer, self.param_names, checkpoint)
+            checkpoint_io.load_optimizer(self.optimizer, self.param_names, checkpoint)
 
     def _base_model(self) -> Any:
         from transformers import AutoModelForCausalLM
@@ -237,13 +238,13 @@ class PolicyTrainer:
         """The weights (or adapter) and the optimizer state, into an empty folder."""
         assert self.optimizer is not None
         if self.full_finetune:
-            ckpt.save_weights(self.model.state_dict(), directory / ckpt.WEIGHTS_FILE)
+            checkpoint_io.save_weights(self.model.state_dict(), directory / ckpt.WEIGHTS_FILE)
         else:
             self.model.save_pretrained(str(directory))
             readme = directory / "README.md"
             if readme.exists():
                 readme.unlink()
-        ckpt.save_optimizer(self.optimizer, self.param_names, directory)
+        checkpoint_io.save_optimizer(self.optimizer, self.param_names, directory)
 
     # --- training -----------------------------------------------------------------------
 
@@ -343,7 +344,7 @@ class PolicyTrainer:
                 if reference is None:
                     weights = self._base_model().state_dict()
                 else:
-                    weights = ckpt.load_weights(reference / ckpt.WEIGHTS_FILE)
+                    weights = checkpoint_io.load_weights(reference / ckpt.WEIGHTS_FILE)
                 self.model.load_state_dict(weights)
             else:
                 from peft.utils import set_peft_model_state_dict
@@ -352,7 +353,7 @@ class PolicyTrainer:
                 adapter = reference / ADAPTER_WEIGHTS_FILE
                 if not adapter.is_file():
                     raise CorruptDataError(f"the KL reference {reference} has no {adapter.name}")
-                set_peft_model_state_dict(self.model, ckpt.load_weights(adapter))
+                set_peft_model_state_dict(self.model, checkpoint_io.load_weights(adapter))
             yield
         finally:
             with torch.no_grad():

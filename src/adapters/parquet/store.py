@@ -41,6 +41,7 @@ from ...core.errors import CorruptDataError, InvalidInputError, UnsupportedCapab
 from ...core.identity import ModelSpec, RunRef, validate_name
 from ...core.trajectories import TrajectoryGroup
 from ..files import atomic_write_bytes
+from ..layout import RunLayout
 from .codec import (
     BATCH_BYTES,
     FORMAT_VERSION,
@@ -158,7 +159,7 @@ class ParquetTrajectoryStore:
 
     def model_dir(self, run: RunRef) -> str:
         """The model's directory, a path within `self.filesystem`."""
-        return f"{self.base}/{run.project}/models/{run.name}"
+        return RunLayout.of(self.base, run).uri
 
     def split_dir(self, run: RunRef, split: str) -> str:
         """Where the parts of `split` live (the directory may not exist yet)."""

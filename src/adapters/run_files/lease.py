@@ -39,13 +39,14 @@ from ...core.errors import RunBusyError
 from ...core.identity import RunRef
 from ...ports.run_lease import LeaseHolder
 from ..files import unwritable_directory_error
+from ..layout import LEASE, RunLayout
 
 if TYPE_CHECKING:
     from ...ports.run_lease import HeldLease, RunLeases
 
 logger = logging.getLogger("arthex")
 
-LEASE_FILE = "trainer.lease"
+LEASE_FILE = LEASE
 _MAX_LEASE_BYTES = 4096
 
 
@@ -96,7 +97,7 @@ class FileRunLeases:
         self._root = Path(root)
 
     def path(self, run: RunRef) -> Path:
-        return self._root / run.project / "models" / run.name / LEASE_FILE
+        return RunLayout.of(self._root, run).lease
 
     async def acquire(self, run: RunRef) -> FileLease:
         return await asyncio.to_thread(self.acquire_now, run)

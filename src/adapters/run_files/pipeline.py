@@ -17,11 +17,12 @@ from ...core.errors import CorruptDataError, InvalidInputError
 from ...core.identity import RunRef
 from ...core.pipeline_record import PipelineRecord
 from ..files import atomic_write_bytes
+from ..layout import PIPELINE_STATE, RunLayout
 
 if TYPE_CHECKING:
     from ...ports.pipeline_state import PipelineStateStore
 
-STATE_FILE = "pipeline_state.json"
+STATE_FILE = PIPELINE_STATE
 
 
 class JsonPipelineStateStore:
@@ -36,7 +37,7 @@ class JsonPipelineStateStore:
         self._root = Path(root)
 
     def path(self, run: RunRef) -> Path:
-        return self._root / run.project / "models" / run.name / STATE_FILE
+        return RunLayout.of(self._root, run).pipeline_state
 
     async def load(self, run: RunRef) -> PipelineRecord | None:
         return await asyncio.to_thread(self._load, self.path(run))

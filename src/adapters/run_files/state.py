@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import CorruptDataError, InvalidInputError
 from ...core.identity import RunRef
 from ..files import atomic_write_bytes
+from ..layout import STATE, RunLayout
 
 if TYPE_CHECKING:
     from ...ports.run_state import RunStateStore, StateChange
 
-STATE_FILE = "state.json"
+STATE_FILE = STATE
 LOCK_SUFFIX = ".lock"
 
 
@@ -35,7 +36,7 @@ class JsonRunState:
         self._root = Path(root)
 
     def path(self, run: RunRef) -> Path:
-        return self._root / run.project / "models" / run.name / STATE_FILE
+        return RunLayout.of(self._root, run).state
 
     def read(self, run: RunRef) -> dict[str, Any] | None:
         return _load(self.path(run))

@@ -57,6 +57,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
+from ..layout import RunLayout
 from .clients import (
     RestClientLike,
     SamplingClientLike,
@@ -208,7 +209,7 @@ class TinkerBackend(BackendTrainEntry):
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
         assert spec.base_model is not None
-        model_dir = Path(self._path or spec.base_path) / spec.run.project / "models" / spec.run.name
+        model_dir = RunLayout.of(self._path or spec.base_path, spec.run).dir
         model_dir.mkdir(parents=True, exist_ok=True)
         record = await asyncio.to_thread(read_record, model_dir)
         if record is None:

@@ -19,8 +19,9 @@ import attrs
 
 from ...core.errors import CorruptDataError
 from ..files import atomic_write_bytes
+from ..layout import TINKER_RUN
 
-RECORD_FILE = "tinker-run.json"
+RECORD_FILE = TINKER_RUN
 FORMAT_VERSION = 1
 
 
