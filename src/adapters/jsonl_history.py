@@ -217,6 +217,13 @@ def _read_from(path: Path, offset: int, count_lines: bool) -> tuple[list[Metrics
     return parse_lines(data, path, offset, count_lines)
 
 
+def read_rows(path: Path) -> list[MetricsRow]:
+    """Every row of the ledger at `path` (none when there is no file), read as `rows` reads
+    them: under the shared lock, a torn last line ignored. The synchronous read for tools."""
+    rows, _ = _read_from(path, 0, True)
+    return rows
+
+
 def _pread_all(fd: int, start: int, end: int) -> bytes:
     # One pread returns at most ~2 GiB on Linux; a long ledger needs more than one.
     parts: list[bytes] = []

@@ -9,6 +9,11 @@ dozen steps the model answers mostly in digits.
 Everything goes through the real loop a user writes: rollouts with `model.openai_client()`
 against the local inference server, `gather_trajectory_groups`, `model.train`,
 `model.delete_checkpoints`.
+
+Its lines count steps as the history does: `step 4  reward 0.312  -> step 5: loss +0.021`
+is the reward of the rollouts logged at step 4 (sampled from checkpoint 4) and the loss of the
+update that made step 5; a step whose groups all have equal rewards says it had nothing to
+train, and why.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import attrs
 
 from ..core.config import TrainConfig
 from ..core.gather import gather_trajectory_groups
+from ..core.metrics import STEP_NUM_GROUPS_TRAINABLE, is_trainable_group
+from ..core.training_row import GRADIENT_STEPS_KEY
 from ..core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
 
 PROMPTS: tuple[str, ...] = (
@@ -39,11 +46,13 @@ MAX_TOKENS = 8
 LEARNING_RATE = 3e-2
 DEFAULT_STEPS = 20
 PIPELINE_STEPS_OFF_POLICY = 1
+ALL_EQUAL = "all rewards equal in every group"
 
 
 @attrs.frozen
 class DemoResult:
-    """Mean reward per step, and where the run's files are."""
+    """The mean reward of the rollouts logged at each step (`rewards[n]`: history step n),
+    and where the run's files are."""
 
     rewards: tuple[float, ...]
     seconds: float
@@ -109,12 +118,14 @@ async def run_demo(
     rewards: list[float] = []
     client: Any = None
 
-    def report(step: int, reward: float, loss: float | None) -> None:
+    def report(
+        step: int, reward: float, update: Mapping[str, float | None], trainable: int | None
+    ) -> None:
         rewards.append(reward)
         if show:
             out.write(
-                f"{_bar(step, steps)} step {step:>3}/{steps}  reward {reward:.3f}  "
-                f"loss {_fmt(loss)}  {time.monotonic() - started:5.1f}s\n"
+                f"{_bar(len(rewards), steps)} {step_line(step, reward, update, trainable)}  "
+                f"{time.monotonic() - started:5.1f}s\n"
             )
             out.flush()
 
@@ -135,13 +146,14 @@ async def run_demo(
                     )
                     for p, prompt in enumerate(PROMPTS)
                 ),
-                pbar_desc=f"step {step + 1} rollouts",
+                pbar_desc=f"step {step} rollouts",
                 progress=True if progress else None if show else False,
             )
             reward = _mean_reward(groups)
             result = await model.train(groups, config=config)
             await model.delete_checkpoints(best_checkpoint_metric="train/reward")
-            report(step + 1, reward, result.metrics.get("loss/train"))
+            trainable = sum(is_trainable_group(g) for g in groups)
+            report(step, reward, result.metrics, trainable)
     finally:
         if client is not None:
             await client.close()
@@ -159,9 +171,11 @@ def _finish(
         model_dir=str(Path(base_path) / model.project / "models" / model.run_name),
     )
     if show:
+        last = len(rewards) - 1
         out.write(
-            f"first step reward: {demo.first_reward:.3f}  mean of the last three steps: "
-            f"{demo.last3_mean:.3f}  ({demo.seconds:.0f}s, files in {demo.model_dir})\n"
+            f"reward at step 0: {demo.first_reward:.3f}  mean of the last three steps "
+            f"({max(0, last - 2)}-{last}): {demo.last3_mean:.3f}  ({demo.seconds:.0f}s, files "
+            f"in {demo.model_dir})\n"
         )
         out.flush()
     return demo
@@ -173,7 +187,7 @@ async def _pipeline(
     client: Any,
     steps: int,
     seed: int,
-    report: Callable[[int, float, float | None], None],
+    report: Callable[[int, float, Mapping[str, float | None], int | None], None],
 ) -> None:
     """The demo's task through PipelineTrainer: the prompts in turn, one group of
     `ROLLOUTS_PER_PROMPT` rollouts per scenario, a step per `len(PROMPTS)` groups.
@@ -193,7 +207,14 @@ async def _pipeline(
         )
 
     def on_step(step: int, metrics: Mapping[str, float | None]) -> None:
-        report(step, metrics.get("train/reward") or 0.0, metrics.get("loss/train"))
+        # `step` is the one the update made; its batch was logged at the step before.
+        trainable = metrics.get(STEP_NUM_GROUPS_TRAINABLE)
+        report(
+            step - 1,
+            metrics.get("train/reward") or 0.0,
+            metrics,
+            None if trainable is None else int(trainable),
+        )
 
     trainer = PipelineTrainer(
         model,
@@ -248,8 +269,20 @@ def _bar(done: int, total: int, width: int = 20) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}]"
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.3f}"
+def step_line(
+    step: int, reward: float, update: Mapping[str, float | None], trainable: int | None
+) -> str:
+    """One step of the run, in the history's steps: the reward of the rollouts logged at
+    `step`, and what the update on them (its training row, at step + 1) did. `trainable` is
+    how many of the groups' rewards differ (None when unknown)."""
+    loss = update.get("loss/train")
+    if loss is not None and update.get(GRADIENT_STEPS_KEY) != 0:
+        done = f"loss {loss:+.3f}"
+    elif trainable == 0:
+        done = f"nothing to train: {ALL_EQUAL}"
+    else:
+        done = "nothing to train: no trainable tokens in the batch"
+    return f"step {step:>3}  reward {reward:.3f}  -> step {step + 1}: {done}"
 
 
 def _quiet_transformers() -> None:

@@ -166,13 +166,15 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
 
 
 def test_help_lists_every_command_and_version_and_serve_answer(base: Path) -> None:
-    helped, version, served = arthex_many(["--help"], ["version"], ["serve", "--help"])
+    helped, version, flag, served = arthex_many(
+        ["--help"], ["version"], ["--version"], ["serve", "-h"]
+    )
     assert helped.returncode == 0
     for command in ("demo", "version", "serve", "history", "plot", "trajectories", "prune", "runs"):
         assert command in helped.stdout
-    assert version.stdout.strip() == arthex.__version__
+    assert version.stdout.strip() == flag.stdout.strip() == arthex.__version__
     assert served.returncode == 0, served.stderr
-    assert "usage: arthex serve" in served.stdout and "--backend" in served.stdout
+    assert "Usage: arthex serve [OPTIONS]" in served.stdout and "--backend NAME" in served.stdout
 
 
 def test_demo_offers_the_pipeline() -> None:
@@ -320,16 +322,16 @@ def test_prune_deletes_nothing_when_the_metric_was_never_logged(base: Path, tmp_
 def test_runs_lists_every_model_with_step_best_and_disk_use(base: Path) -> None:
     result = arthex_cli("runs", "--base-path", str(base))
     assert result.returncode == 0, result.stderr
-    rows = {(r[0], r[1]): r for r in table_rows(result.stdout)}
-    assert set(rows) == {("other", "evals"), ("other", "idle"), ("proj", "agent")}
-    agent = rows[("proj", "agent")]
-    assert agent[2] == "3"  # the newest checkpoint
-    assert agent[3] == "val/reward 0.9 @ 1"
-    assert agent[4] == "4"
+    rows = {r[0]: r for r in table_rows(result.stdout)}
+    assert set(rows) == {"other/evals", "other/idle", "proj/agent"}
+    agent = rows["proj/agent"]
+    assert agent[1] == "3"  # the newest checkpoint
+    assert agent[2] == "val/reward 0.9 @ 1"
+    assert agent[3] == "4"
     size = sum(p.stat().st_size for p in (base / "proj/models/agent").rglob("*") if p.is_file())
-    assert agent[5] == f"{size / 1024:.1f} KB"
-    assert rows[("other", "evals")][2] == "0"  # from its history: no checkpoints
-    assert rows[("other", "idle")][2:5] == ["", "", "0"]
+    assert agent[4] == f"{size / 1024:.1f} KB"
+    assert rows["other/evals"][1] == "0"  # from its history: no checkpoints
+    assert rows["other/idle"][1:4] == ["", "", "0"]
 
 
 def test_mistakes_get_one_line_and_exit_code_2(base: Path, tmp_path: Path) -> None:
@@ -356,13 +358,19 @@ def test_a_newcomer_gets_from_the_demo_to_a_plot_with_no_arguments(tmp_path: Pat
 
     demo = arthex_cli("demo", "--steps", "3", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr[-2000:]
-    plotted = arthex_cli("plot", "--data", "series.json", cwd=tmp_path)
+    plotted, shown = arthex_many(
+        ["plot", "--data", "series.json"], ["trajectories", "--max-chars", "20"], cwd=tmp_path
+    )
     assert plotted.returncode == 0, plotted.stderr
-    (png,) = tmp_path.glob("demo_digits-*.png")
-    assert plotted.stdout.strip() == f"wrote {png.name}"
-    assert matplotlib.image.imread(png).shape == (900, 1200, 4)
-    series = json.loads((tmp_path / "series.json").read_text())
     (model_dir,) = (tmp_path / ".art" / "demo" / "models").iterdir()
+    png = model_dir.relative_to(tmp_path) / "plot.png"  # in the run, not the working directory
+    assert plotted.stdout.strip() == f"wrote {png}"
+    assert list(tmp_path.glob("*.png")) == []
+    assert matplotlib.image.imread(tmp_path / png).shape == (900, 1200, 4)
+    series = json.loads((tmp_path / "series.json").read_text())
+    # one step convention: the demo's last line and `trajectories` name the same history step
+    assert "step   2  reward" in demo.stdout and "step   3  reward" not in demo.stdout
+    assert "split=train  step=2" in shown.stdout
     rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
     assert series["reward"]["train"]["step"] == [0, 1, 2]
     assert series["reward"]["train"]["value"] == pytest.approx(

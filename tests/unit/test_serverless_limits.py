@@ -4,7 +4,6 @@ and how the client treats rate limits, quotas and a model another trainer holds.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -17,10 +16,11 @@ import pytest
 
 from arthex.adapters.serverless import QuotaExceededError, ServerlessBackend
 from arthex.adapters.serverless.client_http import raise_for_status
+from arthex.apps.cli.serve import parse
 from arthex.apps.server.audit import AuditLog
 from arthex.apps.server.leases import LeaseTable, parse_claim
 from arthex.apps.server.limits import ServerLimits
-from arthex.apps.server.options import parse
+from arthex.apps.server.options import ServeOptions, audit_of
 from arthex.apps.server.quotas import TenantQuotas, disk_bytes
 from arthex.apps.server.ratelimit import TokenBuckets
 from arthex.core.errors import BackendError, CorruptDataError, InvalidInputError, RunBusyError
@@ -200,20 +200,24 @@ def test_the_audit_log_is_private_json_lines_rotated_by_size(tmp_path: Path) -> 
 
 
 def test_options_build_the_limits_and_the_audit_log(tmp_path: Path) -> None:
-    args: argparse.Namespace = parse(
+    options: ServeOptions = parse(
         [
             "--state-dir", str(tmp_path), "--rate-limit", "2.5", "--max-models-per-tenant", "3",
             "--max-checkpoint-bytes-per-tenant", "1000000", "--lease-ttl", "30",
+            "--allow-base-model", "a", "--allow-base-model", "b", "--log-level", "DEBUG",
         ]
     )  # fmt: skip
-    assert args.limits == ServerLimits(
+    assert options.limits == ServerLimits(
         rate_per_s=2.5,
         max_models_per_tenant=3,
         max_checkpoint_bytes_per_tenant=1_000_000,
         lease_ttl_s=30.0,
     )
-    assert args.audit.path == tmp_path / "audit.jsonl"
-    assert parse(["--audit-log", "off"]).audit is None
+    assert options.allow_base_model == ("a", "b") and options.log_level == "debug"
+    audit = audit_of(options)
+    assert audit is not None and audit.path == tmp_path / "audit.jsonl"
+    assert audit_of(parse(["--audit-log", "off"])) is None
+    assert parse([]) == ServeOptions(), "the command's defaults are the settings' defaults"
 
 
 @pytest.mark.parametrize(

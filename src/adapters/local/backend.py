@@ -460,11 +460,8 @@ class LocalBackend(BackendTrainEntry):
 
         state = self._require(run)
         async with state.lock:
-            latest = ckpt.latest_step(state.model_dir)
             protected = set(steps_to_keep) | set(self.pinned_steps(run))
-            if latest is not None:
-                protected.add(latest)
-            doomed = [s for s in ckpt.step_folders(state.model_dir) if s not in protected]
+            doomed = ckpt.unkept(state.model_dir, protected)
             deleted = await asyncio.to_thread(ckpt.delete_steps, state.model_dir, doomed)
             engine: Any = state.serving.engine
             for step in deleted:

@@ -23,7 +23,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,15 @@ def delete_steps(model_dir: Path, steps: Iterable[int]) -> list[int]:
         shutil.rmtree(doomed, ignore_errors=True)
         deleted.append(step)
     return deleted
+
+
+def unkept(model_dir: Path, keep: Collection[int]) -> list[int]:
+    """The step folders that deleting all but `keep` removes: every digit-named folder,
+    complete or not, but the kept steps and the latest complete step (what serves and what
+    training resumes from). The LocalBackend and `arthex prune` both delete these."""
+    latest = latest_step(model_dir)
+    protected = set(keep) if latest is None else {*keep, latest}
+    return [step for step in step_folders(model_dir) if step not in protected]
 
 
 def step_folders(model_dir: Path) -> list[int]:

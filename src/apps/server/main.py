@@ -45,7 +45,7 @@ from .keys import KeyRing
 from .limits import ServerLimits
 from .options import DEFAULT_PORT
 
-__all__ = ["create_app", "main", "make_backend", "serve", "serve_async"]
+__all__ = ["create_app", "main", "make_backend", "run", "serve", "serve_async"]
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -151,29 +151,37 @@ def _preload(modules: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = options.parse(argv)
+    """`python -m arthex.apps.server`: the `arthex serve` command line, run on its own."""
+    from ..cli.serve import run_standalone
+
+    run_standalone(argv)
+
+
+def run(opts: options.ServeOptions) -> None:
+    """Serve as `opts` say, until SIGINT/SIGTERM: what `arthex serve` runs once its options
+    are parsed and checked. A keys file or backend that cannot be loaded exits 1, one line."""
     logging.addLevelName(TRACE, "TRACE")
-    level = TRACE if args.log_level == "trace" else args.log_level.upper()
+    level = TRACE if opts.log_level == "trace" else opts.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        keys = KeyRing.load(args.keys)
-        admin_keys = options.admin_keys_of(args)
+        keys = KeyRing.load(opts.keys)
+        admin_keys = options.admin_keys_of(opts)
         if admin_keys is not None and admin_keys.overlaps(keys):
             raise InvalidInputError("a key is both an admin key and a tenant key")
-        backend = make_backend(args.backend)
+        backend = make_backend(opts.backend)
     except ArthexError as exc:
         sys.exit(f"arthex serve: {exc}")
-    if args.backend == "local":
+    if opts.backend == "local":
         _preload(("torch", "transformers"))
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if opts.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning(
-            "listening on %s: API keys travel in clear text; put a TLS proxy in front", args.host
+            "listening on %s: API keys travel in clear text; put a TLS proxy in front", opts.host
         )
 
     def ready(url: str) -> None:
         print(
             f"arthex serve: listening on {url} (backend {type(backend).__name__}, "
-            f"state {Path(args.state_dir).resolve()})",
+            f"state {Path(opts.state_dir).resolve()})",
             flush=True,
         )
 
@@ -181,15 +189,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         serve(
             backend,
             keys=keys,
-            state_dir=args.state_dir,
-            host=args.host,
-            port=args.port,
-            limits=args.limits,
-            allowed_base_models=args.allow_base_model,
+            state_dir=opts.state_dir,
+            host=opts.host,
+            port=opts.port,
+            limits=opts.limits,
+            allowed_base_models=opts.allow_base_model,
             admin_keys=admin_keys,
-            audit=args.audit,
+            audit=options.audit_of(opts),
             on_ready=ready,
-            log_level=args.log_level,
+            log_level=opts.log_level,
         )
 
 

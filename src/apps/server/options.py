@@ -1,26 +1,38 @@
-"""`arthex serve`'s command line: the options, their checks, and what they build.
+"""`arthex serve`'s settings: their values and defaults, their checks, and what they build.
 
-Every option is checked before anything starts or is created; a bad one ends the command
-with one line naming the option and what it takes (exit status 2), never a traceback and
-never a server that starts and then refuses every request. The limits come from
-ServerLimits, whose bounds are the ones checked here.
+The command line itself is `arthex serve` (`arthex.apps.cli.serve`), which `python -m
+arthex.apps.server` runs too: one definition of the options, whose values land here. Every
+value is checked before anything starts or is created; a bad one ends the command with one
+line naming the option and what it takes (exit status 2), never a traceback and never a
+server that starts and then refuses every request. The limits come from ServerLimits, whose
+bounds (`limits.BOUNDS`) name their options.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+
+import attrs
 
 from ...core.errors import InvalidInputError
 from .audit import DEFAULT_AUDIT_BACKUPS, DEFAULT_AUDIT_MAX_BYTES, AuditLog
 from .keys import KeyRing
-from .limits import BOUNDS, ServerLimits
+from .limits import ServerLimits
 
-__all__ = ["ADMIN_KEYS_ENV", "DEFAULT_PORT", "LOG_LEVELS", "audit_of", "limits_of", "parser"]
+__all__ = [
+    "ADMIN_KEYS_ENV",
+    "DEFAULT_PORT",
+    "LIMIT_HELP",
+    "LOG_LEVELS",
+    "ServeOptions",
+    "admin_keys_of",
+    "audit_of",
+    "integer",
+    "number",
+    "port",
+]
 
 DEFAULT_PORT = 8000
 ADMIN_KEYS_ENV = "ARTHEX_SERVER_ADMIN_KEYS"
@@ -43,119 +55,78 @@ LIMIT_HELP = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    """Option errors are one line (what was wrong, where to look), not usage and a traceback."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
-
-
-def _integer(text: str) -> int:
+def integer(text: str) -> int:
+    """A whole number in ASCII digits (`int` would also take other scripts' digits)."""
     if re.fullmatch(r"-?[0-9]{1,19}", text) is None:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+        raise InvalidInputError(f"expected a whole number, got {text!r}")
     return int(text)
 
 
-def _number(text: str) -> float:
+def number(text: str) -> float:
     if re.fullmatch(r"-?[0-9]{1,19}(\.[0-9]{1,9})?", text) is None:
-        raise argparse.ArgumentTypeError(f"expected a number such as 2 or 0.5, got {text!r}")
+        raise InvalidInputError(f"expected a number such as 2 or 0.5, got {text!r}")
     return float(text)
 
 
-def _port(text: str) -> int:
-    port = _integer(text)
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is from 0 to 65535, got {port}")
-    return port
+def port(text: str) -> int:
+    value = integer(text)
+    if not 0 <= value <= 65535:
+        raise InvalidInputError(f"a port is from 0 to 65535, got {value}")
+    return value
 
 
-def parser() -> argparse.ArgumentParser:
-    defaults = ServerLimits()
-    p = _Parser(prog="arthex serve", description="Serve a training backend over HTTP.")
-    p.add_argument("--backend", default="local", help="local, inmemory, or module:callable")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback)")
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help="0 picks a free port")
-    p.add_argument("--keys", default=None, help="API keys file (default: $ARTHEX_SERVER_KEYS)")
-    p.add_argument("--state-dir", default=".arthex-server", help="registry, jobs, checkpoints")
-    p.add_argument(
-        "--allow-base-model",
-        action="append",
-        default=None,
-        help="a base model tenants may register (repeatable; default: any)",
-    )
-    p.add_argument(
-        "--log-level", type=str.lower, choices=LOG_LEVELS, default="warning", metavar="LEVEL"
-    )
-    ops = p.add_argument_group("operations")
-    ops.add_argument(
-        "--admin-keys",
-        default=None,
-        help=f"keys file for GET /metrics (default: ${ADMIN_KEYS_ENV}; none: /metrics closed)",
-    )
-    ops.add_argument(
-        "--audit-log",
-        default=None,
-        metavar="PATH",
-        help=f"JSON-lines audit log (default: <state-dir>/audit.jsonl; '{AUDIT_OFF}' disables)",
-    )
-    ops.add_argument(
-        "--audit-max-bytes",
-        type=_integer,
-        default=DEFAULT_AUDIT_MAX_BYTES,
-        help="rotate the audit log at this size (default %(default)s)",
-    )
-    ops.add_argument(
-        "--audit-backups",
-        type=_integer,
-        default=DEFAULT_AUDIT_BACKUPS,
-        help="rotated audit files kept (default %(default)s)",
-    )
-    limits = p.add_argument_group("limits")
-    for field, (_, _, option) in BOUNDS.items():
-        default = getattr(defaults, field)
-        limits.add_argument(
-            option,
-            dest=field,
-            type=_integer if isinstance(default, int) else _number,
-            default=default,
-            help=f"{LIMIT_HELP[field]} (default {default})",
-        )
-    return p
+def _lower(text: str) -> str:
+    return text.lower()
 
 
-def limits_of(args: argparse.Namespace) -> ServerLimits:
-    """The limits the options name; InvalidInputError names an option out of its bounds."""
-    return ServerLimits(**{field: getattr(args, field) for field in BOUNDS})
+def _log_level(_instance: object, _attribute: object, level: str) -> None:
+    if level not in LOG_LEVELS:
+        choices = ", ".join(LOG_LEVELS)
+        raise InvalidInputError(f"--log-level must be one of {choices}, got {level!r}")
 
 
-def audit_of(args: argparse.Namespace) -> AuditLog | None:
-    if not 4096 <= args.audit_max_bytes <= 2**40:
-        raise InvalidInputError(
-            f"--audit-max-bytes must be from 4096 to {2**40}, got {args.audit_max_bytes}"
-        )
-    if not 0 <= args.audit_backups <= 1000:
-        raise InvalidInputError(f"--audit-backups must be from 0 to 1000, got {args.audit_backups}")
-    if args.audit_log == AUDIT_OFF:
+def _audit_max_bytes(_instance: object, _attribute: object, value: int) -> None:
+    if not 4096 <= value <= 2**40:
+        raise InvalidInputError(f"--audit-max-bytes must be from 4096 to {2**40}, got {value}")
+
+
+def _audit_backups(_instance: object, _attribute: object, value: int) -> None:
+    if not 0 <= value <= 1000:
+        raise InvalidInputError(f"--audit-backups must be from 0 to 1000, got {value}")
+
+
+@attrs.frozen
+class ServeOptions:
+    """What `arthex serve` was asked to do; the defaults are the command's defaults.
+
+    `keys` None reads the tenant keys from `$ARTHEX_SERVER_KEYS`; `admin_keys` None reads
+    `$ARTHEX_SERVER_ADMIN_KEYS` (none: /metrics closed); `audit_log` None writes
+    `{state_dir}/audit.jsonl` and "off" none; `allow_base_model` None allows any."""
+
+    backend: str = "local"
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    keys: str | None = None
+    state_dir: str = ".arthex-server"
+    allow_base_model: tuple[str, ...] | None = None
+    log_level: str = attrs.field(default="warning", converter=_lower, validator=_log_level)
+    admin_keys: str | None = None
+    audit_log: str | None = None
+    audit_max_bytes: int = attrs.field(default=DEFAULT_AUDIT_MAX_BYTES, validator=_audit_max_bytes)
+    audit_backups: int = attrs.field(default=DEFAULT_AUDIT_BACKUPS, validator=_audit_backups)
+    limits: ServerLimits = attrs.field(factory=ServerLimits)
+
+
+def audit_of(options: ServeOptions) -> AuditLog | None:
+    if options.audit_log == AUDIT_OFF:
         return None
-    path = Path(args.audit_log) if args.audit_log else Path(args.state_dir) / "audit.jsonl"
-    return AuditLog(path, max_bytes=args.audit_max_bytes, backups=args.audit_backups)
+    path = Path(options.audit_log) if options.audit_log else Path(options.state_dir) / "audit.jsonl"
+    return AuditLog(path, max_bytes=options.audit_max_bytes, backups=options.audit_backups)
 
 
-def admin_keys_of(args: argparse.Namespace) -> KeyRing | None:
-    if args.admin_keys is not None:
-        return KeyRing.from_file(args.admin_keys)
+def admin_keys_of(options: ServeOptions) -> KeyRing | None:
+    if options.admin_keys is not None:
+        return KeyRing.from_file(options.admin_keys)
     if os.environ.get(ADMIN_KEYS_ENV):
         return KeyRing.parse(os.environ[ADMIN_KEYS_ENV], f"${ADMIN_KEYS_ENV}")
     return None
-
-
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse and check every option; exits with one line on the first bad one."""
-    p = parser()
-    args = p.parse_args(argv)
-    try:
-        args.limits = limits_of(args)
-        args.audit = audit_of(args)
-    except InvalidInputError as exc:
-        p.error(str(exc))
-    return args

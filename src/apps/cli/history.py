@@ -1,0 +1,147 @@
+"""`arthex history`: the last rows of a model's history, as a table, CSV or JSON lines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ...adapters.layout import HISTORY, run_label
+from ...core.metrics import STEP_NUM_GROUPS_TRAINABLE
+from ...core.training_row import GRADIENT_STEPS_KEY
+from .common import (
+    BASE_PATH_OPT,
+    MODEL_ARG,
+    NAME_OPT,
+    PROJECT_OPT,
+    UsageError,
+    console,
+    fmt,
+    local_time,
+    one_line_errors,
+    resolve_model,
+)
+from .tables import Column, print_table
+
+if TYPE_CHECKING:
+    import polars as pl
+
+DEFAULT_HISTORY_KEYS = (
+    "*/reward",
+    "*/reward_std_dev",
+    "*/exception_rate",
+    "loss/train",
+    "loss/grad_norm",
+)
+ALL_EQUAL = "all rewards equal in every group"
+
+
+def choose_keys(available: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """Keys matching the patterns (exact names or shell globs such as `val/*`), in the
+    patterns' order; UsageError naming a pattern that matches nothing."""
+    chosen: list[str] = []
+    for pattern in patterns:
+        matched = [key for key in available if fnmatchcase(key, pattern)]
+        if not matched:
+            close = [key for key in available if pattern.split("/")[-1] in key][:6]
+            hint = f" (similar: {', '.join(close)})" if close else ""
+            raise UsageError(f"no history key matches {pattern!r}{hint}; see --keys '*'")
+        chosen.extend(key for key in matched if key not in chosen)
+    return chosen
+
+
+def _split_patterns(keys: Sequence[str] | None) -> list[str]:
+    return [part.strip() for item in keys or () for part in item.split(",") if part.strip()]
+
+
+def _metric_keys(history: pl.DataFrame) -> list[str]:
+    return [key for key in history.columns if key not in ("step", "recorded_at")]
+
+
+def untrained_steps(history: pl.DataFrame) -> dict[int, str]:
+    """Steps whose training row says no gradient step was taken, and why: the batch logged
+    at the step before had no group whose rewards differ, or it had nothing else to train."""
+    import polars as pl
+
+    if GRADIENT_STEPS_KEY not in history.columns:
+        return {}
+    steps = history.filter(pl.col(GRADIENT_STEPS_KEY) == 0)["step"].to_list()
+    trainable: dict[int, float] = {}
+    if STEP_NUM_GROUPS_TRAINABLE in history.columns:
+        counted = history.drop_nulls(STEP_NUM_GROUPS_TRAINABLE)
+        trainable = dict(zip(counted["step"], counted[STEP_NUM_GROUPS_TRAINABLE], strict=True))
+    return {
+        step: ALL_EQUAL if trainable.get(step - 1) == 0 else "no trainable tokens in the batch"
+        for step in sorted(set(steps))
+    }
+
+
+def history(
+    model: str | None = MODEL_ARG,
+    base_path: Path = BASE_PATH_OPT,
+    project: str | None = PROJECT_OPT,
+    name: str | None = NAME_OPT,
+    last: int = typer.Option(20, "--last", "-n", min=1, metavar="N", help="How many rows to show."),
+    keys: list[str] | None = typer.Option(
+        None,
+        "--keys",
+        "-k",
+        metavar="KEYS",
+        help="Columns to show: names or globs (`val/*`), comma-separated or repeated. "
+        "`recorded_at` is a key too. Default: rewards, std devs, exception rates, losses.",
+    ),
+    output: str = typer.Option(
+        "table", "--format", metavar="table|csv|json", help="table, csv or json (JSON lines)."
+    ),
+) -> None:
+    """Show the last rows of a model's history as a table.
+
+    Rows that have none of the chosen keys are skipped. Below the table, each step whose
+    update took no gradient step (nothing to train) is named, with the reason."""
+    import polars as pl
+
+    from ..loaders import load_history
+
+    with one_line_errors():
+        if output not in ("table", "csv", "json"):
+            raise UsageError(f"--format must be table, csv or json, got {output!r}")
+        path = resolve_model(model, base_path, project, name)
+        frame = full = load_history(path)
+        if frame.height == 0:
+            raise UsageError(f"model {run_label(path)} has no history yet ({path / HISTORY})")
+        available = [*_metric_keys(frame), "recorded_at"]
+        patterns = _split_patterns(keys)
+        if patterns:
+            chosen = choose_keys(available, patterns)
+        else:
+            chosen = [k for k in available if any(fnmatchcase(k, p) for p in DEFAULT_HISTORY_KEYS)]
+            chosen = chosen or _metric_keys(frame)[:6]
+        metrics = [k for k in chosen if k != "recorded_at"]
+        if metrics:
+            frame = frame.filter(pl.any_horizontal(pl.col(metrics).is_not_null()))
+        total = frame.height
+        shown = frame.tail(last)
+    if output == "csv":
+        typer.echo(shown.select(["step", *chosen]).write_csv(), nl=False)
+        return
+    if output == "json":
+        typer.echo(shown.select(["step", *chosen]).write_ndjson(), nl=False)
+        return
+    out = console()
+    out.print(f"{run_label(path)}: the last {shown.height} of {total} rows")
+    columns = [Column("step", "right")]
+    columns += [Column(k, "left" if k == "recorded_at" else "right") for k in chosen]
+    rows = [
+        [str(row["step"])]
+        + [local_time(row[k]) if k == "recorded_at" else fmt(row[k]) for k in chosen]
+        for row in shown.iter_rows(named=True)
+    ]
+    print_table(out, columns, rows)
+    if "loss/train" in chosen and shown.height:
+        low, high = shown["step"].min(), shown["step"].max()
+        for step, why in untrained_steps(full).items():
+            if low <= step <= high:  # type: ignore[operator]
+                out.print(f"step {step}: no gradient step, nothing to train ({why})")

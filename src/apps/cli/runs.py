@@ -1,0 +1,86 @@
+"""`arthex runs`: every model under a base path, with its step, best metric, checkpoints and
+disk use. Checkpoints are counted as the backend counts them (checkpoints.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ...adapters.layout import find_runs, run_label
+from ...core.retention import Direction
+from .checkpoints import disk_use, stored
+from .common import (
+    BASE_PATH_OPT,
+    DIRECTION_OPT,
+    UsageError,
+    check_direction,
+    console,
+    fmt,
+    local_time,
+    one_line_errors,
+    size,
+)
+from .ledger import Ledger
+from .tables import Column, print_table
+
+COLUMNS = (
+    Column("model", "left"),
+    Column("step"),
+    Column("best", "left"),
+    Column("checkpoints"),
+    Column("disk"),
+    Column("updated", "left"),
+)
+
+
+def runs(
+    base_path: Path = BASE_PATH_OPT,
+    metric: str | None = typer.Option(
+        None,
+        metavar="KEY",
+        help="The metric for 'best'. Default: val/reward, else train/reward.",
+        show_default=False,
+    ),
+    direction: str = DIRECTION_OPT,
+) -> None:
+    """List the models under --base-path: step, best, disk use.
+
+    Also the best metric and the number of checkpoints.
+
+    The step is the newest complete checkpoint, else the newest history step; a Tinker run's
+    checkpoints, kept on the service, are counted from its tinker-run.json."""
+    with one_line_errors():
+        check_direction(direction)
+        if not base_path.is_dir():
+            raise UsageError(f"{base_path} is not a directory; pass --base-path where runs live")
+        sense: Direction = "max" if direction == "max" else "min"
+        rows = [run_row(path, metric, sense) for path in find_runs(base_path)]
+    out = console()
+    if not rows:
+        out.print(f"no models under {base_path}")
+        return
+    out.print(f"{len(rows)} model(s) under {base_path}")
+    print_table(out, COLUMNS, rows)
+
+
+def run_row(path: Path, metric: str | None, direction: Direction) -> list[str]:
+    ledger = Ledger.of(path)
+    checkpoints = stored(path)
+    step = checkpoints.latest if checkpoints.latest is not None else ledger.last_step()
+    best = ""
+    for key in [metric] if metric else ["val/reward", "train/reward"]:
+        at = ledger.best_step(key, direction)
+        if at is not None:
+            best = f"{key} {fmt(ledger.step_means(key)[at])} @ {at}"
+            break
+    newest = ledger.newest_time()
+    count = str(len(checkpoints.steps))
+    return [
+        run_label(path),
+        "" if step is None else str(step),
+        best,
+        f"{count} (tinker)" if checkpoints.where == "tinker" else count,
+        size(disk_use(path)),
+        "" if newest is None else local_time(newest, "%Y-%m-%d %H:%M"),
+    ]
