@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,12 @@ pytest.importorskip("fastapi")
 from arthex.apps.demo import DemoResult, digit_share, run_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def printed_steps(text: str) -> list[tuple[int, int]]:
+    """(step, the step its update made) of every demo line."""
+    found = re.findall(r"\] step +(\d+)  reward [0-9.]+  -> step (\d+): ", text)
+    return [(int(a), int(b)) for a, b in found]
 
 
 def test_digit_share_counts_visible_characters() -> None:
@@ -31,11 +38,14 @@ def test_demo_improves_the_reward(tmp_path: Path) -> None:
     assert result.last3_mean > 2 * result.first_reward
     assert result.last3_mean >= result.first_reward + 0.2, result.rewards
     text = out.getvalue()
-    assert text.count(" reward ") == 15 and "mean of the last three steps" in text
+    assert "mean of the last three steps (12-14)" in text
     # the real loop left its files: history rows per step, and only the kept checkpoints
     model_dir = Path(result.model_dir)
     rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
     assert {r["step"] for r in rows if "train/reward" in r} == set(range(15))
+    # each line names the history's steps: the batch's, then the one its update made
+    assert printed_steps(text) == [(step, step + 1) for step in range(15)]
+    assert "step   0  reward " in text.splitlines()[0]
     kept = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
     assert "0015" in kept and len(kept) <= 2
 
@@ -50,6 +60,8 @@ def test_demo_through_the_pipeline_improves_the_reward(tmp_path: Path) -> None:
     record = json.loads((model_dir / "pipeline_state.json").read_text())
     assert record["step"] == len(result.rewards) and record["in_flight"] is None
     rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
+    logged = sorted(r["step"] for r in rows if "train/reward" in r)
+    assert printed_steps(out.getvalue()) == [(step, step + 1) for step in logged]
     ages = [
         r["offpolicy/token_weighted_policy_age_steps"]
         for r in rows
