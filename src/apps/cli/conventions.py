@@ -46,64 +46,46 @@ def exits() -> Iterator[None]:
         sys.exit(1)
 
 
-def run_one_line(
-    main: Callable[..., Any],
-    args: Sequence[str] | None,
-    prog_name: str | None,
-    standalone_mode: bool,
-    extra: dict[str, Any],
-) -> Any:
-    """Call a click command's `main` outside click's standalone mode, printing a parser error
-    as one line (exit 2) and exiting with the command's code, as standalone mode would."""
-    if not standalone_mode:
-        return main(args, prog_name, standalone_mode=False, **extra)
-    with exits():
-        code = main(args, prog_name, standalone_mode=False, **extra)
-    sys.exit(code if isinstance(code, int) else 0)
+class OneLineErrors:
+    """Run as a program (`main`), a parser error is one line on stderr (exit 2) and the exit
+    code the command's, as click's standalone mode would do but for the usage block. Mixed
+    into the group and into a command run on its own."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        run: Callable[..., Any] = super().main  # type: ignore[misc]
+        extra.update(complete_var=complete_var, windows_expand_args=windows_expand_args)
+        if not standalone_mode:
+            return run(args, prog_name, standalone_mode=False, **extra)
+        with exits():
+            code = run(args, prog_name, standalone_mode=False, **extra)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 def _no_type(ctx: Any = None) -> None:
     return None
 
 
-class Group(TyperGroup):
-    """The `arthex` group, with one-line parser errors."""
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
-        extra.update(complete_var=complete_var, windows_expand_args=windows_expand_args)
-        return run_one_line(super().main, args, prog_name, standalone_mode, extra)
+class Group(OneLineErrors, TyperGroup):
+    """The `arthex` group."""
 
 
-class Command(TyperCommand):
-    """An arthex command: its arguments show their name only (typer prints a Python type
-    beside an argument's name, `MODEL <str>`, whatever its metavar), and run on its own
-    (`python -m arthex.apps.server`) it has one-line parser errors."""
+class Command(OneLineErrors, TyperCommand):
+    """An arthex command. Its arguments show their name only: typer prints a Python type
+    beside an argument's name (`MODEL <str>`) whatever its metavar."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
             if isinstance(param, TyperArgument) and param.metavar is not None:
                 setattr(param, "display_type_rich", _no_type)  # noqa: B010 (a method, per object)
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
-        extra.update(complete_var=complete_var, windows_expand_args=windows_expand_args)
-        return run_one_line(super().main, args, prog_name, standalone_mode, extra)
 
 
 class LazyCommand(TyperCommand):
