@@ -158,10 +158,11 @@ async def main(steps: int, base_path: str, seed: int = 0) -> list[float]:
             batch = [t.reward for g in groups for t in g.trajectories]
             called = sum(bool(t.metrics["called_tool"]) for g in groups for t in g.trajectories)
             rewards.append(sum(batch) / len(batch))
+            loss = result.metrics.get("loss/train")  # recorded at the step the update made
+            update = "nothing to train" if loss is None else f"loss {loss:+.4f}"
             print(
                 f"step {step}: reward {rewards[-1]:.3f}  tool calls {called}/{len(batch)}  "
-                f"loss {result.metrics.get('loss/train')}  "
-                f"({time.monotonic() - started:.0f}s)",
+                f"-> step {result.step}: {update}  ({time.monotonic() - started:.0f}s)",
                 flush=True,
             )
     finally:

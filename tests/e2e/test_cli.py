@@ -377,3 +377,11 @@ def test_a_newcomer_gets_from_the_demo_to_a_plot_with_no_arguments(tmp_path: Pat
         list(step_means(rows, "train/reward").values())
     )
     assert series["loss"]["train"]["step"] == [1, 2, 3]
+
+
+def test_plot_says_where_it_cannot_write_and_how_to_choose(base: Path, tmp_path: Path) -> None:
+    copy = tmp_path / ".art"
+    shutil.copytree(base, copy)
+    (copy / "proj" / "models" / "agent" / "plot.png").mkdir()  # in the way, even for root
+    result = arthex_cli("plot", "proj/agent", "--base-path", str(copy))
+    assert_one_line_error(result, "cannot write", "plot.png", "--out")
