@@ -3,13 +3,16 @@
 The decision is `model.delete_checkpoints`'s: `decide` from `arthex.core.retention`, fed the
 best step by the policies' per-step means (ledger.py) and the newest complete checkpoint.
 What it deletes is what the LocalBackend would (`checkpoints.unkept`: every step folder but
-the kept steps and the latest), deleted by the LocalBackend's own `delete_steps`. While
-deleting, prune holds the run's trainer lease, so it never deletes under a live trainer on
-this host: that trainer may be using a step the files don't show.
+the kept steps and the latest), deleted by the LocalBackend's own `delete_steps`. With
+`--yes`, prune holds the run's trainer lease from its decision to its last deletion, so it
+never deletes under a live trainer on this host (which may be using a step the files don't
+show), and no trainer starts while it works.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -76,6 +79,8 @@ def prune(
             raise UsageError(BOTH)
         check_direction(direction)
         path = resolve_model(model, base_path, project, name, guess=False)
+        require_local(path)  # a run whose checkpoints are elsewhere is refused before any lease
+    with one_line_errors(), _lease(path) if yes else contextlib.nullcontext():
         found = require_local(path)
         ledger = Ledger.required(path)
         latest = found.latest
@@ -99,6 +104,7 @@ def prune(
         doomed = ckpt.unkept(path, decision.keep)
         folders = sorted({*found.steps, *ckpt.step_folders(path)})
         sizes = {step: disk_use(ckpt.step_dir(path, step)) for step in folders}
+        deleted = ckpt.delete_steps(path, doomed) if yes else []
     out = console()
     loose = len(folders) - len(found.steps)
     extra = f" and {loose} incomplete folder(s)" if loose else ""
@@ -134,22 +140,21 @@ def prune(
             f"{abbreviate(doomed)}; run again with --yes to delete them"
         )
     else:
-        with one_line_errors():
-            deleted = _delete(path, doomed)
         out.print(f"deleted {len(deleted)} checkpoint(s) ({freed}): {abbreviate(deleted)}")
 
 
-def _delete(path: Path, steps: list[int]) -> list[int]:
-    """Delete under the run's trainer lease: a live trainer holding it refuses (RunBusyError)."""
-    from ...adapters.local import checkpoints as ckpt
-
+@contextlib.contextmanager
+def _lease(path: Path) -> Iterator[None]:
+    """Hold the run's trainer lease from the decision to the last deletion, so no trainer
+    starts in between; a live trainer holding it refuses prune (RunBusyError)."""
     parsed = parse_run_dir(path)
     if parsed is None:  # outside the standard layout no trainer can hold a lease on it
-        return ckpt.delete_steps(path, steps)
+        yield
+        return
     from ...adapters.run_files.lease import FileRunLeases
 
     lease = FileRunLeases(str(parsed[0])).acquire_now(parsed[1])
     try:
-        return ckpt.delete_steps(path, steps)
+        yield
     finally:
         lease.release_now()
