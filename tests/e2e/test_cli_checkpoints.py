@@ -99,6 +99,7 @@ def test_a_tinker_run_is_counted_from_its_record_and_not_pruned(tmp_path: Path) 
     assert listed[:4] == ["proj/remote", "2", "train/reward 0.5 @ 0", "3 (tinker)"]
     assert_one_line_error(pruned, "Tinker run", "tinker-run.json", "model.delete_checkpoints()")
     assert json.loads((model / "tinker-run.json").read_text())["checkpoints"][2]["step"] == 2
+    assert not (model / "trainer.lease").exists(), "refused before taking the run's lease"
 
 
 def test_a_run_without_checkpoints_here_says_where_they_may_be(tmp_path: Path) -> None:
