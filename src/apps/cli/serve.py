@@ -14,12 +14,15 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from .common import one_line_errors
 from .conventions import CONTEXT, PLAIN, Command, exits
+
+if TYPE_CHECKING:
+    from ..server.options import ServeOptions
 
 
 def _parser(check: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -42,14 +45,14 @@ def _parser(check: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def _general(
     backend: str = typer.Option(
-        "local",
+        None,
         metavar="NAME",
         help="local, inmemory, an arthex.backends entry point, or module:callable (a factory).",
     ),
     host: str = typer.Option(
-        "127.0.0.1", metavar="HOST", help="The interface to listen on (loopback by default)."
+        None, metavar="HOST", help="The interface to listen on (loopback by default)."
     ),
-    port: int = typer.Option(8000, metavar="PORT", help="The port; 0 picks a free one."),
+    port: int = typer.Option(None, metavar="PORT", help="The port; 0 picks a free one."),
     keys: str | None = typer.Option(
         None,
         metavar="FILE",
@@ -57,7 +60,7 @@ def _general(
         show_default=False,
     ),
     state_dir: str = typer.Option(
-        ".arthex-server", metavar="DIR", help="Where the registry, jobs and checkpoints live."
+        None, metavar="DIR", help="Where the registry, jobs and checkpoints live."
     ),
     allow_base_model: list[str] | None = typer.Option(
         None,
@@ -66,7 +69,7 @@ def _general(
         show_default=False,
     ),
     log_level: str = typer.Option(
-        "warning",
+        None,
         metavar="LEVEL",
         help="critical, error, warning, info, debug or trace.",
     ),
@@ -84,11 +87,14 @@ def _general(
         show_default=False,
     ),
     audit_max_bytes: int = typer.Option(
-        0, metavar="BYTES", help="Rotate the audit log at this size."
+        None, metavar="BYTES", help="Rotate the audit log at this size."
     ),
-    audit_backups: int = typer.Option(0, metavar="N", help="How many rotated audit logs to keep."),
+    audit_backups: int = typer.Option(
+        None, metavar="N", help="How many rotated audit logs to keep."
+    ),
 ) -> None:
-    """The general options (their defaults are replaced by ServeOptions' in `_signature`)."""
+    """The general options. Their defaults are ServeOptions', filled in by `_signature`, so
+    the settings hold the only copy."""
 
 
 def _signature() -> inspect.Signature:
@@ -131,7 +137,7 @@ def _signature() -> inspect.Signature:
     return inspect.Signature(parameters, return_annotation=None)
 
 
-def parse_values(values: dict[str, Any]) -> Any:
+def parse_values(values: dict[str, Any]) -> ServeOptions:
     """The checked ServeOptions of the command line's values; InvalidInputError naming the
     option of a bad one."""
     from ..server.limits import BOUNDS, ServerLimits
@@ -156,7 +162,7 @@ def serve(**values: Any) -> None:
     run(options)
 
 
-def parse(argv: Sequence[str]) -> Any:
+def parse(argv: Sequence[str]) -> ServeOptions:
     """Parse and check a command line as `arthex serve` does, without serving: the
     ServeOptions, or one line on stderr and SystemExit(2)."""
     with exits():
