@@ -134,10 +134,8 @@ def _named(model: str, base_path: Path) -> Path:
         if not is_run_dir(path):
             below = [str(p.relative_to(path)) for p in find_runs(path)]
             hint = f"; models below it: {', '.join(below[:5])}" if below else ""
-            raise UsageError(
-                f"{model} is not a model directory (no history.jsonl, model.json, "
-                f"trajectories/ or checkpoints/){hint}"
-            )
+            markers = ", ".join(MARKERS)
+            raise UsageError(f"{model} is not a model directory (none of {markers} in it){hint}")
         return path
     parts = model.split("/")
     if len(parts) == 2 and all(parts):
