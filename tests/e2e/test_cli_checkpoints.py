@@ -89,16 +89,17 @@ def test_a_tinker_run_is_counted_from_its_record_and_not_pruned(tmp_path: Path) 
         Checkpoint(s, f"tinker://run-1/sampler_weights/step_{s:06d}", f"tinker://run-1/weights/{s}")
         for s in (0, 1, 2)
     ]
-    write_record(model, RunRecord("base", 8, "run-1", 2, tuple(paths)))
+    state_only = Checkpoint(3, None, "tinker://run-1/weights/3")  # serves nothing: not counted
+    write_record(model, RunRecord("base", 8, "run-1", 3, (*paths, state_only)))
     runs, pruned = (
         cli("runs", "--base-path", str(tmp_path)),
         cli("prune", "proj/remote", "--base-path", str(tmp_path), "--yes"),
     )
     assert runs.returncode == 0, runs.stderr
     (listed,) = table_rows(runs.stdout)
-    assert listed[:4] == ["proj/remote", "2", "train/reward 0.5 @ 0", "3 (tinker)"]
+    assert listed[:4] == ["proj/remote", "3", "train/reward 0.5 @ 0", "3 (tinker)"]
     assert_one_line_error(pruned, "Tinker run", "tinker-run.json", "model.delete_checkpoints()")
-    assert json.loads((model / "tinker-run.json").read_text())["checkpoints"][2]["step"] == 2
+    assert json.loads((model / "tinker-run.json").read_text())["checkpoints"][3]["step"] == 3
     assert not (model / "trainer.lease").exists(), "refused before taking the run's lease"
 
 

@@ -8,7 +8,8 @@ Where a run keeps its checkpoints decides what these commands can do:
   checkpoints count (a state file, or ART's adapter files); a deleted folder is first renamed
   out of the step namespace and the directory fsynced, so a crash never leaves half a
   checkpoint that looks whole.
-- on the Tinker service, mapped by `tinker-run.json`: `runs` counts them from that record;
+- on the Tinker service, mapped by `tinker-run.json`: `runs` counts those with sampler
+  weights and takes the step from that record, as the TinkerBackend does;
   `prune` refuses and names the call that can delete them (`model.delete_checkpoints()` on a
   TinkerBackend).
 - on a training server (ServerlessBackend): nothing in the run directory says so; `prune`
@@ -39,10 +40,7 @@ class Stored:
 
     where: Where
     steps: tuple[int, ...] = ()
-
-    @property
-    def latest(self) -> int | None:
-        return self.steps[-1] if self.steps else None
+    latest: int | None = None  # the run's step, as its backend's get_step says
 
 
 def stored(path: Path) -> Stored:
@@ -50,12 +48,13 @@ def stored(path: Path) -> Stored:
         from ...adapters.tinker.record import read_record
 
         record = read_record(path)
-        steps = sorted(c.step for c in record.checkpoints) if record is not None else []
-        return Stored("tinker", tuple(steps))
+        if record is None:  # removed since the look above
+            return Stored("none")
+        return Stored("tinker", tuple(record.sampler_steps()), record.step)
     from ...adapters.local import checkpoints as ckpt
 
-    steps = ckpt.complete_steps(path)
-    return Stored("run" if steps else "none", tuple(steps))
+    steps = tuple(ckpt.complete_steps(path))
+    return Stored("run" if steps else "none", steps, steps[-1] if steps else None)
 
 
 def require_local(path: Path) -> Stored:
