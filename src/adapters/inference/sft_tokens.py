@@ -22,7 +22,7 @@ import attrs
 
 from ...core.errors import InvalidInputError
 from ...core.sft import AssistantTurns, Conversation
-from ._chat import ChatTokenizer
+from .chat import ChatTokenizer
 
 
 @attrs.frozen

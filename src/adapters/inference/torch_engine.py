@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.errors import BackendError, InvalidInputError
-from ._chat import ChatTokenizer
 from ._decoding import DecodeRow, run_session
-from ._served import ServedNames
 from ._weights import ModelWeights, Weights
+from .chat import ChatTokenizer
 from .engine import Sample, SamplingEngine, SamplingParams, UnknownModelError
+from .served import ServedNames
 
 __all__ = ["TorchEngine"]
 

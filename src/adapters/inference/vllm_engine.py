@@ -29,9 +29,9 @@ from ...core.errors import (
     MissingExtraError,
     UnsupportedCapability,
 )
-from ._chat import ChatTokenizer
-from ._served import ServedNames
+from .chat import ChatTokenizer
 from .engine import FinishReason, Sample, SamplingEngine, SamplingParams, UnknownModelError
+from .served import ServedNames
 
 __all__ = ["VllmEngine"]
 

@@ -49,7 +49,7 @@ from ..layout import RunLayout
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from ..inference._chat import ChatTokenizer
+    from ..inference.chat import ChatTokenizer
     from ..inference.engine import SamplingEngine
     from ..inference.server import InferenceServer
     from .trainer import PolicyTrainer
@@ -397,7 +397,7 @@ class LocalBackend(BackendTrainEntry):
     async def _training_chat(self, state: _Run) -> ChatTokenizer:
         """The base model's tokenizer for fine-tuning targets, loaded once per run."""
         if state.chat is None:
-            from ..inference._chat import ChatTokenizer
+            from ..inference.chat import ChatTokenizer
 
             assert state.spec.base_model is not None
             state.chat = await asyncio.to_thread(ChatTokenizer.load, state.spec.base_model)

@@ -76,7 +76,7 @@ from .step import TinkerLoss, kl_penalty, optimize
 if TYPE_CHECKING:
     from tinker import types
 
-    from ..inference._chat import ChatTokenizer
+    from ..inference.chat import ChatTokenizer
     from ..inference.server import InferenceServer
     from .datums import Batch
     from .engine import TinkerSamplingEngine
@@ -445,7 +445,7 @@ class TinkerBackend(BackendTrainEntry):
 
     async def _chat(self, state: _Run) -> ChatTokenizer:
         """The chat tokenizer SFT targets are rendered with (the one the server renders with)."""
-        from ..inference._chat import ChatTokenizer
+        from ..inference.chat import ChatTokenizer
 
         assert state.spec.base_model is not None
         source = self._tokenizer or state.spec.base_model

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BackendError, InvalidInputError
-from ..inference._chat import ChatTokenizer
-from ..inference._served import ServedNames
+from ..inference.chat import ChatTokenizer
 from ..inference.engine import FinishReason, Sample, SamplingParams, UnknownModelError
+from ..inference.served import ServedNames
 from .clients import SamplingClientLike, call
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from ...core.errors import BackendError, InvalidInputError
-from ._chat import ChatTokenizer
+from .chat import ChatTokenizer
 from .engine import UnknownModelError
 
 W = TypeVar("W")
