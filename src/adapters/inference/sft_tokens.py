@@ -16,6 +16,7 @@ faithfully and is an InvalidInputError naming the conversation.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import attrs
@@ -96,3 +97,15 @@ def conversation_sequences(
         SFTSequence(tuple(through), tuple([False] * start + [True] * (end - start)))
         for through, start, end in spans
     ]
+
+
+async def tokenize_in_worker(
+    chat: ChatTokenizer,
+    conversations: Sequence[Conversation],
+    assistant_turns: AssistantTurns,
+    max_length: int,
+) -> TokenizedData:
+    """`tokenize_conversations` on a worker thread, so the event loop keeps serving."""
+    return await asyncio.to_thread(
+        tokenize_conversations, chat, conversations, assistant_turns, max_length
+    )
