@@ -20,13 +20,13 @@ of parts reads only those columns.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..adapters.layout import HISTORY, TRAJECTORIES, RunLayout, find_runs, is_run_dir
 from ..core.errors import CorruptDataError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -43,8 +43,7 @@ __all__ = [
     "model_dir",
 ]
 
-HISTORY_FILE = "history.jsonl"
-_MARKERS = ("history.jsonl", "model.json", "trajectories", "checkpoints")
+HISTORY_FILE = HISTORY
 _VERSION_KEY = "art.trajectory_parquet.version"
 _FORMAT_VERSION = "2"
 
@@ -62,7 +61,7 @@ def model_dir(path_or_model: str | os.PathLike[str] | Model) -> Path:
     core_model = sys.modules.get("arthex.core.model")
     if core_model is not None and isinstance(path_or_model, core_model.Model):
         model: Model = path_or_model
-        return Path(model.base_path) / model.run.project / "models" / model.run.name
+        return RunLayout.of(model.base_path, model.run).dir
     if not isinstance(path_or_model, str | os.PathLike):
         raise InvalidInputError(
             "expected a model directory path or an arthex.Model, got "
@@ -74,8 +73,8 @@ def model_dir(path_or_model: str | os.PathLike[str] | Model) -> Path:
             f"{str(path)!r} is not a directory; pass a model directory such as "
             "'.art/{project}/models/{name}'"
         )
-    if not any((path / marker).exists() for marker in _MARKERS):
-        below = sorted(str(p.relative_to(path)) for p in path.glob("*/models/*") if p.is_dir())
+    if not is_run_dir(path):
+        below = [str(p.relative_to(path)) for p in find_runs(path)]
         hint = f"; models below it: {', '.join(below[:5])}" if below else ""
         raise InvalidInputError(
             f"{str(path)!r} is not a model directory (no history.jsonl, model.json, "
@@ -100,7 +99,7 @@ def list_parts(
 
     from ..adapters.parquet.store import list_parts as store_parts
 
-    found = store_parts(pafs.LocalFileSystem(), str(directory / "trajectories"), split, steps)
+    found = store_parts(pafs.LocalFileSystem(), str(directory / TRAJECTORIES), split, steps)
     return [(p.split, p.step, p.part, Path(p.path)) for p in found]
 
 
@@ -161,7 +160,7 @@ def _remote_model_dir(
     core_model = sys.modules.get("arthex.core.model")
     if core_model is not None and isinstance(path_or_model, core_model.Model):
         model: Model = path_or_model
-        root = f"{str(model.base_path).rstrip('/')}/{model.run.project}/models/{model.run.name}"
+        root = RunLayout.of(model.base_path, model.run).uri
     elif isinstance(path_or_model, str | os.PathLike):
         root = os.fspath(path_or_model)
     else:
@@ -281,11 +280,9 @@ def load_history(path_or_model: str | os.PathLike[str] | Model) -> pl.DataFrame:
     """
     import polars as pl
 
-    from ..adapters.jsonl_history import parse_lines
+    from ..adapters.jsonl_history import read_rows
 
-    path = model_dir(path_or_model) / HISTORY_FILE
-    data = _read_locked(path)
-    rows, _ = parse_lines(data, path) if data else ([], 0)
+    rows = read_rows(model_dir(path_or_model) / HISTORY_FILE)
     keys: dict[str, None] = {}
     for row in rows:
         keys.update(dict.fromkeys(row.values))
@@ -298,20 +295,3 @@ def load_history(path_or_model: str | os.PathLike[str] | Model) -> pl.DataFrame:
     schema: dict[str, Any] = {"step": pl.Int64, "recorded_at": pl.Datetime("us", "UTC")}
     schema.update(dict.fromkeys(keys, pl.Float64))
     return pl.DataFrame(columns, schema=schema)
-
-
-def _read_locked(path: Path) -> bytes:
-    """The ledger's bytes under a shared lock: a writer repairing a torn tail holds the
-    exclusive one, so a reader never sees a repair half-done."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return b""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        chunks: list[bytes] = []
-        while chunk := os.read(fd, 1 << 22):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
