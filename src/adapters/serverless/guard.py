@@ -69,13 +69,10 @@ class Guard:
         if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
-        if len(scope.get("headers", ())) > self.limits.max_headers:
-            message = (
-                f"the request has more headers than this server accepts "
-                f"({self.limits.max_headers}); send fewer"
-            )
+        refusal = self._head_refusal(scope)
+        if refusal is not None:
             await send_json(
-                send, 431, error_body(431, message, HEADERS_TOO_LARGE), [(b"connection", b"close")]
+                send, 431, error_body(431, refusal, HEADERS_TOO_LARGE), [(b"connection", b"close")]
             )
             return
         token = bearer_token(scope)
@@ -109,6 +106,26 @@ class Guard:
         finally:
             scope.pop(BODY_SCOPE_KEY, None)
             body.close()
+
+    def _head_refusal(self, scope: Scope) -> str | None:
+        """Why the request head is refused, if it is. The protocol refuses a head that grows
+        past the cap while it arrives; one that arrived whole in a single read is measured
+        here, as it was sent (request line, `name: value` lines, line ends)."""
+        headers = scope.get("headers", ())
+        if len(headers) > self.limits.max_headers:
+            return (
+                f"the request has more headers than this server accepts "
+                f"({self.limits.max_headers}); send fewer"
+            )
+        target = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b"")) + 1
+        size = len(str(scope.get("method", ""))) + target + 12
+        size += sum(len(name) + len(value) + 4 for name, value in headers) + 2
+        if size > self.limits.max_header_bytes:
+            return (
+                f"the request line and headers are larger than this server accepts "
+                f"({self.limits.max_header_bytes} bytes); send smaller headers"
+            )
+        return None
 
     async def _rate_limited(self, send: Send, wait: float) -> None:
         self.on_rate_limited()
