@@ -208,7 +208,7 @@ def test_fuzzed_nesting_is_answered_below_500_on_a_connection_that_survives(
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     with RawConnection(server.url) as conn:
         status, _, answer = conn.request("POST", route, headers, body)
-        assert 400 <= status < 500, (status, answer[:200])
+        assert status < 500, (status, answer[:200])  # shallow enough may be a valid register
         if depth > 201:
             assert status == 400 and b"nested" in answer
         still_answers(conn, key)

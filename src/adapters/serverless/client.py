@@ -39,7 +39,7 @@ import attrs
 
 from ...core.config import TrainConfig
 from ...core.errors import (
-    BackendError,
+    ArthexError,
     InvalidInputError,
     NotRegisteredError,
     RunBusyError,
@@ -242,7 +242,7 @@ class ServerlessBackend:
             except RunBusyError as exc:
                 logger.warning("the lease on %s was lost: %s", run, exc)
                 return
-            except BackendError as exc:
+            except ArthexError as exc:  # unreachable or refused now: try again next beat
                 logger.warning("could not renew the lease on %s: %s", run, exc)
 
     async def __aenter__(self) -> ServerlessBackend:

@@ -39,7 +39,15 @@ from .keys import KeyRing
 from .limits import ServerLimits
 from .ratelimit import TokenBuckets
 
-__all__ = ["AUDIT_SCOPE_KEY", "TENANT_SCOPE_KEY", "ASGIApp", "Guard", "bearer_token", "send_json"]
+__all__ = [
+    "AUDIT_SCOPE_KEY",
+    "TENANT_SCOPE_KEY",
+    "ASGIApp",
+    "Guard",
+    "identify",
+    "send_json",
+    "send_unauthorized",
+]
 
 TENANT_SCOPE_KEY = "arthex.tenant"
 AUDIT_SCOPE_KEY = "arthex.audit"  # what a handler tells the audit log (model and job ids)
@@ -75,16 +83,9 @@ class Guard:
                 send, 431, error_body(431, refusal, HEADERS_TOO_LARGE), [(b"connection", b"close")]
             )
             return
-        token = bearer_token(scope)
-        identity = self.keys.identify(token) if token is not None else None
+        identity = identify(scope, self.keys)
         if identity is None:
-            message = "missing or wrong API key; send 'Authorization: Bearer <key>'"
-            await send_json(
-                send,
-                401,
-                error_body(401, message, AUTHENTICATION_ERROR),
-                [(b"www-authenticate", b"Bearer")],
-            )
+            await send_unauthorized(send, "API key", "<key>")
             return
         tenant, key_digest = identity
         scope[TENANT_SCOPE_KEY] = tenant
@@ -146,6 +147,22 @@ class Guard:
         await send_json(
             send, 413, error_body(413, message, REQUEST_TOO_LARGE), [(b"connection", b"close")]
         )
+
+
+def identify(scope: Scope, keys: KeyRing | None) -> tuple[str, bytes] | None:
+    """(name, key digest) of the request's bearer key in `keys`, or None."""
+    token = bearer_token(scope)
+    return keys.identify(token) if token is not None and keys is not None else None
+
+
+async def send_unauthorized(send: Send, what: str, placeholder: str) -> None:
+    message = f"missing or wrong {what}; send 'Authorization: Bearer {placeholder}'"
+    await send_json(
+        send,
+        401,
+        error_body(401, message, AUTHENTICATION_ERROR),
+        [(b"www-authenticate", b"Bearer")],
+    )
 
 
 def bearer_token(scope: Scope) -> str | None:
