@@ -18,16 +18,10 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import (
-    InvalidInputError,
-    NotRegisteredError,
-    UnsupportedCapability,
-)
+from ...core.errors import InvalidInputError, NotRegisteredError, UnsupportedCapability
 from ...core.identity import ModelSpec, validate_name
 from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
-from ._wire import (
-    parse_count,
-)
+from ._wire import parse_count
 from .errors import ModelBusyError
 from .jobs import JobLog, JobStore
 from .leases import Lease, LeaseTable, parse_claim
