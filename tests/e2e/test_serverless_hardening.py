@@ -314,15 +314,15 @@ def test_a_request_costs_at_most_its_body_once(fresh_server: ServerProcess) -> N
 
 
 @pytest.mark.parametrize(
-    ("args", "option"),
+    ("args", "option", "entry"),
     [
-        (["--max-body-bytes", "-1"], "--max-body-bytes"),
-        (["--max-body-bytes", "١٢"], "--max-body-bytes"),
-        (["--log-level", "loud"], "--log-level"),
-        (["--port", "99999"], "--port"),
+        (["--max-body-bytes", "-1"], "--max-body-bytes", "module"),
+        (["--max-body-bytes", "-1"], "--max-body-bytes", "cli"),  # `arthex serve`
+        (["--max-body-bytes", "١٢"], "--max-body-bytes", "module"),
+        (["--log-level", "loud"], "--log-level", "cli"),
+        (["--port", "99999"], "--port", "module"),
     ],
 )
-@pytest.mark.parametrize("entry", ["module", "cli"])
 def test_bad_options_stop_the_server_at_start_with_one_line(
     tmp_path: Path, args: list[str], option: str, entry: str
 ) -> None:

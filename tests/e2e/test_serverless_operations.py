@@ -133,6 +133,7 @@ def test_metrics_need_an_admin_key_and_count_requests_by_route_and_status(
     assert not any("no/such" in str(labels) for _, labels in metrics(server))
 
 
+@pytest.mark.slow
 def test_jobs_beyond_the_running_limit_wait_in_a_queue_the_metrics_show(
     server: ServerProcess,
 ) -> None:
