@@ -272,3 +272,150 @@ def test_retention_decisions_carry_every_argument(
         assert await backend.checkpoint_steps(model.run) == [1, 3, 4]
 
     asyncio.run(go())
+
+
+# -- what the mirrors are told ------------------------------------------------------------
+
+
+class RecordingMirror:
+    """A mirror that records every call, in order (a Startable, ConfigRecorder and
+    SampleRecorder, like the wandb reporter)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    async def start(self, run: RunRef) -> None:
+        self.calls.append(("start", run))
+
+    async def report(self, run: RunRef, row: MetricsRow) -> None:
+        self.calls.append(("report", (run, row.step, dict(row.values))))
+
+    async def report_samples(
+        self, run: RunRef, split: str, step: int, groups: list[TrajectoryGroup]
+    ) -> None:
+        self.calls.append(("samples", (run, split, step, len(groups))))
+
+    def update_config(self, run: RunRef, config: dict[str, object]) -> None:
+        self.calls.append(("config", (run, sorted(config))))
+
+    async def close(self) -> None:
+        self.calls.append(("close", None))
+
+
+def test_mirrors_are_started_once_then_told_every_row_sample_and_config(tmp_path: Path) -> None:
+    mirror = RecordingMirror()
+    run = RunRef("p", "m")
+
+    async def go() -> None:
+        model = arthex.TrainableModel(
+            name="m",
+            project="p",
+            base_model="tiny",
+            base_path=str(tmp_path),
+            mirrors=[mirror],
+        )
+        await model.register(InMemoryBackend())
+        await model.log([make_group((0.0, 1.0))], split="val")
+        await model.train(synthetic_groups(n_groups=3))
+        await model.close()
+
+    asyncio.run(go())
+    kinds = [kind for kind, _ in mirror.calls]
+    assert kinds == [
+        "start",
+        "samples",
+        "config",
+        "report",
+        "samples",
+        "report",
+        "config",
+        "report",
+        "close",
+    ]
+    assert mirror.calls[0] == ("start", run)
+    assert mirror.calls[1] == ("samples", (run, "val", 0, 1))
+    assert mirror.calls[2] == ("config", (run, ["model"]))
+    assert mirror.calls[4] == ("samples", (run, "train", 0, 3))
+    assert mirror.calls[6] == ("config", (run, ["model", "train"]))
+    training = mirror.calls[7][1]
+    assert isinstance(training, tuple)
+    assert training[:2] == (run, 1) and "loss/train" in training[2]
+
+
+def test_a_mirror_that_fails_to_start_is_retried_on_the_next_call(tmp_path: Path) -> None:
+    class FlakyStart(RecordingMirror):
+        async def start(self, run: RunRef) -> None:
+            await super().start(run)
+            if len(self.calls) == 1:
+                raise ConnectionError("injected")
+
+    mirror = FlakyStart()
+
+    async def go() -> None:
+        model = arthex.Model(name="m", project="p", base_path=str(tmp_path), mirrors=[mirror])
+        with pytest.raises(ConnectionError):
+            await model.log(metrics={"x": 1.0})
+        await model.log(metrics={"x": 2.0})
+        await model.log(metrics={"x": 3.0})
+
+    asyncio.run(go())
+    assert [kind for kind, _ in mirror.calls].count("start") == 2
+
+
+# -- log's own checks ----------------------------------------------------------------------
+
+
+def test_log_refuses_bad_splits_steps_and_inputs_naming_them(tmp_path: Path) -> None:
+    async def go() -> None:
+        model = arthex.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+        with pytest.raises(InvalidNameError, match="split"):
+            await model.log(metrics={"x": 1.0}, split="../x")
+        for step in (-1, True, 1.5):
+            with pytest.raises(
+                InvalidInputError, match=f"step must be an integer >= 0, got {step!r}"
+            ):
+                await model.log(metrics={"x": 1.0}, step=step)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="got str"):
+            await model.log("not trajectories")  # type: ignore[arg-type]
+        one = Trajectory(reward=0.25)
+        row = await model.log(one, split="val")  # type: ignore[arg-type]  # ART accepts it too
+        assert row is not None and row.values["val/reward"] == 0.25
+        assert row.values["val/data/step_num_scenarios"] == 1.0
+
+    asyncio.run(go())
+    assert not (tmp_path / "p" / "models" / "m" / "trajectories" / "x").exists()
+
+
+def test_training_metrics_keep_non_finite_keys_and_name_bare_keys_under_loss() -> None:
+    from arthex.core.metrics import aggregate_training_metrics
+
+    averaged = aggregate_training_metrics([{"kl": float("nan"), "extra": 1.0}, {"extra": 3.0}])
+    assert set(averaged) == {"loss/kl", "loss/extra"}
+    assert averaged["loss/extra"] == 2.0
+    assert averaged["loss/kl"] != averaged["loss/kl"]  # NaN: the key is kept, as a gap
+
+
+def test_retention_reasons_and_bad_keep_last() -> None:
+    from arthex.core.retention import decide
+
+    decision = decide(2, latest=5, metric="val/reward", direction="max", keep_last=2, pinned=[0])
+    assert decision is not None
+    assert decision.metric == "val/reward"
+    assert decision.reason == (
+        "keep the last 2 step(s) up to 5, the best step 2 by max val/reward, and pinned steps [0]"
+    )
+    assert decide(2, latest=5, metric="m").keep == {2, 5}  # type: ignore[union-attr]
+    for bad in (0, True, 1.0):
+        with pytest.raises(
+            InvalidInputError, match=f"keep_last must be an integer >= 1, got {bad!r}"
+        ):
+            decide(1, latest=1, metric="m", keep_last=bad)  # type: ignore[arg-type]
+
+
+def test_running_totals_skip_keys_already_totals_or_outside_the_sections() -> None:
+    from arthex.core.metrics import cumulative_key
+
+    assert cumulative_key("data/cum/x") is None
+    assert cumulative_key("data") is None
+    assert cumulative_key("time/cum/step_x") is None
+    assert cumulative_key("costs/cum/x") is None
