@@ -419,3 +419,59 @@ def test_running_totals_skip_keys_already_totals_or_outside_the_sections() -> No
     assert cumulative_key("data") is None
     assert cumulative_key("time/cum/step_x") is None
     assert cumulative_key("costs/cum/x") is None
+
+
+def test_every_trajectory_is_checked_and_logprobs_only_for_training(tmp_path: Path) -> None:
+    groups = synthetic_groups()
+    second = groups[1].trajectories[2]
+    groups[1].trajectories[2] = second.model_copy(update={"reward": float("inf")})
+    clean = synthetic_groups()
+    choice = next(clean[0].trajectories[0].choices())
+    assert choice.logprobs is not None and choice.logprobs.content
+    choice.logprobs.content[0].logprob = float("nan")
+
+    async def go() -> None:
+        model = arthex.TrainableModel(
+            name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
+        )
+        await model.register(InMemoryBackend())
+        with pytest.raises(InvalidInputError, match="group 1, trajectory 2 has reward inf"):
+            await model.log(groups)
+        await model.log(clean, split="val")  # a NaN logprob is no tensor when only logged
+        with pytest.raises(InvalidInputError, match="logprob nan"):
+            await model.train(clean)
+
+    asyncio.run(go())
+
+
+def test_train_refuses_a_single_group_and_a_model_needs_a_base_model(tmp_path: Path) -> None:
+    async def go() -> None:
+        model = arthex.TrainableModel(
+            name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
+        )
+        await model.register(InMemoryBackend())
+        with pytest.raises(InvalidInputError, match="train takes a list of TrajectoryGroup"):
+            await model.train(make_group((0.0, 1.0)))  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="train got an empty list"):
+            await model.train([])
+
+    asyncio.run(go())
+    with pytest.raises(InvalidInputError, match="base_model must be a model id or directory"):
+        arthex.TrainableModel(name="m", project="p", base_model="", base_path=str(tmp_path))
+
+
+def test_choice_shaped_items_become_choices_and_others_are_refused() -> None:
+    choice = make_choice("hi")
+    trajectory = Trajectory(
+        messages_and_choices=[
+            {"role": "user", "content": "q", "message": "not a choice"},
+            choice.model_dump(),
+            choice,
+        ]
+    )
+    first, second, third = trajectory.messages_and_choices
+    assert isinstance(first, dict)
+    assert type(second) is type(choice) and second == choice
+    assert third is choice or third == choice
+    with pytest.raises(TypeError, match="got int"):
+        Trajectory(messages_and_choices=[3])  # type: ignore[list-item]
