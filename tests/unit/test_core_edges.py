@@ -474,4 +474,4 @@ def test_choice_shaped_items_become_choices_and_others_are_refused() -> None:
     assert type(second) is type(choice) and second == choice
     assert third is choice or third == choice
     with pytest.raises(TypeError, match="got int"):
-        Trajectory(messages_and_choices=[3])  # type: ignore[list-item]
+        Trajectory(messages_and_choices=[3])
