@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,8 @@ def test_messages_turn_choices_into_assistant_messages() -> None:
     trajectory = Trajectory(
         messages_and_choices=[{"role": "tool", "content": None}, make_choice("hi"), call]
     )
-    tool, answer, calling = trajectory.messages()
+    tool, answer, calling_message = trajectory.messages()
+    calling: dict[str, Any] = dict(calling_message)
     assert tool == {"role": "tool", "content": ""}
     assert answer == {"role": "assistant", "content": "hi"}
     assert calling["content"] == ""
