@@ -661,6 +661,45 @@ def _delete_folder(folder: Path) -> None:
 
 
 @app.command()
+def export(
+    model: str | None = MODEL_ARG,
+    out: Path = typer.Option(..., "--out", help="The new (or empty) folder to write."),
+    export_format: str = typer.Option(
+        "merged",
+        "--format",
+        help="merged: a Hugging Face model directory; peft: the LoRA adapter directory.",
+    ),
+    step: int | None = typer.Option(None, "--step", min=0, help="Default: the latest step."),
+    dtype: str | None = typer.Option(
+        None, help="float32, bfloat16 or float16 for merged weights (default: the base's)."
+    ),
+    base_path: Path = BASE_PATH_OPT,
+    project: str | None = PROJECT_OPT,
+    name: str | None = NAME_OPT,
+) -> None:
+    """Export a step of a LocalBackend run in a standard format.
+
+    The merged folder loads with plain transformers (AutoModelForCausalLM.from_pretrained) and
+    holds the base model's tokenizer files, byte for byte, chat template included."""
+    with _one_line_errors():
+        if export_format not in ("merged", "peft"):
+            raise UsageError(f"--format must be merged or peft, got {export_format!r}")
+        path = resolve_model(model, base_path, project, name, guess=False)
+        try:
+            from .adapters.local.export import export_checkpoint
+        except ImportError as error:
+            _fail(f'export needs its extra: pip install "arthex[local]" ({error})')
+        written = export_checkpoint(
+            path,
+            out,
+            step=step,
+            format="peft" if export_format == "peft" else "merged",
+            dtype=dtype,
+        )
+    typer.echo(f"exported {_label(path)} ({export_format}) to {written}")
+
+
+@app.command()
 def prune(
     model: str | None = MODEL_ARG,
     base_path: Path = BASE_PATH_OPT,

@@ -7,7 +7,8 @@ paid runs. Rules it keeps:
   kept in `{root}/{project}/models/{name}/wandb-run.json` (written atomically) and every init
   resumes it with `resume="allow"`. A corrupt record logs one warning, starts a fresh run and
   is rewritten.
-- `training_step` is the x-axis of every metric (`define_metric`), and rows are logged without
+- `training_step` is the x-axis of every metric (`define_metric`) but fine-tuning's `sft/*`,
+  charted against `sft/gradient_step` as ART does; rows are logged without
   `step=`, so an evaluation of an older step that arrives late is still charted and wandb never
   sees a step go backwards.
 - Init is lazy (first row) and fails loudly: a missing SDK or missing credentials raise a clear
@@ -47,6 +48,7 @@ from urllib.parse import urlsplit
 from ..core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
+from ..core.sft import SFT_GRADIENT_STEP_KEY
 from ..core.trajectories import TrajectoryGroup
 from ._files import atomic_write_bytes
 
@@ -57,6 +59,7 @@ logger = logging.getLogger("arthex.wandb")
 
 RUN_RECORD = "wandb-run.json"
 X_AXIS = "training_step"
+SFT_GLOB = "sft/*"
 MODES = frozenset({"online", "offline", "dryrun", "shared", "disabled"})
 _NO_CREDENTIAL_MODES = frozenset({"offline", "dryrun", "disabled"})
 _DEFAULT_API_HOSTS = ("api.wandb.ai", "api.forge.coreweave.com")
@@ -348,7 +351,11 @@ class WandbReporter:
             section, slash, _ = key.partition("/")
             glob = f"{section}/*" if slash else key
             if glob not in defined:
-                handle.define_metric(glob, step_metric=X_AXIS)
+                if glob == SFT_GLOB:  # ART's axis for fine-tuning's per-gradient-step rows
+                    handle.define_metric(SFT_GRADIENT_STEP_KEY)
+                    handle.define_metric(glob, step_metric=SFT_GRADIENT_STEP_KEY)
+                else:
+                    handle.define_metric(glob, step_metric=X_AXIS)
                 defined.add(glob)
         handle.log(dict(payload))
 

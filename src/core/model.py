@@ -15,10 +15,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..ports.metrics_reporter import ConfigRecorder, MetricsHistory, MetricsReporter, SampleRecorder
-from ..ports.training_backend import InferenceEndpoint, StepMetricsSource, TrainingBackend
+from ..ports.training_backend import (
+    Capability,
+    ExportFormat,
+    InferenceEndpoint,
+    ModelExporter,
+    StepMetricsSource,
+    TrainingBackend,
+)
 from ..ports.trajectory_store import TrajectoryStore
 from .config import TrainConfig
-from .errors import BackendError, InvalidInputError, NotRegisteredError
+from .errors import BackendError, InvalidInputError, NotRegisteredError, UnsupportedCapability
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
@@ -390,6 +397,25 @@ class TrainableModel(Model):
             if verbose:
                 logger.info("fine-tuned step %d -> %d in %.1fs", step, new_step, elapsed)
             return TrainResult(step=new_step, metrics=row.values)
+
+    async def export(
+        self, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Write step `step` (latest when None) into the new folder `out_dir`: "merged" a
+        Hugging Face model directory that `transformers` loads without arthex, "peft" a PEFT
+        adapter directory (LoRA runs). Returns the folder."""
+        if format not in ("peft", "merged"):
+            raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
+        backend = self.backend
+        if Capability.EXPORT not in backend.capabilities or not isinstance(backend, ModelExporter):
+            raise UnsupportedCapability(
+                "export",
+                type(backend).__name__,
+                "Export needs the checkpoints' files: with LocalBackend call model.export; a "
+                "training server's runs are exported on the server (`arthex export`); a Tinker "
+                "run's weights live in the Tinker service",
+            )
+        return await backend.export(self.run, out_dir, step=step, format=format)
 
     async def _advanced_from(self, step: int) -> int:
         new_step = await self.backend.get_step(self.run)

@@ -37,7 +37,9 @@ from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
     Capability,
+    ExportFormat,
     InferenceEndpoint,
+    ModelExporter,
     StepMetricsSource,
     SupervisedFineTuning,
     TrainingBackend,
@@ -416,6 +418,22 @@ class LocalBackend:
                     await engine.unload(name)
             return deleted
 
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Write a step as a PEFT adapter or a merged Hugging Face model (export.py). The step
+        is pinned meanwhile, so a concurrent `delete_checkpoint_files` keeps it."""
+        from . import checkpoints as ckpt
+        from .export import export_checkpoint
+
+        state = self._require(run)
+        chosen = step if step is not None else (ckpt.latest_step(state.model_dir) or 0)
+        async with self.pin(run, chosen):
+            path = await asyncio.to_thread(
+                export_checkpoint, state.model_dir, out_dir, step=chosen, format=format
+            )
+        return str(path)
+
     def pinned_steps(self, run: RunRef) -> list[int]:
         """Steps that must not be deleted now: leased with `pin`, or a running KL reference."""
         return sorted(step for step, count in self._pins.get(run, Counter()).items() if count > 0)
@@ -508,3 +526,4 @@ if TYPE_CHECKING:
     _fits: type[TrainingBackend] = LocalBackend
     _keeps_metrics: type[StepMetricsSource] = LocalBackend
     _fine_tunes: type[SupervisedFineTuning] = LocalBackend
+    _exports: type[ModelExporter] = LocalBackend

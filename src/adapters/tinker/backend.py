@@ -172,7 +172,7 @@ class TinkerBackend:
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        # No `export`: the weights live in the Tinker service (see export_unsupported_hint).
+        # No `export`: the weights live in the Tinker service, not in files arthex can read.
         lacking = {str(Capability.EXPORT)}
         if not self._serve:
             lacking.add(str(Capability.INFERENCE))
