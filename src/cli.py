@@ -47,10 +47,20 @@ def demo(
     base_path: Path = typer.Option(Path(".art"), help="Where runs are written."),
     steps: int | None = typer.Option(None, help="Training steps (default: the demo's own)."),
     seed: int = typer.Option(0, help="Random seed."),
+    sft: bool = typer.Option(
+        False,
+        "--sft",
+        help="The whole life instead: SFT warm start, a few RL steps (--steps), export, and a "
+        "load of the export with plain transformers.",
+    ),
 ) -> None:
     """Train the tiny local model with RL on CPU and show its reward improve."""
-    from .demo import run_demo
+    from .demo import SFT_RL_STEPS, run_demo, run_sft_demo
 
+    if sft:
+        rl_steps = SFT_RL_STEPS if steps is None else steps
+        asyncio.run(run_sft_demo(base_path=str(base_path), seed=seed, rl_steps=rl_steps))
+        return
     kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
     asyncio.run(run_demo(base_path=str(base_path), seed=seed, **kwargs))  # prints its summary
 
