@@ -323,3 +323,32 @@ def test_export_without_the_capability_is_refused(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert not (tmp_path / "out").exists()
+
+
+def test_a_step_being_exported_survives_a_concurrent_delete(tmp_path: Path) -> None:
+    async def main() -> tuple[list[int], list[int], Path]:
+        model = arthex.TrainableModel(
+            name="m",
+            project="p",
+            base_model=tiny_model(tmp_path / "tiny"),
+            base_path=str(tmp_path),
+            report_metrics=[],
+        )
+        backend = LocalBackend(engine="torch", full_finetune=True)
+        try:
+            await model.register(backend)
+            for _ in range(2):
+                await model.train_sft(DATA, TrainSFTConfig(learning_rate=1e-3, batch_size=3))
+            exporting = asyncio.create_task(model.export(str(tmp_path / "out"), step=1))
+            await asyncio.sleep(0)  # the task runs up to its worker thread, step 1 pinned
+            deleted = await backend.delete_checkpoint_files(model.run, set())
+            folder = Path(await exporting)
+            return deleted, await backend.checkpoint_steps(model.run), folder
+        finally:
+            await backend.close()
+            await model.close()
+
+    deleted, left, folder = asyncio.run(main())
+    assert deleted == [0]
+    assert left == [1, 2]
+    assert (folder / "model.safetensors").is_file()

@@ -9,9 +9,9 @@ prompts with (inference/sft_tokens.py); each sequence becomes one `Datum` with
     weights       = target[1:] / (the batch's target tokens)
 
 so Tinker's summed loss, `-Σ logprob·weight`, is the batch's mean token cross-entropy (ART's
-normalisation, and the local backend's). Every batch's two requests are submitted before any
-is awaited: the service runs one training client's requests in order, so the whole call costs
-about one round of waiting, and each batch's metrics are yielded as its step finishes.
+normalisation, and the local backend's). Batches are submitted up to MAX_IN_FLIGHT ahead of
+the one awaited: the service runs one training client's requests in order, so it never waits
+on a round trip between batches, and each batch's metrics are yielded as its step finishes.
 
 Tinker keeps one Adam state per training run, so unlike the local backend the optimizer state
 carries over between RL and SFT steps; weight decay and betas are the backend's.
@@ -20,8 +20,9 @@ carries over between RL and SFT steps; weight decay and betas are the backend's.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +32,8 @@ from .clients import TrainingClientLike, finish, submit
 
 if TYPE_CHECKING:
     from tinker import types
+
+MAX_IN_FLIGHT = 8  # batches submitted ahead: the service stays busy, a long call stays bounded
 
 
 def datums(sequences: Sequence[SFTSequence]) -> list[types.Datum]:
@@ -75,24 +78,29 @@ async def fine_tune(
     dropped: int,
     timeout_s: float | None,
 ) -> AsyncIterator[dict[str, float]]:
-    """Submit every batch's forward_backward and optim_step, then yield each step's metrics
-    in order as it finishes."""
-    submitted: list[
-        tuple[Awaitable[types.ForwardBackwardOutput], Awaitable[types.OptimStepResponse]]
-    ] = []
-    for sequences, rate in batches:
-        backward = await submit(
-            "forward_backward (cross_entropy)",
-            training.forward_backward,
-            datums(sequences),
-            "cross_entropy",
-        )
-        stepped = await submit("optim_step", training.optim_step, adam(rate))
-        submitted.append((backward, stepped))
+    """Submit the batches' forward_backward and optim_step requests, up to MAX_IN_FLIGHT
+    batches ahead of the one awaited, and yield each step's metrics in order as it finishes."""
     total = sum(s.num_targets for sequences, _ in batches for s in sequences)
-    for (backward, stepped), (_, rate) in zip(submitted, batches, strict=True):
-        output = await finish("forward_backward (cross_entropy)", backward, timeout_s)
-        optimizer = await finish("optim_step", stepped, timeout_s)
+    pending: deque[tuple[Awaitable[Any], Awaitable[Any], float]] = deque()
+    upcoming = iter(batches)
+    while True:
+        while len(pending) < MAX_IN_FLIGHT and (batch := next(upcoming, None)) is not None:
+            sequences, rate = batch
+            backward = await submit(
+                "forward_backward (cross_entropy)",
+                training.forward_backward,
+                datums(sequences),
+                "cross_entropy",
+            )
+            stepped = await submit("optim_step", training.optim_step, adam(rate))
+            pending.append((backward, stepped, rate))
+        if not pending:
+            return
+        backward, stepped, rate = pending.popleft()
+        output: types.ForwardBackwardOutput = await finish(
+            "forward_backward (cross_entropy)", backward, timeout_s
+        )
+        optimizer: types.OptimStepResponse = await finish("optim_step", stepped, timeout_s)
         extra = {**output.metrics, **(optimizer.metrics or {})}
         yield step_metrics(
             loss=float(output.metrics.get("loss:sum", math.nan)),
