@@ -54,7 +54,7 @@ def test_last_turn_only_and_weight_zero_leave_earlier_replies_as_context(
 ) -> None:
     (last,) = conversation_sequences(chat, conversation_from(TWO_TURNS), "last", "c")
     assert _target_text(chat, last.tokens, last.targets) == "four<|eos|>\n"
-    weighted = [dict(m) for m in TWO_TURNS]
+    weighted: list[dict[str, object]] = [dict(m) for m in TWO_TURNS]
     weighted[2]["weight"] = 0
     (sequence,) = conversation_sequences(chat, conversation_from(weighted), "all", "c")
     assert _target_text(chat, sequence.tokens, sequence.targets) == "four<|eos|>\n"
