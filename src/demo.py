@@ -23,13 +23,17 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
 from .core.config import TrainConfig
 from .core.gather import gather_trajectory_groups
 from .core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
+
+if TYPE_CHECKING:
+    from .adapters.local import LocalBackend
+    from .api import TrainableModel
 
 PROMPTS: tuple[str, ...] = (
     "What is two plus two?",
@@ -85,26 +89,12 @@ async def run_demo(
 
     `progress=None` prints one line per step and a summary; False prints nothing; True also
     shows the gather progress bar when the stream is not a terminal."""
-    from .adapters.local import LocalBackend
-    from .api import TrainableModel
-    from .testing.tiny_model import tiny_model
-
     if steps < 3:
         raise ValueError(f"the demo needs at least 3 steps to compare, got {steps}")
     out = stream if stream is not None else sys.stdout
     show = progress is not False
     started = time.monotonic()
-    _quiet_transformers()
-    base_model = tiny_model(Path(base_path) / "_tiny_model")
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    model = TrainableModel(
-        name=f"digits-{stamp}-{os.getpid()}",
-        project="demo",
-        base_model=base_model,
-        base_path=base_path,
-        report_metrics=[],
-    )
-    backend = LocalBackend(engine="torch", full_finetune=True, seed=seed)
+    model, backend = _demo_run(base_path, "digits", seed)
     rewards: list[float] = []
     client: Any = None
     try:
@@ -153,6 +143,24 @@ async def run_demo(
         )
         out.flush()
     return demo
+
+
+def _demo_run(base_path: str, prefix: str, seed: int) -> tuple[TrainableModel, LocalBackend]:
+    """A new run of the tiny model (made on first use) on a CPU LocalBackend, fully trained."""
+    from .adapters.local import LocalBackend
+    from .api import TrainableModel
+    from .testing.tiny_model import tiny_model
+
+    _quiet_transformers()
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    model = TrainableModel(
+        name=f"{prefix}-{stamp}-{os.getpid()}",
+        project="demo",
+        base_model=tiny_model(Path(base_path) / "_tiny_model"),
+        base_path=base_path,
+        report_metrics=[],
+    )
+    return model, LocalBackend(engine="torch", full_finetune=True, seed=seed)
 
 
 async def _rollout(client: Any, policy: str, prompt: str, seed: int) -> Trajectory:
@@ -213,9 +221,9 @@ SFT_RL_STEPS = 5
 SFT_RL_LEARNING_RATE = 1e-3
 SYSTEM = "Answer with digits only."
 
-# Runs in a clean interpreter (`python -I`) that refuses to import arthex: the export must stand
-# on its own. Prints the greedy reply to the first prompt, rendered by the export's own template.
-_LOAD_WITHOUT_ARTHEX = r"""
+# The start of a script for a clean interpreter (`python -I`) that refuses to import arthex:
+# what follows it shows that an export stands on its own.
+WITHOUT_ARTHEX = r"""
 import importlib.abc, json, sys
 
 class NoArthex(importlib.abc.MetaPathFinder):
@@ -224,6 +232,11 @@ class NoArthex(importlib.abc.MetaPathFinder):
             raise ImportError("the exported model must load without arthex")
 
 sys.meta_path.insert(0, NoArthex())
+"""
+# Prints the greedy reply to the first prompt, rendered by the export's own template.
+_LOAD_WITHOUT_ARTHEX = (
+    WITHOUT_ARTHEX
+    + r"""
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -238,6 +251,7 @@ with torch.no_grad():
                          pad_token_id=tokenizer.pad_token_id)
 print(json.dumps(tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)))
 """
+)
 
 
 @attrs.frozen
@@ -265,30 +279,17 @@ async def run_sft_demo(
     """A model's whole life on CPU: supervised warm start on digit answers, a few RL steps,
     export as a merged Hugging Face model, and a load of that export by plain transformers in
     a process without arthex, whose greedy reply must be the served one."""
-    from .adapters.local import LocalBackend
-    from .api import TrainableModel
     from .core.sft import TrainSFTConfig
-    from .testing.tiny_model import tiny_model
 
     out = stream if stream is not None else sys.stdout
     started = time.monotonic()
-    _quiet_transformers()
 
     def say(line: str) -> None:
         if not quiet:
             out.write(line + "\n")
             out.flush()
 
-    base_model = tiny_model(Path(base_path) / "_tiny_model")
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    model = TrainableModel(
-        name=f"life-{stamp}-{os.getpid()}",
-        project="demo",
-        base_model=base_model,
-        base_path=base_path,
-        report_metrics=[],
-    )
-    backend = LocalBackend(engine="torch", full_finetune=True, seed=seed)
+    model, backend = _demo_run(base_path, "life", seed)
     client: Any = None
     try:
         await model.register(backend)

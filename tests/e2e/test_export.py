@@ -29,6 +29,7 @@ from arthex.adapters.local import LocalBackend
 from arthex.adapters.local.trainer import DEFAULT_LORA_TARGETS
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.sft import TrainSFTConfig
+from arthex.demo import WITHOUT_ARTHEX
 from arthex.testing.contracts.sft import SFT_DATA
 from arthex.testing.fake_backend import InMemoryBackend
 from arthex.testing.tiny_model import tiny_model
@@ -57,15 +58,9 @@ CASES = (
     Case("lora-head-tied", tied=True, full=False, targets=(*DEFAULT_LORA_TARGETS, "lm_head")),
 )
 
-CLEAN_LOADER = r"""
-import importlib.abc, json, sys
-
-class NoArthex(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "arthex" or name.startswith("arthex."):
-            raise ImportError("this process must load the export without arthex")
-
-sys.meta_path.insert(0, NoArthex())
+CLEAN_LOADER = (
+    WITHOUT_ARTHEX
+    + r"""
 import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -103,6 +98,7 @@ for name, case in job["cases"].items():
 assert not any(m == "arthex" or m.startswith("arthex.") for m in sys.modules)
 json.dump(out, sys.stdout)
 """
+)
 
 
 @attrs.frozen

@@ -338,25 +338,19 @@ class LocalBackend:
     ) -> AsyncIterator[Mapping[str, float]]:
         """Fine-tune on the conversations (local/sft.py), then save and serve step N+1 as
         `train` does; the same lock, so SFT and RL calls on one run never overlap."""
-        from ..inference.sft_tokens import tokenize_conversations
+        from ..inference.sft_tokens import prepare
         from . import checkpoints as ckpt
-        from .sft import build_batches, sft_steps
+        from .sft import sft_steps
 
         state = self._require(run)
-        plan = config.plan(len(conversations))
+        config.plan(len(conversations))  # bad input fails before the run's lock is awaited
         async with state.lock:
             step = ckpt.latest_step(state.model_dir) or 0
-            trainer = state.trainer
             chat = await self._training_chat(state)
             data = await asyncio.to_thread(
-                tokenize_conversations,
-                chat,
-                conversations,
-                config.assistant_turns,
-                trainer.max_length,
+                prepare, chat, conversations, config, state.trainer.max_length
             )
-            batches = build_batches(plan, data)
-            steps = sft_steps(trainer, batches, config, conversations, data.dropped)
+            steps = sft_steps(state.trainer, data, config)
             async with contextlib.aclosing(self._update(state, step, steps)) as updates:
                 async for metrics in updates:
                     yield metrics

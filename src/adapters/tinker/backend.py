@@ -412,20 +412,14 @@ class TinkerBackend:
     ) -> AsyncIterator[Mapping[str, float]]:
         """Fine-tune with Tinker's cross_entropy loss (sft.py), then save and serve step N+1
         like `train`; a failure or an early stop resumes from the record next time."""
-        from ..inference.sft_tokens import tokenize_conversations
-        from .sft import batch_sequences, fine_tune
+        from ..inference.sft_tokens import prepare
+        from .sft import fine_tune
 
         state = self._require(run)
-        plan = config.plan(len(conversations))
+        config.plan(len(conversations))  # bad input fails before the tokenizer is loaded
         chat = await self._chat(state)
-        data = await asyncio.to_thread(
-            tokenize_conversations,
-            chat,
-            conversations,
-            config.assistant_turns,
-            chat.context_limit or sys.maxsize,
-        )
-        batches = batch_sequences(plan, data)
+        limit = chat.context_limit or sys.maxsize
+        data = await asyncio.to_thread(prepare, chat, conversations, config, limit)
 
         def adam(rate: float) -> types.AdamParams:
             return self._adam(rate, config.max_grad_norm)
@@ -433,9 +427,7 @@ class TinkerBackend:
         async with state.lock:
             training = await self._training_client(state)
             try:
-                async for metrics in fine_tune(
-                    training, batches, adam, conversations, data.dropped, self._timeout_s
-                ):
+                async for metrics in fine_tune(training, data, adam, self._timeout_s):
                     yield metrics
                 await self._save_next(state, training)
             except BaseException:

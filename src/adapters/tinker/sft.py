@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...core.sft import Conversation, PlannedBatch, step_metrics
-from ..inference.sft_tokens import SFTSequence, TokenizedData
+from ...core.sft import step_metrics
+from ..inference.sft_tokens import SFTData, SFTSequence
 from .clients import TrainingClientLike, finish, submit
 
 if TYPE_CHECKING:
@@ -58,42 +58,26 @@ def datums(sequences: Sequence[SFTSequence]) -> list[types.Datum]:
     return out
 
 
-def batch_sequences(
-    plan: Sequence[PlannedBatch], data: TokenizedData
-) -> list[tuple[list[SFTSequence], float]]:
-    """The planned batches' sequences and rates; batches with no target left are skipped."""
-    out = []
-    for planned in plan:
-        sequences = [s for i in planned.items for s in (data.sequences[i] or ())]
-        if sum(s.num_targets for s in sequences):
-            out.append((sequences, planned.learning_rate))
-    return out
-
-
 async def fine_tune(
     training: TrainingClientLike,
-    batches: Sequence[tuple[list[SFTSequence], float]],
+    data: SFTData,
     adam: Callable[[float], types.AdamParams],
-    conversations: Sequence[Conversation],
-    dropped: int,
     timeout_s: float | None,
 ) -> AsyncIterator[dict[str, float]]:
     """Submit the batches' forward_backward and optim_step requests, up to MAX_IN_FLIGHT
     batches ahead of the one awaited, and yield each step's metrics in order as it finishes."""
-    total = sum(s.num_targets for sequences, _ in batches for s in sequences)
     pending: deque[tuple[Awaitable[Any], Awaitable[Any], float]] = deque()
-    upcoming = iter(batches)
+    upcoming = iter(data.batches)
     while True:
         while len(pending) < MAX_IN_FLIGHT and (batch := next(upcoming, None)) is not None:
-            sequences, rate = batch
             backward = await submit(
                 "forward_backward (cross_entropy)",
                 training.forward_backward,
-                datums(sequences),
+                datums(batch.sequences),
                 "cross_entropy",
             )
-            stepped = await submit("optim_step", training.optim_step, adam(rate))
-            pending.append((backward, stepped, rate))
+            stepped = await submit("optim_step", training.optim_step, adam(batch.learning_rate))
+            pending.append((backward, stepped, batch.learning_rate))
         if not pending:
             return
         backward, stepped, rate = pending.popleft()
@@ -106,8 +90,8 @@ async def fine_tune(
             loss=float(output.metrics.get("loss:sum", math.nan)),
             grad_norm=float(extra.get("grad_norm", math.nan)),
             learning_rate=rate,
-            conversations=len(conversations),
-            trainable_tokens=total,
-            dropped=dropped,
-            gradient_steps=len(batches),
+            conversations=data.conversations,
+            trainable_tokens=data.num_targets,
+            dropped=data.dropped,
+            gradient_steps=len(data.batches),
         )
