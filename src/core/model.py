@@ -25,6 +25,7 @@ from ..ports.training_backend import (
 )
 from ..ports.trajectory_store import TrajectoryStore
 from .config import TrainConfig
+from .conversations import conversations_from
 from .errors import BackendError, InvalidInputError, NotRegisteredError, UnsupportedCapability
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
@@ -32,7 +33,7 @@ from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
 from .metrics import MetricsRow, aggregate_training_metrics, qualify, summarize
 from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
-from .sft import SFT_TIME_KEY, TrainSFTConfig, collect_updates, conversations_from, sft_rows
+from .sft import SFT_TIME_KEY, TrainSFTConfig, collect_updates, sft_rows
 from .sft import supervised as supervised_backend
 from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_training_groups, groups_from_log_input

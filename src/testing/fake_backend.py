@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from ..core.advantages import group_advantages
 from ..core.config import TrainConfig
+from ..core.conversations import Conversation
 from ..core.errors import InvalidInputError, NotRegisteredError
 from ..core.identity import ModelSpec, RunRef
-from ..core.sft import Conversation, TrainSFTConfig
+from ..core.sft import TrainSFTConfig
 from ..core.sft import step_metrics as sft_metrics
 from ..core.trajectories import TrajectoryGroup
 from ..ports.training_backend import (

@@ -105,7 +105,8 @@ def test_sft_with_more_batches_than_in_flight_trains_each_once_in_order(
     emulator: TinkerEmulator, tiny: str, tmp_path: Path
 ) -> None:
     from arthex.adapters.tinker.sft import MAX_IN_FLIGHT
-    from arthex.core.sft import TrainSFTConfig, conversation_from
+    from arthex.core.conversations import conversation_from
+    from arthex.core.sft import TrainSFTConfig
 
     data = [
         conversation_from([{"role": "user", "content": q}, {"role": "assistant", "content": a}])

@@ -13,8 +13,9 @@ pytest.importorskip("torch")
 
 from arthex.adapters.local import LocalBackend
 from arthex.core.config import TrainConfig
+from arthex.core.conversations import conversation_from
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.core.sft import TrainSFTConfig, conversation_from
+from arthex.core.sft import TrainSFTConfig
 from arthex.testing.contracts.sft import SFT_DATA
 from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.tiny_model import tiny_model

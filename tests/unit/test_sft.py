@@ -9,15 +9,10 @@ from typing import Any
 
 import pytest
 
+from arthex.core.conversations import conversation_from, conversations_from
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.model import TrainableModel
-from arthex.core.sft import (
-    TrainSFTConfig,
-    conversation_from,
-    conversations_from,
-    create_lr_schedule,
-    sft_key,
-)
+from arthex.core.sft import TrainSFTConfig, create_lr_schedule, sft_key
 from arthex.core.trajectories import Trajectory
 from arthex.testing.builders import make_choice
 from arthex.testing.fake_backend import InMemoryBackend

@@ -12,8 +12,8 @@ pytest.importorskip("transformers")
 
 from arthex.adapters.inference._chat import ChatTokenizer
 from arthex.adapters.inference.sft_tokens import conversation_sequences, tokenize_conversations
+from arthex.core.conversations import conversation_from
 from arthex.core.errors import InvalidInputError
-from arthex.core.sft import conversation_from
 from arthex.testing.tiny_model import tiny_model
 
 TWO_TURNS = [

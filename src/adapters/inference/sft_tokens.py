@@ -20,8 +20,9 @@ from collections.abc import Sequence
 
 import attrs
 
+from ...core.conversations import AssistantTurns, Conversation
 from ...core.errors import InvalidInputError
-from ...core.sft import AssistantTurns, Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ._chat import ChatTokenizer
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     BackendError,
     InvalidInputError,
@@ -30,7 +31,7 @@ from ...core.errors import (
     NotRegisteredError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...core.validation import check_training_groups
 from ...ports.training_backend import (

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     BackendError,
     InvalidInputError,
@@ -36,7 +37,7 @@ from ...core.errors import (
     UnsupportedCapability,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ...core.conversations import Conversation, conversation_from
 from ...core.errors import InvalidInputError
-from ...core.sft import Conversation, TrainSFTConfig, conversation_from, supervised
+from ...core.sft import TrainSFTConfig, supervised
 from . import _wire as wire
 from .jobs import JobLog
 from .service import TrainingService

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     ArthexError,
     BackendError,
@@ -46,7 +47,7 @@ from ...core.errors import (
     NotRegisteredError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
