@@ -1,7 +1,8 @@
 """Conversations to fine-tune on: OpenAI chat messages (the fine-tuning format), checked.
 
-`conversation_from` takes a Trajectory (its Choices become assistant messages), an OpenAI
-fine-tuning record (`{"messages": [...], "tools": [...]}`) or a plain list of messages, and
+`conversation_from` takes a Trajectory (its Choices become assistant messages; its
+`additional_histories` are other conversations and are not included), an OpenAI fine-tuning
+record (`{"messages": [...], "tools": [...]}`) or a plain list of messages, and
 refuses anything else with an InvalidInputError that names where it is (the caller passes
 "item 3" or "data.jsonl line 7"). Assistant messages may carry the format's `weight` (0 or
 1): weight 0 makes the reply context only. Only text content is accepted: fine-tuning trains
@@ -17,7 +18,7 @@ from typing import Any, Literal
 import attrs
 
 from .errors import InvalidInputError
-from .trajectories import Trajectory
+from .trajectories import Trajectory, TrajectoryGroup
 
 AssistantTurns = Literal["all", "last"]
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -180,12 +181,21 @@ def _checked_tools(tools: object, where: str) -> tuple[dict[str, Any], ...] | No
 
 def conversations_from(items: object) -> list[Conversation]:
     """What `train_sft` accepts: an iterable of Trajectory, fine-tuning records, message lists
-    or Conversations; at least one. Errors name the item."""
+    or Conversations (a TrajectoryGroup counts as its trajectories); at least one. Errors
+    name the item."""
+    if isinstance(items, TrajectoryGroup):
+        items = items.trajectories
     if isinstance(items, str | bytes | Mapping | Trajectory) or not isinstance(items, Iterable):
         raise InvalidInputError(
             f"train_sft takes a list of trajectories or conversations, got {type(items).__name__}"
         )
-    out = [conversation_from(item, f"item {index}") for index, item in enumerate(items)]
+    out: list[Conversation] = []
+    for index, item in enumerate(items):
+        if isinstance(item, TrajectoryGroup):
+            where = f"item {index}, trajectory"
+            out.extend(conversation_from(t, f"{where} {i}") for i, t in enumerate(item))
+        else:
+            out.append(conversation_from(item, f"item {index}"))
     if not out:
         raise InvalidInputError("train_sft got no conversations: there is nothing to train on")
     return out

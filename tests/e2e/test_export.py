@@ -122,8 +122,12 @@ async def _train_and_export(case: Case, base: str, root: Path) -> tuple[Served, 
     model = arthex.TrainableModel(
         name=case.name, project="export", base_model=base, base_path=str(root), report_metrics=[]
     )
-    backend = LocalBackend(
-        engine="torch", full_finetune=case.full, lora_rank=4, lora_target_modules=case.targets
+    backend = LocalBackend(  # CPU: float32 on both sides of the comparison, GPU or not
+        engine="torch",
+        device="cpu",
+        full_finetune=case.full,
+        lora_rank=4,
+        lora_target_modules=case.targets,
     )
     try:
         await model.register(backend)

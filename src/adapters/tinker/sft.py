@@ -1,8 +1,8 @@
 """Supervised fine-tuning on Tinker: one `forward_backward` with the `cross_entropy` loss and one
 `optim_step` per planned batch.
 
-The conversations are tokenized here, with the chat template the inference server renders
-prompts with (inference/sft_tokens.py); each sequence becomes one `Datum` with
+The conversations are tokenized with the chat template the inference server renders prompts
+with (inference/sft_tokens.py); each sequence becomes one `Datum` with
 
     model_input   = tokens[:-1]
     target_tokens = tokens[1:]
