@@ -352,3 +352,22 @@ def test_a_step_being_exported_survives_a_concurrent_delete(tmp_path: Path) -> N
     assert deleted == [0]
     assert left == [1, 2]
     assert (folder / "model.safetensors").is_file()
+
+
+def test_an_unloadable_base_model_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    run = tmp_path / "p" / "models" / "m"
+    checkpoint = run / "checkpoints" / "0001"
+    checkpoint.mkdir(parents=True)
+    state = {"format": 1, "step": 1, "mode": "full", "base_model": "./moved-away"}
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    result = subprocess.run(
+        [sys.executable, "-m", "arthex.cli", "export", str(run), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "cannot load the run's base model './moved-away'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]

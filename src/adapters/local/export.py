@@ -136,7 +136,13 @@ def _write_merged(base: str, source: Path, full: bool, out: Path, dtype: str | N
         from transformers import AutoModelForCausalLM
     except ImportError as exc:
         raise MissingExtraError(exc.name or "torch", "local") from exc
-    model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    try:
+        model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    except OSError as exc:
+        raise InvalidInputError(
+            f"cannot load the run's base model {base!r} ({exc}); a relative path is read from "
+            "the current directory, so export from where the run was trained"
+        ) from exc
     saved_dtype = dtype or _dtype_name(model.config) or "float32"
     if full:
         weights = ckpt.load_weights(source / ckpt.WEIGHTS_FILE)
