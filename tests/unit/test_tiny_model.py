@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from arthex.core.errors import InvalidInputError
 from arthex.testing.tiny_model import tiny_model
 
 MESSAGES: list[dict[str, Any]] = [
@@ -120,3 +121,15 @@ def test_leaves_the_global_torch_seed_alone(tmp_path: Path) -> None:
     torch.manual_seed(123)
     tiny_model(tmp_path / "m")
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_untied_models_have_their_own_head_and_a_directory_keeps_its_kind(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    tied = AutoModelForCausalLM.from_pretrained(tiny_model(tmp_path / "tied"))
+    untied = AutoModelForCausalLM.from_pretrained(tiny_model(tmp_path / "untied", tied=False))
+    assert tied.lm_head.weight.data_ptr() == tied.model.embed_tokens.weight.data_ptr()
+    assert untied.lm_head.weight.data_ptr() != untied.model.embed_tokens.weight.data_ptr()
+    assert not untied.config.tie_word_embeddings
+    with pytest.raises(InvalidInputError, match="tie_word_embeddings=False, not True"):
+        tiny_model(tmp_path / "untied")

@@ -25,19 +25,22 @@ import attrs
 
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     BackendError,
     InvalidInputError,
     MissingExtraError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...core.validation import check_training_groups
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
+    ExportFormat,
     InferenceEndpoint,
+    ModelExporter,
     StepMetricsSource,
     SupervisedFineTuning,
     TrainingBackend,
@@ -326,21 +329,19 @@ class LocalBackend(BackendTrainEntry):
     ) -> AsyncIterator[Mapping[str, float]]:
         """Fine-tune on the conversations (local/sft.py), then save and serve step N+1 as
         `train` does; the same lock, so SFT and RL calls on one run never overlap."""
-        from ..inference.sft_tokens import tokenize_in_worker
+        from ..inference.sft_tokens import prepare
         from . import checkpoints as ckpt
-        from .sft import build_batches, sft_steps
+        from .sft import sft_steps
 
         state = self._require(run)
-        plan = config.plan(len(conversations))
+        config.plan(len(conversations))  # bad input fails before the run's lock is awaited
         async with state.lock:
             step = ckpt.latest_step(state.model_dir) or 0
-            trainer = state.trainer
             chat = await self._training_chat(state)
-            data = await tokenize_in_worker(
-                chat, conversations, config.assistant_turns, trainer.max_length
+            data = await asyncio.to_thread(
+                prepare, chat, conversations, config, state.trainer.max_length
             )
-            batches = build_batches(plan, data)
-            steps = sft_steps(trainer, batches, config, conversations, data.dropped)
+            steps = sft_steps(state.trainer, data, config)
             async with contextlib.aclosing(self._update(state, step, steps)) as updates:
                 async for metrics in updates:
                     yield metrics
@@ -420,6 +421,22 @@ class LocalBackend(BackendTrainEntry):
             await self._pool.unserve_steps(state.serving, run, deleted)
             return deleted
 
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Write a step as a PEFT adapter or a merged Hugging Face model (export.py). The step
+        is pinned meanwhile, so a concurrent `delete_checkpoint_files` keeps it."""
+        from . import checkpoints as ckpt
+        from .export import export_checkpoint
+
+        state = self._require(run)
+        chosen = step if step is not None else (ckpt.latest_step(state.model_dir) or 0)
+        async with self.pin(run, chosen):
+            path = await asyncio.to_thread(
+                export_checkpoint, state.model_dir, out_dir, step=chosen, format=format
+            )
+        return str(path)
+
     def pinned_steps(self, run: RunRef) -> list[int]:
         """Steps that must not be deleted now: leased with `pin`, or a running KL reference."""
         return sorted(step for step, count in self._pins.get(run, Counter()).items() if count > 0)
@@ -485,3 +502,4 @@ if TYPE_CHECKING:
     _fits: type[TrainingBackend] = LocalBackend
     _keeps_metrics: type[StepMetricsSource] = LocalBackend
     _fine_tunes: type[SupervisedFineTuning] = LocalBackend
+    _exports: type[ModelExporter] = LocalBackend

@@ -39,6 +39,7 @@ import attrs
 
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     ArthexError,
     InvalidInputError,
@@ -46,7 +47,7 @@ from ...core.errors import (
     RunBusyError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,

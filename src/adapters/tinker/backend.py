@@ -37,6 +37,7 @@ import attrs
 
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     ArthexError,
     BackendError,
@@ -45,7 +46,7 @@ from ...core.errors import (
     MissingExtraError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
@@ -160,7 +161,7 @@ class TinkerBackend(BackendTrainEntry):
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        # No `export`: the weights live in the Tinker service (see export_unsupported_hint).
+        # No `export`: the weights live in the Tinker service, not in files arthex can read.
         lacking = {str(Capability.EXPORT)}
         if not self._serve:
             lacking.add(str(Capability.INFERENCE))
@@ -382,16 +383,14 @@ class TinkerBackend(BackendTrainEntry):
     ) -> AsyncIterator[Mapping[str, float]]:
         """Fine-tune with Tinker's cross_entropy loss (sft.py), then save and serve step N+1
         like `train`; a failure or an early stop resumes from the record next time."""
-        from ..inference.sft_tokens import tokenize_in_worker
-        from .sft import batch_sequences, fine_tune
+        from ..inference.sft_tokens import prepare
+        from .sft import fine_tune
 
         state = self._require(run)
-        plan = config.plan(len(conversations))
+        config.plan(len(conversations))  # bad input fails before the tokenizer is loaded
         chat = await self._chat(state)
-        data = await tokenize_in_worker(
-            chat, conversations, config.assistant_turns, chat.context_limit or sys.maxsize
-        )
-        batches = batch_sequences(plan, data)
+        limit = chat.context_limit or sys.maxsize
+        data = await asyncio.to_thread(prepare, chat, conversations, config, limit)
 
         def adam(rate: float) -> types.AdamParams:
             return self._adam(rate, config.max_grad_norm)
@@ -399,9 +398,7 @@ class TinkerBackend(BackendTrainEntry):
         async with state.lock:
             training = await self._training_client(state)
             try:
-                async for metrics in fine_tune(
-                    training, batches, adam, conversations, data.dropped, self._timeout_s
-                ):
+                async for metrics in fine_tune(training, data, adam, self._timeout_s):
                     yield metrics
                 await self._save_next(state, training)
             except BaseException:

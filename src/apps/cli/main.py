@@ -50,10 +50,22 @@ def demo(
     pipeline: bool = typer.Option(
         False, "--pipeline", help="Sample the next steps' rollouts while a step trains."
     ),
+    sft: bool = typer.Option(
+        False,
+        "--sft",
+        help="The whole life instead: SFT warm start, a few RL steps (--steps), export, and a "
+        "load of the export with plain transformers.",
+    ),
 ) -> None:
     """Train the tiny local model with RL on CPU and show its reward improve."""
-    from ..demo import run_demo
+    from ..demo import SFT_RL_STEPS, run_demo, run_sft_demo
 
+    if sft and pipeline:
+        _fail("--sft and --pipeline are two different demos; pass one of them")
+    if sft:
+        rl_steps = SFT_RL_STEPS if steps is None else steps
+        asyncio.run(run_sft_demo(base_path=str(base_path), seed=seed, rl_steps=rl_steps))
+        return
     kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
     asyncio.run(  # prints its summary
         run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
@@ -673,6 +685,45 @@ def _delete_folder(folder: Path) -> None:
     doomed = folder.with_name(f"{_TEMP_PREFIX}deleted-{folder.name}.{secrets.token_hex(4)}")
     os.rename(folder, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+@app.command()
+def export(
+    model: str | None = MODEL_ARG,
+    out: Path = typer.Option(..., "--out", help="The new (or empty) folder to write."),
+    export_format: str = typer.Option(
+        "merged",
+        "--format",
+        help="merged: a Hugging Face model directory; peft: the LoRA adapter directory.",
+    ),
+    step: int | None = typer.Option(None, "--step", min=0, help="Default: the latest step."),
+    dtype: str | None = typer.Option(
+        None, help="float32, bfloat16 or float16 for merged weights (default: the base's)."
+    ),
+    base_path: Path = BASE_PATH_OPT,
+    project: str | None = PROJECT_OPT,
+    name: str | None = NAME_OPT,
+) -> None:
+    """Export a step of a LocalBackend run in a standard format.
+
+    The merged folder loads with plain transformers (AutoModelForCausalLM.from_pretrained) and
+    holds the base model's tokenizer files, byte for byte, chat template included."""
+    with _one_line_errors():
+        if export_format not in ("merged", "peft"):
+            raise UsageError(f"--format must be merged or peft, got {export_format!r}")
+        path = resolve_model(model, base_path, project, name, guess=False)
+        try:
+            from ...adapters.local.export import export_checkpoint
+        except ImportError as error:
+            _fail(f'export needs its extra: pip install "arthex[local]" ({error})')
+        written = export_checkpoint(
+            path,
+            out,
+            step=step,
+            format="peft" if export_format == "peft" else "merged",
+            dtype=dtype,
+        )
+    typer.echo(f"exported {_label(path)} ({export_format}) to {written}")
 
 
 @app.command()
