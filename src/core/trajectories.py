@@ -132,7 +132,13 @@ class Trajectory(BaseModel):
                     yield item
 
     def messages(self) -> list[Message]:
-        """The conversation as plain chat messages (Choices become assistant messages)."""
+        """The conversation as plain chat messages (Choices become assistant messages); for a
+        captured trajectory, its main conversation as rebuilt from the recorded calls."""
+        if self.exchanges:
+            from .capture.conversations import conversations  # it builds on this module
+
+            found = conversations(self)
+            return [dict(message) for message in found[0].messages] if found else []
         return [_as_message(item) for item in self.messages_and_choices]
 
 
