@@ -21,12 +21,21 @@ pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
 import arthex
-from arthex.adapters.local import LocalBackend, packing
+from arthex.adapters.local import packing
 from arthex.adapters.parquet_store import read_part
 from arthex.core.capture import token_samples
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from tests.e2e._scripted_model import scripted_model
-from tests.e2e._weather import FINAL, QUESTION, SCRIPT, SUMMARY, SYSTEM, TOOLS, WEATHER
+from tests.e2e._weather import (
+    FINAL,
+    QUESTION,
+    SCRIPT,
+    SUMMARY,
+    SYSTEM,
+    TOOLS,
+    WEATHER,
+    local_model,
+)  # fmt: skip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -106,11 +115,7 @@ def test_a_captured_agent_trains_on_exactly_what_it_sampled(
     recorders = [Recorder() for _ in range(3)]
 
     async def main() -> tuple[TrajectoryGroup, arthex.TrainResult, list[Any]]:
-        backend = LocalBackend(str(tmp_path / "art"))
-        model = arthex.TrainableModel(
-            name="weather", project="capture", base_model=base_model,
-            base_path=str(tmp_path / "art"), report_metrics=[],
-        )  # fmt: skip
+        backend, model = local_model(base_model, tmp_path / "art", "weather")
         try:
             await model.register(backend)
             endpoint = model.openai_client()
