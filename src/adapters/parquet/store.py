@@ -7,7 +7,7 @@ which read only `NNNN.parquet`, see every trajectory (ART itself overwrote the f
 the earlier batch). How a write is published and how concurrent writers are serialized, on
 disk and on object stores, is parquet_publish.py; part names, listing and the legacy `-N`
 parts of earlier arthex versions are parquet_parts.py; what a file holds (ART's v2 layout)
-is parquet_layout.py.
+is codec.py.
 
 The root is a local directory or any pyarrow filesystem URI:
 

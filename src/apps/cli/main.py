@@ -575,10 +575,28 @@ def _print_trajectory(console: Console, t: int, trajectory: Trajectory, max_char
     if trajectory.tools:
         names = [str((tool.get("function") or tool).get("name", "?")) for tool in trajectory.tools]
         console.print(Text(f"    tools: {', '.join(names)}", style="dim"))
+    if trajectory.exchanges:
+        _print_captured(console, trajectory, max_chars)
+        return
     _print_messages(console, trajectory.messages_and_choices, max_chars, indent="    ")
     for h, extra in enumerate(trajectory.additional_histories):
         console.print(Text(f"    additional history {h}:", style="dim"))
         _print_messages(console, extra.messages_and_choices, max_chars, indent="      ")
+
+
+def _print_captured(console: Console, trajectory: Trajectory, max_chars: int) -> None:
+    """A captured trajectory: its recorded calls, as the conversations they form."""
+    from rich.text import Text
+
+    from ...core.capture.conversations import conversations
+
+    calls = len(trajectory.exchanges)
+    flag = ", incomplete" if trajectory.incomplete else ""
+    console.print(Text(f"    captured: {calls} call{'' if calls == 1 else 's'}{flag}", style="dim"))
+    for c, conversation in enumerate(conversations(trajectory)):
+        if c:
+            console.print(Text(f"    conversation {c}:", style="dim"))
+        _print_messages(console, list(conversation.messages), max_chars, indent="    ")
 
 
 def _print_messages(console: Console, items: Sequence[Any], max_chars: int, *, indent: str) -> None:
