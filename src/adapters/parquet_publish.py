@@ -125,29 +125,49 @@ def merge(
 ) -> None:
     """Write the row groups of every source, in order, to `sink` as one part: each source's
     group indexes follow on from the previous source's. Sources are (path for messages, open
-    file); every one must be ART v2 trajectory parquet, checked before its rows are copied."""
+    file); every one must be ART v2 trajectory parquet, checked before any row is copied.
+
+    Row group k+1 is read (and decompressed) on a helper thread while row group k is encoded
+    and written here; both release the GIL, so a copy costs about its writing alone."""
+    for where, file in sources:
+        _check_source(where, file)
+    jobs = [(where, file, i) for where, file in sources for i in range(file.num_row_groups)]
     options = dict(WRITE_OPTIONS, filesystem=_LOCAL) if isinstance(sink, str) else WRITE_OPTIONS
-    with pq.ParquetWriter(sink, SCHEMA.with_metadata(footer), **options) as writer:
-        offset = 0
-        for where, file in sources:
-            _check_source(where, file)
-            seen: set[int] = set()
-            for index in range(file.num_row_groups):
-                table = _conform(where, file.read_row_group(index))
-                indexes = table.column("group_index")
-                if indexes.null_count:
-                    raise CorruptDataError(
-                        f"{where}: a row has no group_index; nothing was written"
-                    )
-                seen.update(pc.unique(indexes).to_pylist())
-                shifted = pc.add(indexes, pa.scalar(offset, pa.int64()))
-                writer.write_table(table.set_column(1, SCHEMA.field(1), shifted))
-            if seen != set(range(len(seen))):
+    offset, current, seen = 0, "", set[int]()
+    with (
+        pq.ParquetWriter(sink, SCHEMA.with_metadata(footer), **options) as writer,
+        concurrent.futures.ThreadPoolExecutor(1, "arthex-merge") as pool,
+    ):
+        ahead = [pool.submit(file.read_row_group, i) for _, file, i in jobs[:1]]
+        for position, (where, _, _) in enumerate(jobs):
+            table = ahead.pop().result()
+            if position + 1 < len(jobs):
+                _, following, index = jobs[position + 1]
+                ahead.append(pool.submit(following.read_row_group, index))
+            if where != current:  # the previous source is whole: its groups come first
+                offset += _group_count(current, seen)
+                current, seen = where, set()
+            table = _conform(where, table)
+            indexes = table.column("group_index")
+            if indexes.null_count:
                 raise CorruptDataError(
-                    f"{where}: group indexes {sorted(seen)[:10]} are not contiguous from 0; "
-                    "nothing was written"
+                    f"cannot add groups to {where}: a row has no group_index; nothing was written"
                 )
-            offset += len(seen)
+            seen.update(pc.unique(indexes).to_pylist())
+            shifted = pc.add(indexes, pa.scalar(offset, pa.int64()))
+            writer.write_table(table.set_column(1, SCHEMA.field(1), shifted))
+        _group_count(current, seen)
+
+
+def _group_count(where: str, seen: set[int]) -> int:
+    """How many groups a source holds, once all its rows are read: its indexes must run
+    0..n-1, as ART's reader requires."""
+    if seen != set(range(len(seen))):
+        raise CorruptDataError(
+            f"cannot add groups to {where}: group indexes {sorted(seen)[:10]} are not contiguous "
+            "from 0; nothing was written"
+        )
+    return len(seen)
 
 
 def _check_source(where: str, file: pq.ParquetFile) -> None:
