@@ -42,6 +42,7 @@ __all__ = [
     "part_identity",
     "part_name",
     "read_step",
+    "read_tail",
 ]
 
 FOLDED_KEY = b"arthex.folded_parts"
@@ -187,13 +188,22 @@ def folded_parts(metadata: dict[bytes, bytes] | None) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
+def read_tail(handle: Any) -> tuple[int, bytes]:
+    """(size, last 64 KiB) of an open file, which is left at its start. The footer of a part
+    is in its last bytes, so two versions of a file that differ have different tails."""
+    size = int(handle.size())
+    handle.seek(max(0, size - _TAIL_BYTES))
+    tail = bytes(handle.read())
+    handle.seek(0)
+    return size, tail
+
+
 def part_identity(filesystem: pafs.FileSystem, path: str) -> dict[str, Any]:
     """What a folded-parts entry records about a part: its name, size and tail hash."""
     with filesystem.open_input_file(path) as file:
-        size = file.size()
-        file.seek(max(0, size - _TAIL_BYTES))
-        tail = hashlib.sha256(bytes(file.read())).hexdigest()
-    return {"name": path.rsplit("/", 1)[-1], "size": size, "tail": tail}
+        size, tail = read_tail(file)
+    name = path.rsplit("/", 1)[-1]
+    return {"name": name, "size": size, "tail": hashlib.sha256(tail).hexdigest()}
 
 
 def _is_same(filesystem: pafs.FileSystem, part: PartFile, entry: dict[str, Any]) -> bool:

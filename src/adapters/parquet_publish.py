@@ -60,6 +60,7 @@ from .parquet_parts import (
     folded_parts,
     part_identity,
     part_name,
+    read_tail,
     step_parts,
 )
 
@@ -68,7 +69,6 @@ __all__ = ["LOCK_FILE", "make_dirs", "write_local", "write_remote"]
 LOCK_FILE = ".lock"
 # Filesystems where a directory is only a key prefix: nothing to create before writing.
 PREFIX_ONLY = ("s3", "gcs", "abfs")
-_TAIL_BYTES = 64 * 1024
 _LOCAL = pafs.LocalFileSystem()
 _PLAIN_SCHEMA = SCHEMA.remove_metadata()
 
@@ -271,7 +271,7 @@ def _opened_step_file(
         yield None
         return
     try:
-        version = _tail_of(handle)
+        version = read_tail(handle)
         try:
             file = pq.ParquetFile(handle)
         except (pa.ArrowException, OSError) as error:
@@ -283,14 +283,6 @@ def _opened_step_file(
             yield file, version
     finally:
         handle.close()
-
-
-def _tail_of(handle: Any) -> Version:
-    size = int(handle.size())
-    handle.seek(max(0, size - _TAIL_BYTES))
-    tail = bytes(handle.read())
-    handle.seek(0)
-    return size, tail
 
 
 def _sources(
@@ -441,7 +433,7 @@ def _merge_remote(
 def _version(filesystem: pafs.FileSystem, path: str) -> Version | None:
     try:
         with filesystem.open_input_file(path) as handle:
-            return _tail_of(handle)
+            return read_tail(handle)
     except FileNotFoundError:
         return None
 
