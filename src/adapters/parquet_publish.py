@@ -52,7 +52,14 @@ import pyarrow.parquet as pq
 
 from ..core.errors import CorruptDataError
 from ._files import TEMP_PREFIX, fsync_dir, fsync_file, temp_path_for
-from .parquet_layout import FORMAT_VERSION, SCHEMA, VERSION_KEY, WRITE_OPTIONS, Batch
+from .parquet_layout import (
+    AUTHORITATIVE,
+    FORMAT_VERSION,
+    SCHEMA,
+    VERSION_KEY,
+    WRITE_OPTIONS,
+    Batch,
+)
 from .parquet_parts import (
     FOLDED_KEY,
     WRITES_KEY,
@@ -70,6 +77,7 @@ LOCK_FILE = ".lock"
 # Filesystems where a directory is only a key prefix: nothing to create before writing.
 PREFIX_ONLY = ("s3", "gcs", "abfs")
 _LOCAL = pafs.LocalFileSystem()
+_PUBLISH_ATTEMPTS = 20  # rounds of a writer on an object store losing the race, before it gives up
 _PLAIN_SCHEMA = SCHEMA.remove_metadata()
 
 
@@ -181,11 +189,24 @@ def _check_source(where: str, file: pq.ParquetFile) -> None:
 
 
 def _conform(where: str, table: pa.Table) -> pa.Table:
-    """The row group in the store's exact schema (ART's writer may differ in metadata or
-    field order, never in meaning)."""
+    """The row group in the store's exact schema (another writer may differ in metadata or
+    field order, never in meaning). A missing analytics column is filled with nulls; the
+    authoritative columns must be there."""
+    missing = [name for name in AUTHORITATIVE if name not in table.column_names]
+    if missing:
+        raise CorruptDataError(
+            f"cannot add groups to {where}: it lacks the column(s) {', '.join(missing)}; "
+            "nothing was written"
+        )
     try:
-        return table.select(_PLAIN_SCHEMA.names).cast(_PLAIN_SCHEMA)
-    except (KeyError, pa.ArrowException) as error:
+        columns = [
+            table.column(field.name).cast(field.type)
+            if field.name in table.column_names
+            else pa.nulls(table.num_rows, field.type)
+            for field in _PLAIN_SCHEMA
+        ]
+        return pa.Table.from_arrays(columns, schema=_PLAIN_SCHEMA)
+    except pa.ArrowException as error:
         raise CorruptDataError(
             f"cannot add groups to {where}: its columns are not ART's v2 layout ({error}); "
             "nothing was written"
@@ -384,7 +405,7 @@ def _publish_remote(
     filesystem: pafs.FileSystem, directory: str, split: str, step: int, temp: str, token: str
 ) -> str:
     target = f"{directory}/{part_name(step)}"
-    while True:
+    for _ in range(_PUBLISH_ATTEMPTS):
         extras = [p for p in step_parts(filesystem, directory, split, step) if p.part > 0]
         seen = _version(filesystem, target)
         if seen is None and not extras:
@@ -394,6 +415,11 @@ def _publish_remote(
         if token in _remote_writes(filesystem, target):
             break
         # Another process's copy replaced ours: our groups are still in `temp`, add them again.
+    else:
+        raise OSError(
+            f"could not add groups to {target}: other writers replaced it {_PUBLISH_ATTEMPTS} "
+            "times in a row; nothing of this write is in it. Write again"
+        )
     for part in extras:
         with contextlib.suppress(FileNotFoundError):
             filesystem.delete_file(part.path)
