@@ -91,10 +91,12 @@ def list_parts(
     split: str | Iterable[str] | None = None,
     steps: int | Iterable[int] | None = None,
 ) -> list[tuple[str, int, int, Path]]:
-    """(split, step, part, path) of every published part file of a model directory, sorted.
+    """(split, step, part, path) of every part file of a model directory, sorted: the step
+    files, and legacy `-N` parts not yet folded into theirs.
 
-    Files being written (temp names) and names the trajectory store does not write are
-    skipped, so a part appears whole or not at all (the store's own listing rules)."""
+    Files being written (temp names), names the trajectory store does not write and legacy
+    parts already folded are skipped, so every group is listed once and a part appears whole
+    or not at all (the store's own listing rules)."""
     import pyarrow.fs as pafs
 
     from ..adapters.parquet.store import list_parts as store_parts
@@ -115,7 +117,9 @@ def load_trajectories(
     The columns are ART's v2 trajectory parquet layout (`reward`, `metrics`, `metadata`,
     `messages`, `trajectory_json`, ...; JSON columns are strings, decode them with
     `pl.col("metrics").str.json_decode()`) plus `split` (String), `step` (Int64) and `part`
-    (Int64: 0 for `0003.parquet`, n for `0003-n.parquet`, the n-th extra write at that step).
+    (Int64: 0 for the step file `0003.parquet`, which holds every write at that step; n for a
+    legacy `0003-n.parquet`, an extra write by an earlier arthex, until the next write there
+    folds it into the step file).
     A group in which every rollout failed is one row with a null `trajectory_index` and
     `reward`; filter them with `pl.col("trajectory_index").is_not_null()`.
 
