@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,9 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def test_creation_is_fast_and_idempotent(tmp_path: Path) -> None:
-    import transformers  # noqa: F401  # import time is not creation time
-
-    started = time.perf_counter()
+def test_creation_is_idempotent(tmp_path: Path) -> None:
+    # How long it takes is a benchmark's business, never a unit test's.
     path = tiny_model(tmp_path / "m")
-    assert time.perf_counter() - started < 5.0
     assert path == str(tmp_path / "m")
     before = (tmp_path / "m" / "model.safetensors").stat().st_mtime_ns
     assert tiny_model(tmp_path / "m") == path
