@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import random
 import shutil
 import statistics
@@ -187,6 +188,7 @@ def speed(base_model: str, root: Path, args: argparse.Namespace) -> None:
         )
     ratio = walls["synchronous"] / walls["pipeline"]
     rows.append(["speed-up (synchronous / pipeline wall)", ratio, "", "target >= 1.5"])
+    rows.append(["load average after (1, 5, 15 min)", *[f"{x:.1f}" for x in os.getloadavg()]])
     print_table(
         f"Pipeline vs synchronous, {args.source} completions: {args.steps} steps of "
         f"{args.scenarios} scenarios x {args.rollouts} rollouts, rollout waits "
