@@ -13,12 +13,9 @@ from pathlib import Path
 import pytest
 
 import arthex
-from arthex.adapters.jsonl_history import JsonlHistory
-from arthex.adapters.parquet_store import ParquetTrajectoryStore
-from arthex.adapters.pipeline_state import JsonPipelineStateStore
 from arthex.core.identity import RunRef
 from arthex.ports.training_backend import TrainingBackend
-from tests._pipeline_checks import Outcome, chat_rollout_fn, check_pipeline_run
+from tests._pipeline_checks import Outcome, chat_rollout_fn, check_run_files
 
 pytest.importorskip("torch")
 
@@ -64,15 +61,7 @@ def run_pipeline(backend: TrainingBackend, tiny: str, base_path: Path) -> Outcom
         finally:
             await model.close()
             await backend.close()
-        return await check_pipeline_run(
-            RUN,
-            store=ParquetTrajectoryStore(str(base_path)),
-            history=JsonlHistory(str(base_path)),
-            state=JsonPipelineStateStore(str(base_path)),
-            steps=steps,
-            scenarios=SCENARIOS,
-            bound=BOUND,
-        )
+        return await check_run_files(base_path, RUN, steps=steps, scenarios=SCENARIOS, bound=BOUND)
 
     return asyncio.run(main())
 
