@@ -228,6 +228,11 @@ class PipelineTrainer:
 
     async def _start(self) -> None:
         model = self.model
+        name = type(self.backend).__name__
+        self.backend.capabilities.require(Capability.TRAIN, name)  # before anything is written
+        self.backend.capabilities.require(f"loss:{self._base_config.loss_fn}", name)
+        if self._base_config.kl_penalty_coef > 0:
+            self.backend.capabilities.require(Capability.KL_PENALTY, name)
         try:
             registered = model.backend
         except NotRegisteredError:
@@ -238,14 +243,11 @@ class PipelineTrainer:
                 f"model {model.run} is registered with another backend than the one given to "
                 "the PipelineTrainer; pass the backend the model was registered with"
             )
-        name = type(self.backend).__name__
-        self.backend.capabilities.require(Capability.TRAIN, name)
-        self.backend.capabilities.require(f"loss:{self._base_config.loss_fn}", name)
-        if self._base_config.kl_penalty_coef > 0:
-            self.backend.capabilities.require(Capability.KL_PENALTY, name)
         saved = await self._state_store.load(model.run) if self.resume else None
-        record = PipelineRecord() if saved is None else saved
-        record = await settle(model, record, self._config_for, self.num_rollout_workers)
+        if saved is None:  # a new stream, from the model's current step
+            record = PipelineRecord(step=await model.get_step())
+        else:
+            record = await settle(model, saved, self._config_for, self.num_rollout_workers)
         self._step = self._training_to = record.step
         self._pending = set(record.pending)
         self._discarded = {reason: set(record.discarded[reason]) for reason in DISCARD_REASONS}
