@@ -3,6 +3,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Where torch comes from: empty = pip's configured index. On a plain PyPI, pass PyTorch's CPU
+# index (make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu) to avoid CUDA wheels.
+TORCH_INDEX_URL ?=
+TORCH_SPEC ?= torch==2.13.0
 # An editable install in strict mode maps files one by one: reinstall when the set changes.
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
@@ -13,7 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch's CPU build first, so nothing pulls in gigabytes of CUDA wheels
-	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
 	rm -f $(VENV)/.installed-*
 	touch $@

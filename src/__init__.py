@@ -62,7 +62,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    """The public names only: not the helpers this module itself imports."""
+    return sorted({*_EXPORTS, "__version__"})
 
 
 if TYPE_CHECKING:

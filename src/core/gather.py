@@ -85,7 +85,10 @@ async def gather_trajectory_groups(
 
 
 def _first_error(results: dict[int, TrajectoryGroup]) -> str:
+    """The first failure in input order, with where it was raised: its traceback as the
+    rollout recorded it (the exception object itself stays with the group's entry)."""
     for index in sorted(results):
         for error in results[index].exceptions:
-            return f"{error.type}: {error.message}"
+            where = error.traceback.rstrip() or "(no traceback recorded)"
+            return f"{error.type}: {error.message} (group {index})\n{where}"
     return "none"

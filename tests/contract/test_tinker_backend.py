@@ -22,7 +22,7 @@ pytest.importorskip("tinker")
 pytest.importorskip("torch")
 
 from arthex.adapters.tinker import TinkerBackend
-from arthex.testing.tinker_emulator import TinkerEmulator
+from arthex.emulators.tinker import TinkerEmulator
 
 pytestmark = pytest.mark.e2e
 

@@ -22,8 +22,8 @@ from arthex.adapters.tinker import TinkerBackend
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
+from arthex.emulators.tinker import TinkerEmulator
 from arthex.testing.contracts.training_backend import sampled_choice
-from arthex.testing.tinker_emulator import TinkerEmulator
 
 pytestmark = pytest.mark.e2e
 
@@ -147,7 +147,7 @@ def test_the_emulator_command_serves_the_sdk(tiny: str, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "arthex.testing.tinker_emulator",
+            "arthex.emulators.tinker",
             "--base-model",
             tiny,
             "--model-name",

@@ -89,3 +89,20 @@ def test_import_arthex_pulls_in_no_heavy_library() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == ""
+
+
+# The one place outside the emulators that may name them: the old import path, kept for one
+# release with a DeprecationWarning.
+EMULATOR_SHIMS = {Path("testing/tinker_emulator.py")}
+
+
+def test_nothing_in_the_library_imports_the_emulators() -> None:
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC)
+        if relative.parts[0] == "emulators" or relative in EMULATOR_SHIMS:
+            continue
+        for line, module in imported_modules(path):
+            if module.split(".")[:2] == ["arthex", "emulators"]:
+                offenders.append(f"{relative}:{line} imports {module}")
+    assert not offenders, f"only tests and the emulators' entry points may: {offenders}"

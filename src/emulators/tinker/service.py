@@ -24,9 +24,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ._tinker_sampling import sample
-from ._tinker_store import RunStore, checkpoint_meta, iso
-from ._tinker_torch import (
+from .compute import (
     BaseModel,
     LoraSettings,
     TrainingRun,
@@ -34,7 +32,9 @@ from ._tinker_torch import (
     load_adapter,
     save_adapter,
 )
-from ._tinker_wire import (
+from .sampling import sample
+from .store import RunStore, checkpoint_meta, iso
+from .wire import (
     HttpError,
     Reply,
     adam_settings,

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..adapters._files import atomic_write_bytes
-from ._tinker_torch import META_FILE, LoraSettings, folder_size
-from ._tinker_wire import CHECKPOINT_NAME, HttpError
+from ...adapters._files import atomic_write_bytes
+from .compute import META_FILE, LoraSettings, folder_size
+from .wire import CHECKPOINT_NAME, HttpError
 
 KINDS = {"weights": "training", "sampler_weights": "sampler"}
 _PATH = re.compile(r"tinker://([^/]+)/([^/]+)/([^/]+)")

@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import torch
 
-from ..adapters._files import atomic_write_bytes, fsync_dir, temp_path_for
+from ...adapters._files import atomic_write_bytes, fsync_dir, temp_path_for
 
 LORA_ALPHA = 32
 ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")

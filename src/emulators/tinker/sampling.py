@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import torch
 
-from ._tinker_torch import BaseModel, UserError
+from .compute import BaseModel, UserError
 
 
 @attrs.frozen

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:  # torch-heavy modules, imported where used so this one stays light
-    from ._tinker_sampling import SampledRow, SampleSettings
-    from ._tinker_torch import AdamSettings, DatumIn
+    from .compute import AdamSettings, DatumIn
+    from .sampling import SampledRow, SampleSettings
 
 PROTO = "application/x-protobuf"
 CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -78,7 +78,7 @@ def check_adam_config(config: object) -> None:
 def adam_settings(body: Mapping[str, Any]) -> AdamSettings:
     """`OptimStepRequest` sends AdamParams as `adam_params` (other families as
     `optimizer_params`, which the emulator does not run)."""
-    from ._tinker_torch import AdamSettings
+    from .compute import AdamSettings
 
     params = body.get("adam_params") or body.get("optim_params")
     if not isinstance(params, dict) or params.get("type", "adamw") not in ("adamw", "adam"):
@@ -107,7 +107,7 @@ def decode_forward_backward(body: bytes, headers: Mapping[str, str]) -> ForwardB
     import torch
     from tinker.proto import tinker_public_pb2 as pb
 
-    from ._tinker_torch import DatumIn
+    from .compute import DatumIn
 
     if headers.get("content-encoding", "").lower() == "zstd":
         import zstandard
@@ -201,7 +201,7 @@ def prompt_tokens(prompt: object) -> list[int]:
 def sample_settings(params: Mapping[str, Any]) -> SampleSettings:
     """Stop strings and stop tokens come on top of the model's end token; `stop=[]` turns
     every stop off, the end token included, as the SDK documents."""
-    from ._tinker_sampling import SampleSettings
+    from .sampling import SampleSettings
 
     stop = params.get("stop")
     strings: tuple[str, ...] = ()
