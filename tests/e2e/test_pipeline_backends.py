@@ -77,7 +77,7 @@ def test_local_backend_runs_the_pipeline(tiny: str, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("tinker")
-    from arthex.testing.tinker_emulator import TinkerEmulator
+    from arthex.emulators.tinker import TinkerEmulator
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TINKER_TELEMETRY", "0")
