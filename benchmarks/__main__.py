@@ -5,7 +5,16 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("policies", "trainer", "inference", "logging", "s3", "pipeline", "server_memory")
+BENCHMARKS = (
+    "policies",
+    "trainer",
+    "inference",
+    "logging",
+    "steps",
+    "s3",
+    "pipeline",
+    "server_memory",
+)
 
 
 def main(argv: list[str]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import random
 import shutil
 import statistics
@@ -51,7 +52,7 @@ from ._table import print_table
 
 FAST_S, SLOW_S, SLOW_SHARE = 0.05, 0.5, 0.1
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "What is two plus two?"}]
-PROMPT = list(range(1, 20))  # made-up prompt tokens for `--source scripted`
+PROMPT = list(range(1, 20))  # made-up prompt tokens for `--sources scripted`
 
 
 def scripted_wait(scenario: int, rollout: int, seed: int) -> float:
@@ -74,7 +75,7 @@ class SpeedRun:
 def _rollout_fn(model: TrainableModel, args: argparse.Namespace) -> Any:
     """One scenario's rollouts: `--rollouts` completions of the served step (one request
     asking for n of them, which the engine samples as one batch), then the scripted waits:
-    the rollouts run side by side, so the group takes its longest wait. `--source scripted`
+    the rollouts run side by side, so the group takes its longest wait. `--sources scripted`
     leaves the engine out: the completions are made up (fixed tokens and logprobs), so only
     the waits and the updates take time."""
     client = model.openai_client()
@@ -168,7 +169,10 @@ def speed(base_model: str, root: Path, args: argparse.Namespace) -> None:
         order = ("synchronous", "pipeline") if repeat % 2 == 0 else ("pipeline", "synchronous")
         for mode in order:
             runs.append(asyncio.run(_speed(mode, base_model, root, args)))
-            print(f"  {mode}: {runs[-1].wall_s:.1f}s for {runs[-1].steps} steps", flush=True)
+            print(
+                f"  {args.source} {mode}: {runs[-1].wall_s:.1f}s for {runs[-1].steps} steps",
+                flush=True,
+            )
     rows: list[list[object]] = []
     walls: dict[str, float] = {}
     for mode in ("synchronous", "pipeline"):
@@ -184,10 +188,11 @@ def speed(base_model: str, root: Path, args: argparse.Namespace) -> None:
         )
     ratio = walls["synchronous"] / walls["pipeline"]
     rows.append(["speed-up (synchronous / pipeline wall)", ratio, "", "target >= 1.5"])
+    rows.append(["load average after (1, 5, 15 min)", *[f"{x:.1f}" for x in os.getloadavg()]])
     print_table(
-        f"Pipeline vs synchronous: {args.steps} steps of {args.scenarios} scenarios x "
-        f"{args.rollouts} rollouts, rollout waits {FAST_S * 1000:.0f} ms (90%) / "
-        f"{SLOW_S * 1000:.0f} ms (10%), median of {args.repeats}",
+        f"Pipeline vs synchronous, {args.source} completions: {args.steps} steps of "
+        f"{args.scenarios} scenarios x {args.rollouts} rollouts, rollout waits "
+        f"{FAST_S * 1000:.0f} ms (90%) / {SLOW_S * 1000:.0f} ms (10%), median of {args.repeats}",
         ["loop", "wall s", "s / step", "trainer idle ratio"],
         rows,
     )
@@ -246,7 +251,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--scenarios", type=int, default=8, help="scenarios (groups) per step")
     parser.add_argument("--rollouts", type=int, default=8, help="rollouts per scenario")
     parser.add_argument("--max-tokens", type=int, default=4)
-    parser.add_argument("--source", choices=("served", "scripted"), default="served")
+    parser.add_argument(
+        "--sources",
+        default="scripted,served",
+        help="comma-separated: scripted (made-up completions), served (the tiny model's)",
+    )
     parser.add_argument("--max-steps-off-policy", type=int, default=4)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--repeats", type=int, default=1)
@@ -266,7 +275,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         base_model = tiny_model(root / "tiny")
         if not args.skip_speed:
-            speed(base_model, root, args)
+            for source in args.sources.split(","):
+                speed(base_model, root, argparse.Namespace(**{**vars(args), "source": source}))
         if not args.skip_learning:
             learning(root, args)
     finally:

@@ -19,7 +19,7 @@ _EXPORTS: dict[str, str] = {
     "TrainResult": "arthex.core.model",
     "TrainConfig": "arthex.core.config",
     "TrainSFTConfig": "arthex.core.sft",
-    "Conversation": "arthex.core.sft",
+    "Conversation": "arthex.core.conversations",
     "create_lr_schedule": "arthex.core.sft",
     "Trajectory": "arthex.core.trajectories",
     "TrajectoryGroup": "arthex.core.trajectories",
@@ -111,6 +111,7 @@ if TYPE_CHECKING:
     from .core.chat_types import MessagesAndChoices as MessagesAndChoices
     from .core.chat_types import Tools as Tools
     from .core.config import TrainConfig as TrainConfig
+    from .core.conversations import Conversation as Conversation
     from .core.errors import ArthexError as ArthexError
     from .core.errors import BackendError as BackendError
     from .core.errors import CorruptDataError as CorruptDataError
@@ -129,7 +130,6 @@ if TYPE_CHECKING:
     from .core.model import TrainResult as TrainResult
     from .core.pipeline import make_group_rollout_fn as make_group_rollout_fn
     from .core.retention import RetentionDecision as RetentionDecision
-    from .core.sft import Conversation as Conversation
     from .core.sft import TrainSFTConfig as TrainSFTConfig
     from .core.sft import create_lr_schedule as create_lr_schedule
     from .core.trajectories import CapturedException as CapturedException

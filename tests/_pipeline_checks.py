@@ -11,6 +11,7 @@ one place that lists them.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -93,6 +94,26 @@ async def check_pipeline_run(
     assert steps_with(PIPELINE_ROW_KEY) == list(range(1, steps + 1))
     assert steps_with(SUMMARY_ROW_KEY) == list(range(steps))
     return Outcome(trained=trained, discarded=discarded, steps=steps, record=record)
+
+
+async def check_run_files(
+    base_path: Path, run: RunRef, *, steps: int, scenarios: int, bound: int | None
+) -> Outcome:
+    """`check_pipeline_run` on a run's files: parquet, history.jsonl, pipeline_state.json."""
+    from arthex.adapters.jsonl_history import JsonlHistory
+    from arthex.adapters.parquet.store import ParquetTrajectoryStore
+    from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
+
+    root = str(base_path)
+    return await check_pipeline_run(
+        run,
+        store=ParquetTrajectoryStore(root),
+        history=JsonlHistory(root),
+        state=JsonPipelineStateStore(root),
+        steps=steps,
+        scenarios=scenarios,
+        bound=bound,
+    )
 
 
 def chat_rollout_fn(group_size: int = 2, max_tokens: int = 4) -> RolloutFn:

@@ -48,6 +48,17 @@ def slow_backend() -> SlowInMemoryBackend:
     return SlowInMemoryBackend(float(os.environ.get(STEP_DELAY_ENV, "0.5")))
 
 
+class FaultyCheckpointsBackend(InMemoryBackend):
+    """Its checkpoint listing fails the way a full disk does: an error no route expects."""
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        raise OSError(28, "No space left on device")
+
+
+def faulty_backend() -> FaultyCheckpointsBackend:
+    return FaultyCheckpointsBackend()
+
+
 def cispo_only_backend() -> InMemoryBackend:
     return InMemoryBackend(losses=("cispo",), sft=False)
 

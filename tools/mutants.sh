@@ -17,5 +17,4 @@ cp -r "$ROOT/tests" "$WORK/tests"
 cat "$ROOT/pyproject.toml" "$ROOT/tools/mutmut.toml" > "$WORK/pyproject.toml"
 cd "$WORK"
 "$MUTMUT" run "$@" || true
-"$MUTMUT" results > results.txt || true
 "$PY" "$ROOT/tools/mutants_score.py" "$WORK"

@@ -198,6 +198,12 @@ def _loads(data: bytes) -> Any:
     return json.loads(data.decode("utf-8"), parse_constant=lambda _token: None)
 
 
+def read_rows(path: Path) -> list[MetricsRow]:
+    """Every row of the ledger at `path` (none when it does not exist), read as `rows` reads
+    it: under the shared lock, a torn last line ignored, line numbers on corruption."""
+    return _read_from(path, 0, True)[0]
+
+
 def _read_from(path: Path, offset: int, count_lines: bool) -> tuple[list[MetricsRow], int]:
     try:
         with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:
@@ -215,13 +221,6 @@ def _read_from(path: Path, offset: int, count_lines: bool) -> tuple[list[Metrics
             ) from None
         return [], 0
     return parse_lines(data, path, offset, count_lines)
-
-
-def read_rows(path: Path) -> list[MetricsRow]:
-    """Every row of the ledger at `path` (none when there is no file), read as `rows` reads
-    them: under the shared lock, a torn last line ignored. The synchronous read for tools."""
-    rows, _ = _read_from(path, 0, True)
-    return rows
 
 
 def _pread_all(fd: int, start: int, end: int) -> bytes:

@@ -5,7 +5,7 @@ This path keeps working for one release, with a DeprecationWarning.
 
 import warnings
 
-from ..adapters.parquet.store import *  # noqa: F403
+from .parquet.store import *  # noqa: F403
 
 warnings.warn(
     "arthex.adapters.parquet_store moved to arthex.adapters.parquet.store; "

@@ -7,7 +7,8 @@ paid runs. Rules it keeps:
   kept in `{root}/{project}/models/{name}/wandb-run.json` (written atomically) and every init
   resumes it with `resume="allow"`. A corrupt record logs one warning, starts a fresh run and
   is rewritten.
-- `training_step` is the x-axis of every metric (`define_metric`), and rows are logged without
+- `training_step` is the x-axis of every metric (`define_metric`) but fine-tuning's `sft/*`,
+  charted against `sft/gradient_step` as ART does; rows are logged without
   `step=`, so an evaluation of an older step that arrives late is still charted and wandb never
   sees a step go backwards.
 - Fail fast before paid work, degrade after: a missing SDK or missing credentials raise a
@@ -50,6 +51,7 @@ from ..core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
 from ..core.run_state import deep_merge
+from ..core.sft import SFT_GRADIENT_STEP_KEY
 from ..core.trajectories import TrajectoryGroup
 from .files import atomic_write_bytes
 from .layout import WANDB_RUN, RunLayout
@@ -66,6 +68,7 @@ logger = logging.getLogger("arthex.wandb")
 
 RUN_RECORD = WANDB_RUN
 X_AXIS = "training_step"
+SFT_GLOB = "sft/*"
 MODES = frozenset({"online", "offline", "dryrun", "shared", "disabled"})
 _NO_CREDENTIAL_MODES = frozenset({"offline", "dryrun", "disabled"})
 _DEFAULT_API_HOSTS = ("api.wandb.ai", "api.forge.coreweave.com")
@@ -364,7 +367,11 @@ class WandbReporter:
             section, slash, _ = key.partition("/")
             glob = f"{section}/*" if slash else key
             if glob not in defined:
-                handle.define_metric(glob, step_metric=X_AXIS)
+                if glob == SFT_GLOB:  # ART's axis for fine-tuning's per-gradient-step rows
+                    handle.define_metric(SFT_GRADIENT_STEP_KEY)
+                    handle.define_metric(glob, step_metric=SFT_GRADIENT_STEP_KEY)
+                else:
+                    handle.define_metric(glob, step_metric=X_AXIS)
                 defined.add(glob)
         handle.log(dict(payload))
 

@@ -1,4 +1,5 @@
-"""`arthex demo`: RL on the tiny local model, on CPU, in about a minute.
+"""`arthex demo`: RL on the tiny local model, on CPU, in about a minute. `arthex demo --sft`:
+the whole life of a model (`run_sft_demo`, at the end of this module).
 
 The task: "answer with digits". The reward is the share of the reply's visible characters
 that are digits. The tiny model starts with random weights, so its replies are random tokens
@@ -18,14 +19,17 @@ train, and why.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
@@ -34,6 +38,10 @@ from ..core.gather import gather_trajectory_groups
 from ..core.metrics import STEP_NUM_GROUPS_TRAINABLE, is_trainable_group
 from ..core.training_row import GRADIENT_STEPS_KEY
 from ..core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
+
+if TYPE_CHECKING:
+    from ..adapters.local import LocalBackend
+    from ..composition.api import TrainableModel
 
 PROMPTS: tuple[str, ...] = (
     "What is two plus two?",
@@ -95,26 +103,12 @@ async def run_demo(
     are sampled while a step trains (at most `PIPELINE_STEPS_OFF_POLICY` steps behind).
     `progress=None` prints one line per step and a summary; False prints nothing; True also
     shows the gather progress bar when the stream is not a terminal."""
-    from ..adapters.local import LocalBackend
-    from ..composition.api import TrainableModel
-    from ..testing.tiny_model import tiny_model
-
     if steps < 3:
         raise ValueError(f"the demo needs at least 3 steps to compare, got {steps}")
     out = stream if stream is not None else sys.stdout
     show = progress is not False
     started = time.monotonic()
-    _quiet_transformers()
-    base_model = tiny_model(Path(base_path) / "_tiny_model")
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    model = TrainableModel(
-        name=f"digits-{stamp}-{os.getpid()}",
-        project="demo",
-        base_model=base_model,
-        base_path=base_path,
-        report_metrics=[],
-    )
-    backend = LocalBackend(engine="torch", full_finetune=True, seed=seed)
+    model, backend = _demo_run(base_path, "digits", seed)
     rewards: list[float] = []
     client: Any = None
 
@@ -235,6 +229,24 @@ async def _pipeline(
     await trainer.train()
 
 
+def _demo_run(base_path: str, prefix: str, seed: int) -> tuple[TrainableModel, LocalBackend]:
+    """A new run of the tiny model (made on first use) on a CPU LocalBackend, fully trained."""
+    from ..adapters.local import LocalBackend
+    from ..composition.api import TrainableModel
+    from ..testing.tiny_model import tiny_model
+
+    _quiet_transformers()
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    model = TrainableModel(
+        name=f"{prefix}-{stamp}-{os.getpid()}",
+        project="demo",
+        base_model=tiny_model(Path(base_path) / "_tiny_model"),
+        base_path=base_path,
+        report_metrics=[],
+    )
+    return model, LocalBackend(engine="torch", full_finetune=True, seed=seed)
+
+
 async def _rollout(client: Any, policy: str, prompt: str, seed: int) -> Trajectory:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "Answer with digits only."},
@@ -294,3 +306,183 @@ def _quiet_transformers() -> None:
     hf_logging: Any = hf_logging_module  # untyped
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+# --- the whole life: SFT warm start, RL, export, load without arthex ---------------------------
+
+SFT_ANSWERS: tuple[str, ...] = ("4", "1 2 3 4 5 6 7 8 9 10", "42", "7")
+SFT_LEARNING_RATE = 1e-2
+SFT_EPOCHS = 40
+SFT_RL_STEPS = 5
+SFT_RL_LEARNING_RATE = 1e-3
+SYSTEM = "Answer with digits only."
+
+# The start of a script for a clean interpreter (`python -I`) that refuses to import arthex:
+# what follows it shows that an export stands on its own.
+WITHOUT_ARTHEX = r"""
+import importlib.abc, json, sys
+
+class NoArthex(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "arthex" or name.startswith("arthex."):
+            raise ImportError("the exported model must load without arthex")
+
+sys.meta_path.insert(0, NoArthex())
+"""
+# Prints the greedy reply to the first prompt, rendered by the export's own template.
+_LOAD_WITHOUT_ARTHEX = (
+    WITHOUT_ARTHEX
+    + r"""
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+folder, messages = sys.argv[1], json.loads(sys.argv[2])
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForCausalLM.from_pretrained(folder)
+prompt = tokenizer.apply_chat_template(
+    messages, add_generation_prompt=True, tokenize=True, return_dict=False
+)
+with torch.no_grad():
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False,
+                         pad_token_id=tokenizer.pad_token_id)
+print(json.dumps(tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True)))
+"""
+)
+
+
+@attrs.frozen
+class LifeResult:
+    """Greedy reward at each stage, where the export is, and the first prompt's greedy reply
+    from the served model and from the export loaded by plain transformers."""
+
+    base_reward: float
+    sft_reward: float
+    rl_reward: float
+    export_dir: str
+    served_reply: str
+    exported_reply: str
+    seconds: float
+
+
+async def run_sft_demo(
+    base_path: str = ".art",
+    seed: int = 0,
+    *,
+    rl_steps: int = SFT_RL_STEPS,
+    stream: TextIO | None = None,
+    quiet: bool = False,
+) -> LifeResult:
+    """A model's whole life on CPU: supervised warm start on digit answers, a few RL steps,
+    export as a merged Hugging Face model, and a load of that export by plain transformers in
+    a process without arthex, whose greedy reply must be the served one."""
+    from ..core.sft import TrainSFTConfig
+
+    out = stream if stream is not None else sys.stdout
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        if not quiet:
+            out.write(line + "\n")
+            out.flush()
+
+    model, backend = _demo_run(base_path, "life", seed)
+    client: Any = None
+    try:
+        await model.register(backend)
+        client = model.openai_client()
+        base_reward = await _greedy_reward(model, client)
+        say(f"step 0 (base model): greedy reward {base_reward:.3f}")
+        data = [
+            [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": prompt},
+                {"role": "assistant", "content": answer},
+            ]
+            for prompt, answer in zip(PROMPTS, SFT_ANSWERS, strict=True)
+        ]
+        sft = TrainSFTConfig(
+            learning_rate=SFT_LEARNING_RATE, epochs=SFT_EPOCHS, batch_size=len(data)
+        )
+        result = await model.train_sft(data, sft, progress=False)
+        sft_reward = await _greedy_reward(model, client)
+        loss = result.metrics.get("loss/train")
+        shown = "n/a" if loss is None else f"{loss:+.3f}"
+        say(
+            f"step 0 -> {result.step}: SFT ({SFT_EPOCHS} epochs), loss {shown}; "
+            f"step {result.step} (after SFT): greedy reward {sft_reward:.3f}"
+        )
+        config = TrainConfig(learning_rate=SFT_RL_LEARNING_RATE)
+        for step in range(rl_steps):
+            groups = await gather_trajectory_groups(
+                (
+                    trajectory_group(
+                        _rollout(
+                            client, model.get_inference_name(), prompt, _seed(seed, step, p, r)
+                        )
+                        for r in range(ROLLOUTS_PER_PROMPT)
+                    )
+                    for p, prompt in enumerate(PROMPTS)
+                ),
+                progress=False,
+            )
+            trained = await model.train(groups, config=config, progress=False)
+            trainable = sum(is_trainable_group(g) for g in groups)
+            reward = _mean_reward(groups)
+            say(f"{step_line(trained.step - 1, reward, trained.metrics, trainable)} (RL)")
+        rl_reward = await _greedy_reward(model, client)
+        say(f"step {await model.get_step()} (after RL): greedy reward {rl_reward:.3f}")
+        export_dir = await model.export(
+            str(Path(base_path) / model.project / "models" / model.name / "export")
+        )
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPTS[0]}]
+        served = await _greedy_reply(model, client, messages)
+    finally:
+        if client is not None:
+            await client.close()
+        await backend.close()
+        await model.close()
+    exported = await asyncio.to_thread(_reply_without_arthex, export_dir, messages)
+    say(f"exported to {export_dir}")
+    say(f"{PROMPTS[0]!r}: served {served!r}, loaded by plain transformers {exported!r}")
+    life = LifeResult(
+        base_reward=base_reward,
+        sft_reward=sft_reward,
+        rl_reward=rl_reward,
+        export_dir=export_dir,
+        served_reply=served,
+        exported_reply=exported,
+        seconds=time.monotonic() - started,
+    )
+    say(f"done in {life.seconds:.0f}s")
+    return life
+
+
+async def _greedy_reply(model: Any, client: Any, messages: list[dict[str, Any]]) -> str:
+    response = await client.chat.completions.create(
+        model=model.get_inference_name(), messages=messages, max_tokens=16, temperature=0
+    )
+    return str(response.choices[0].message.content or "")
+
+
+async def _greedy_reward(model: Any, client: Any) -> float:
+    replies = [
+        await _greedy_reply(
+            model, client, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p}]
+        )
+        for p in PROMPTS
+    ]
+    return sum(digit_share(reply) for reply in replies) / len(replies)
+
+
+def _reply_without_arthex(folder: str, messages: list[dict[str, Any]]) -> str:
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", _LOAD_WITHOUT_ARTHEX, folder, json.dumps(messages)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"loading the export with transformers failed:\n{result.stderr[-2000:]}")
+    reply: str = json.loads(result.stdout.strip().splitlines()[-1])
+    return reply

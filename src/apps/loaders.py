@@ -20,13 +20,13 @@ of parts reads only those columns.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..adapters.layout import HISTORY, TRAJECTORIES, RunLayout, find_runs, is_run_dir
 from ..core.errors import CorruptDataError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -43,8 +43,7 @@ __all__ = [
     "model_dir",
 ]
 
-HISTORY_FILE = "history.jsonl"
-_MARKERS = ("history.jsonl", "model.json", "trajectories", "checkpoints")
+HISTORY_FILE = HISTORY
 _VERSION_KEY = "art.trajectory_parquet.version"
 _FORMAT_VERSION = "2"
 
@@ -62,7 +61,7 @@ def model_dir(path_or_model: str | os.PathLike[str] | Model) -> Path:
     core_model = sys.modules.get("arthex.core.model")
     if core_model is not None and isinstance(path_or_model, core_model.Model):
         model: Model = path_or_model
-        return Path(model.base_path) / model.run.project / "models" / model.run.name
+        return RunLayout.of(model.base_path, model.run).dir
     if not isinstance(path_or_model, str | os.PathLike):
         raise InvalidInputError(
             "expected a model directory path or an arthex.Model, got "
@@ -74,8 +73,8 @@ def model_dir(path_or_model: str | os.PathLike[str] | Model) -> Path:
             f"{str(path)!r} is not a directory; pass a model directory such as "
             "'.art/{project}/models/{name}'"
         )
-    if not any((path / marker).exists() for marker in _MARKERS):
-        below = sorted(str(p.relative_to(path)) for p in path.glob("*/models/*") if p.is_dir())
+    if not is_run_dir(path):
+        below = [str(p.relative_to(path)) for p in find_runs(path)]
         hint = f"; models below it: {', '.join(below[:5])}" if below else ""
         raise InvalidInputError(
             f"{str(path)!r} is not a model directory (no history.jsonl, model.json, "
@@ -92,15 +91,17 @@ def list_parts(
     split: str | Iterable[str] | None = None,
     steps: int | Iterable[int] | None = None,
 ) -> list[tuple[str, int, int, Path]]:
-    """(split, step, part, path) of every published part file of a model directory, sorted.
+    """(split, step, part, path) of every part file of a model directory, sorted: the step
+    files, and legacy `-N` parts not yet folded into theirs.
 
-    Files being written (temp names) and names the trajectory store does not write are
-    skipped, so a part appears whole or not at all (the store's own listing rules)."""
+    Files being written (temp names), names the trajectory store does not write and legacy
+    parts already folded are skipped, so every group is listed once and a part appears whole
+    or not at all (the store's own listing rules)."""
     import pyarrow.fs as pafs
 
     from ..adapters.parquet.store import list_parts as store_parts
 
-    found = store_parts(pafs.LocalFileSystem(), str(directory / "trajectories"), split, steps)
+    found = store_parts(pafs.LocalFileSystem(), str(directory / TRAJECTORIES), split, steps)
     return [(p.split, p.step, p.part, Path(p.path)) for p in found]
 
 
@@ -116,7 +117,9 @@ def load_trajectories(
     The columns are ART's v2 trajectory parquet layout (`reward`, `metrics`, `metadata`,
     `messages`, `trajectory_json`, ...; JSON columns are strings, decode them with
     `pl.col("metrics").str.json_decode()`) plus `split` (String), `step` (Int64) and `part`
-    (Int64: 0 for `0003.parquet`, n for `0003-n.parquet`, the n-th extra write at that step).
+    (Int64: 0 for the step file `0003.parquet`, which holds every write at that step; n for a
+    legacy `0003-n.parquet`, an extra write by an earlier arthex, until the next write there
+    folds it into the step file).
     A group in which every rollout failed is one row with a null `trajectory_index` and
     `reward`; filter them with `pl.col("trajectory_index").is_not_null()`.
 
@@ -161,7 +164,7 @@ def _remote_model_dir(
     core_model = sys.modules.get("arthex.core.model")
     if core_model is not None and isinstance(path_or_model, core_model.Model):
         model: Model = path_or_model
-        root = f"{str(model.base_path).rstrip('/')}/{model.run.project}/models/{model.run.name}"
+        root = RunLayout.of(model.base_path, model.run).uri
     elif isinstance(path_or_model, str | os.PathLike):
         root = os.fspath(path_or_model)
     else:
@@ -281,11 +284,9 @@ def load_history(path_or_model: str | os.PathLike[str] | Model) -> pl.DataFrame:
     """
     import polars as pl
 
-    from ..adapters.jsonl_history import parse_lines
+    from ..adapters.jsonl_history import read_rows
 
-    path = model_dir(path_or_model) / HISTORY_FILE
-    data = _read_locked(path)
-    rows, _ = parse_lines(data, path) if data else ([], 0)
+    rows = read_rows(model_dir(path_or_model) / HISTORY_FILE)
     keys: dict[str, None] = {}
     for row in rows:
         keys.update(dict.fromkeys(row.values))
@@ -298,20 +299,3 @@ def load_history(path_or_model: str | os.PathLike[str] | Model) -> pl.DataFrame:
     schema: dict[str, Any] = {"step": pl.Int64, "recorded_at": pl.Datetime("us", "UTC")}
     schema.update(dict.fromkeys(keys, pl.Float64))
     return pl.DataFrame(columns, schema=schema)
-
-
-def _read_locked(path: Path) -> bytes:
-    """The ledger's bytes under a shared lock: a writer repairing a torn tail holds the
-    exclusive one, so a reader never sees a repair half-done."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return b""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        chunks: list[bytes] = []
-        while chunk := os.read(fd, 1 << 22):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock

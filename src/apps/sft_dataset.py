@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core.conversations import Conversation, conversation_from
 from ..core.errors import InvalidInputError, MissingExtraError
-from ..core.sft import Conversation, conversation_from
 
 __all__ = ["load_sft_dataset"]
 

@@ -107,7 +107,9 @@ def mirrors(
 
 
 def backend(kind: str, **kwargs: Any) -> TrainingBackend:
-    """A backend by name: the built-ins, then the `arthex.backends` entry points."""
+    """A backend by name: the built-ins, then the `arthex.backends` entry points (where the
+    kit's in-memory backend registers as `inmemory`, so the composition root never imports
+    the testing package)."""
     if kind == "local":
         from ..adapters.local import LocalBackend
 
@@ -120,16 +122,15 @@ def backend(kind: str, **kwargs: Any) -> TrainingBackend:
         from ..adapters.tinker import TinkerBackend
 
         return TinkerBackend(**kwargs)
-    if kind == "inmemory":
-        from ..testing.fakes.backend import InMemoryBackend
+    found = [entry for entry in entry_points(group="arthex.backends") if entry.name == kind]
+    if found:
+        return cast(TrainingBackend, found[0].load()(**kwargs))
+    known = sorted({"local", "serverless", "tinker"} | set(_registered()))
+    raise InvalidInputError(f"unknown backend kind {kind!r}; known: {', '.join(known)}")
 
-        return InMemoryBackend(**kwargs)
-    for entry in entry_points(group="arthex.backends"):
-        if entry.name == kind:
-            return cast(TrainingBackend, entry.load()(**kwargs))
-    raise InvalidInputError(
-        f"unknown backend kind {kind!r}; built-in: 'local', 'serverless', 'tinker', 'inmemory'"
-    )
+
+def _registered() -> list[str]:
+    return [entry.name for entry in entry_points(group="arthex.backends")]
 
 
 class Container(containers.DeclarativeContainer):

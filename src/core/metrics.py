@@ -245,7 +245,7 @@ def merge_metrics(
 
 def _same(value: Any, computed: float) -> bool:
     try:
-        return float(value) == computed or math.isclose(float(value), computed, rel_tol=1e-12)
+        return float(value) == computed
     except (TypeError, ValueError):
         return False
 

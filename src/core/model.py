@@ -25,7 +25,9 @@ from ..ports.metrics_reporter import (
 from ..ports.run_lease import HeldLease, RunLeases
 from ..ports.training_backend import (
     Capability,
+    ExportFormat,
     InferenceEndpoint,
+    ModelExporter,
     StepMetricsSource,
     TrainingBackend,
 )
@@ -33,12 +35,14 @@ from ..ports.trajectory_store import TrajectoryStore
 from .capture.endpoints import register_endpoint
 from .capture.training import training_groups
 from .config import TrainConfig
+from .conversations import conversations_from
 from .errors import (
     BackendError,
     CorruptDataError,
     InvalidInputError,
     InvalidNameError,
     NotRegisteredError,
+    UnsupportedCapability,
 )
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
@@ -56,7 +60,7 @@ from .metrics import (
 from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
 from .run_state import RunStateMixin
-from .sft import SFT_TIME_KEY, TrainSFTConfig, collect_updates, conversations_from, sft_rows
+from .sft import SFT_TIME_KEY, TrainSFTConfig, collect_updates, sft_rows
 from .sft import supervised as supervised_backend
 from .training_row import (
     GRADIENT_STEPS_KEY,
@@ -614,6 +618,25 @@ class TrainableModel(Model):
             if verbose:
                 logger.info("fine-tuned step %d -> %d in %.1fs", step, new_step, elapsed)
             return TrainResult(step=new_step, metrics=row.values)
+
+    async def export(
+        self, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Write step `step` (latest when None) into the new folder `out_dir`: "merged" a
+        Hugging Face model directory that `transformers` loads without arthex, "peft" a PEFT
+        adapter directory (LoRA runs). Returns the folder."""
+        if format not in ("peft", "merged"):
+            raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
+        backend = self.backend
+        if Capability.EXPORT not in backend.capabilities or not isinstance(backend, ModelExporter):
+            raise UnsupportedCapability(
+                "export",
+                type(backend).__name__,
+                "Export needs the checkpoints' files: with LocalBackend call model.export; a "
+                "training server's runs are exported on the server (`arthex export`); a Tinker "
+                "run's weights live in the Tinker service",
+            )
+        return await backend.export(self.run, out_dir, step=step, format=format)
 
     async def _advanced_from(self, step: int) -> int:
         new_step = await self.backend.get_step(self.run)

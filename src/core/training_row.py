@@ -59,5 +59,5 @@ class PendingBatch:
         return (
             step == self.step
             and len(groups) == len(self.groups)
-            and all(new is old or new == old for new, old in zip(groups, self.groups, strict=True))
+            and all(new is old or new == old for new, old in zip(groups, self.groups))
         )

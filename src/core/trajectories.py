@@ -134,7 +134,13 @@ class Trajectory(BaseModel):
 
     def messages(self) -> Messages:
         """The conversation as plain chat messages (Choices become assistant messages), typed
-        as the OpenAI SDK's message params so it passes to `chat.completions.create`."""
+        as the OpenAI SDK's message params so it passes to `chat.completions.create`; for a
+        captured trajectory, its main conversation as rebuilt from the recorded calls."""
+        if self.exchanges:
+            from .capture.conversations import conversations  # it builds on this module
+
+            found = conversations(self)
+            return cast(Messages, [dict(message) for message in found[0].messages] if found else [])
         return cast(Messages, [_as_message(item) for item in self.messages_and_choices])
 
 

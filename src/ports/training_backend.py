@@ -14,7 +14,8 @@ from ..core.identity import ModelSpec, RunRef
 from ..core.trajectories import TrajectoryGroup
 
 if TYPE_CHECKING:  # the SFT values import nothing of the ports; only names are needed here
-    from ..core.sft import Conversation, TrainSFTConfig
+    from ..core.conversations import Conversation
+    from ..core.sft import TrainSFTConfig
 
 ExportFormat = Literal["peft", "merged"]
 

@@ -5,7 +5,7 @@ This path keeps working for one release, with a DeprecationWarning.
 
 import warnings
 
-from ..testing.fakes.backend import *  # noqa: F403
+from .fakes.backend import *  # noqa: F403
 
 warnings.warn(
     "arthex.testing.fake_backend moved to arthex.testing.fakes.backend; "

@@ -5,7 +5,7 @@ This path keeps working for one release, with a DeprecationWarning.
 
 import warnings
 
-from ..testing.fakes.history import *  # noqa: F403
+from .fakes.history import *  # noqa: F403
 
 warnings.warn(
     "arthex.testing.fake_history moved to arthex.testing.fakes.history; "

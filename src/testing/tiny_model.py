@@ -9,6 +9,7 @@ machines that build it get the same bytes and tests can compare numbers across r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -83,10 +84,15 @@ SIZES: dict[str, tuple[int, int, int, int, int]] = {
 }
 
 
-def tiny_model(directory: str | os.PathLike[str], *, seed: int = 0, size: str = "tiny") -> str:
+def tiny_model(
+    directory: str | os.PathLike[str], *, seed: int = 0, size: str = "tiny", tied: bool = True
+) -> str:
     """Write the tiny model into `directory` unless it is already there; return the path.
 
     `size` picks a wider, deeper random Llama with the same tokenizer ("3M", "20M" params).
+    `tied` shares the input embeddings with the output head (as small chat models do); False
+    gives the head its own weights (as large ones do). A directory that already holds the
+    other kind is an error, not silently reused.
 
     Creation takes a second or two on a CPU. It is written into a sibling temp folder and
     renamed into place, so a reader never sees half a model and two racing creators are fine.
@@ -95,7 +101,7 @@ def tiny_model(directory: str | os.PathLike[str], *, seed: int = 0, size: str = 
         raise InvalidInputError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     target = Path(directory)
     if _is_complete(target):
-        return str(target)
+        return _checked_tying(target, tied)
     try:
         import tokenizers  # noqa: F401
         import torch  # noqa: F401
@@ -109,7 +115,7 @@ def tiny_model(directory: str | os.PathLike[str], *, seed: int = 0, size: str = 
         temp.mkdir()
         tokenizer = _build_tokenizer()
         tokenizer.save_pretrained(str(temp))
-        _build_model(len(tokenizer), tokenizer, seed, size).save_pretrained(str(temp))
+        _build_model(len(tokenizer), tokenizer, seed, size, tied).save_pretrained(str(temp))
         if target.exists() and not any(target.iterdir()):
             target.rmdir()
         with contextlib.suppress(FileExistsError, OSError):
@@ -121,11 +127,21 @@ def tiny_model(directory: str | os.PathLike[str], *, seed: int = 0, size: str = 
             )
     finally:
         shutil.rmtree(temp, ignore_errors=True)
-    return str(target)
+    return _checked_tying(target, tied)
 
 
 def _is_complete(directory: Path) -> bool:
     return (directory / "config.json").is_file() and (directory / "tokenizer.json").is_file()
+
+
+def _checked_tying(directory: Path, tied: bool) -> str:
+    config = json.loads((directory / "config.json").read_text())
+    if bool(config.get("tie_word_embeddings", True)) != tied:
+        raise InvalidInputError(
+            f"{directory} holds a tiny model with tie_word_embeddings="
+            f"{not tied}, not {tied}; use another directory for each kind"
+        )
+    return str(directory)
 
 
 def _build_tokenizer() -> Any:
@@ -157,7 +173,9 @@ def _build_tokenizer() -> Any:
     return tokenizer
 
 
-def _build_model(vocab_size: int, tokenizer: Any, seed: int, size: str = "tiny") -> Any:
+def _build_model(
+    vocab_size: int, tokenizer: Any, seed: int, size: str = "tiny", tied: bool = True
+) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -170,7 +188,7 @@ def _build_model(vocab_size: int, tokenizer: Any, seed: int, size: str = "tiny")
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         max_position_embeddings=1024,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

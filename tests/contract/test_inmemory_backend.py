@@ -10,8 +10,6 @@ from arthex.testing.fakes.backend import InMemoryBackend
 
 
 class TestInMemoryBackend(TrainingBackendContract):
-    sft_learning_rate = 5.0  # its preference table moves in other units than a network's
-
     @pytest.fixture
     def backend(self) -> TrainingBackend:
         return InMemoryBackend()

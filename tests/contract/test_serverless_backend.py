@@ -72,8 +72,6 @@ class ServerlessContract(TrainingBackendContract):
 
 
 class TestServerlessOverInMemory(ServerlessContract):
-    sft_learning_rate = 5.0  # the in-memory backend's units (see test_inmemory_backend.py)
-
     @pytest.fixture
     def server(self, inmemory_server: ServerProcess) -> ServerProcess:
         return inmemory_server

@@ -158,3 +158,40 @@ class TestTinkerRunLease:
         assert f"pid {os.getpid()} on host" in message
         assert after == before
         assert (start, end) == (1, 2)
+
+
+def test_sft_with_more_batches_than_in_flight_trains_each_once_in_order(
+    emulator: TinkerEmulator, tiny: str, tmp_path: Path
+) -> None:
+    from arthex.adapters.tinker.sft import MAX_IN_FLIGHT
+    from arthex.core.conversations import conversation_from
+    from arthex.core.sft import TrainSFTConfig
+
+    data = [
+        conversation_from([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+        for q, a in (("a?", "one"), ("b?", "two"), ("c?", "three"))
+    ]
+    batches = 3 * 4  # batch_size 1, 4 epochs
+    assert batches > MAX_IN_FLIGHT
+    rates = [1e-4 * (i + 1) for i in range(batches)]
+    spec = ModelSpec(RunRef("sft", "window"), base_model=tiny, base_path=str(tmp_path))
+    backend = TinkerBackend(
+        base_url=emulator.base_url, api_key=KEY, timeout_s=TIMEOUT_S, serve=False
+    )
+    before = emulator.route_counts["POST forward_backward"]
+
+    async def main() -> tuple[list[float], int]:
+        try:
+            await backend.register(spec)
+            config = TrainSFTConfig(learning_rate=rates, batch_size=1, epochs=4)
+            seen = [
+                m["loss/learning_rate"] async for m in backend.train_sft(spec.run, data, config)
+            ]
+            return seen, await backend.get_step(spec.run)
+        finally:
+            await backend.close()
+
+    seen, step = asyncio.run(main())
+    assert seen == pytest.approx(rates)
+    assert step == 1
+    assert emulator.route_counts["POST forward_backward"] - before == batches

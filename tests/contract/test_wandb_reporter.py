@@ -113,6 +113,21 @@ def test_every_row_is_charted_against_training_step(tmp_path: Path) -> None:
         assert axes[key] == "training_step", key
 
 
+def test_sft_rows_are_charted_against_the_gradient_step_as_art_does(tmp_path: Path) -> None:
+    reporter = offline(tmp_path)
+    rows = [
+        MetricsRow(step=1, values={"sft/gradient_step": float(g), "sft/loss/train": 2.0 / g})
+        for g in (1, 2)
+    ]
+    report(reporter, RUN, *rows, MetricsRow(step=1, values={"loss/train": 1.5}))
+    (found,) = offline_runs(reporter, RUN)
+    axes = {(m["name"] or m["glob_name"]): m["step_metric"] for m in found.metrics}
+    assert axes["sft/gradient_step"] == ""
+    assert axes["sft/*"] == "sft/gradient_step"
+    assert axes["loss/*"] == "training_step"
+    assert [item.get("sft/loss/train") for item in found.history] == [2.0, 1.0, None]
+
+
 def test_one_run_per_model_across_calls_and_closes(tmp_path: Path) -> None:
     reporter = offline(tmp_path)
     report(reporter, RUN, MetricsRow(step=0, values={"val/reward": 0.0}))

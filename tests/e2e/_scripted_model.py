@@ -43,8 +43,27 @@ def scripted_model(root: Path, turns: Sequence[Turn], *, max_steps: int = 600) -
             prompt = prompt[0]
         answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
         examples.append((list(prompt), [*answer_ids, tokenizer.eos_token_id]))
+    threads = torch.get_num_threads()
+    # One thread: a model this small gains nothing from two, and on a busy machine a second
+    # thread made each step about fifteen times slower (measured: 2.9 s against 0.18 s).
+    torch.set_num_threads(1)
+    try:
+        _teach(model, examples, max_steps)
+    finally:
+        torch.set_num_threads(threads)
+    temp = root / f".tmp-{digest}-{os.getpid()}"
+    shutil.rmtree(temp, ignore_errors=True)
+    model.save_pretrained(str(temp))
+    tokenizer.save_pretrained(str(temp))
+    os.replace(temp, target)
+    return str(target)
+
+
+def _teach(model: Any, examples: list[tuple[list[int], list[int]]], max_steps: int) -> None:
+    import torch
+
     torch.manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()
     for step in range(max_steps):
         optimizer.zero_grad()
@@ -55,17 +74,11 @@ def scripted_model(root: Path, turns: Sequence[Turn], *, max_steps: int = 600) -
             total = total + torch.nn.functional.cross_entropy(logits, torch.tensor(answer_tokens))
         total.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
-        if step % 25 == 24 and _follows(model, examples):
+        if step % 10 == 9 and _follows(model, examples):
             break
     else:
         raise AssertionError(f"the tiny model did not learn the script in {max_steps} steps")
     model.eval()
-    temp = root / f".tmp-{digest}-{os.getpid()}"
-    shutil.rmtree(temp, ignore_errors=True)
-    model.save_pretrained(str(temp))
-    tokenizer.save_pretrained(str(temp))
-    os.replace(temp, target)
-    return str(target)
 
 
 def _follows(model: Any, examples: list[tuple[list[int], list[int]]]) -> bool:

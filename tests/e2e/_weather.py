@@ -7,6 +7,7 @@ one), so the tiny model is taught once per test session.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from tests.e2e._scripted_model import Turn
@@ -82,3 +83,16 @@ SCRIPT: list[Turn] = [
     ([GRAPH_QUESTION], GRAPH_TOOLS, _call("Paris")),
     ([GRAPH_QUESTION, _assistant("Paris"), _tool("Paris")], GRAPH_TOOLS, GRAPH_FINAL),
 ]
+
+
+def local_model(base_model: str, root: Path, name: str) -> tuple[Any, Any]:
+    """A LocalBackend and a TrainableModel on it (register it), storing under `root`."""
+    import arthex
+    from arthex.adapters.local import LocalBackend
+
+    backend = LocalBackend(str(root))
+    model = arthex.TrainableModel(
+        name=name, project="capture", base_model=base_model, base_path=str(root),
+        report_metrics=[],
+    )  # fmt: skip
+    return backend, model

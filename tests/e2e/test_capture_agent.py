@@ -21,12 +21,21 @@ pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
 import arthex
-from arthex.adapters.local import LocalBackend, packing
+from arthex.adapters.local import packing
 from arthex.adapters.parquet.store import read_part
 from arthex.core.capture import token_samples
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from tests.e2e._scripted_model import scripted_model
-from tests.e2e._weather import FINAL, QUESTION, SCRIPT, SUMMARY, SYSTEM, TOOLS, WEATHER
+from tests.e2e._weather import (
+    FINAL,
+    QUESTION,
+    SCRIPT,
+    SUMMARY,
+    SYSTEM,
+    TOOLS,
+    WEATHER,
+    local_model,
+)  # fmt: skip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -103,14 +112,10 @@ def test_a_captured_agent_trains_on_exactly_what_it_sampled(
         return batch
 
     monkeypatch.setattr(packing, "pack", spy)
-    recorders = [Recorder() for _ in range(4)]
+    recorders = [Recorder() for _ in range(3)]
 
     async def main() -> tuple[TrajectoryGroup, arthex.TrainResult, list[Any]]:
-        backend = LocalBackend(str(tmp_path / "art"))
-        model = arthex.TrainableModel(
-            name="weather", project="capture", base_model=base_model,
-            base_path=str(tmp_path / "art"), report_metrics=[],
-        )  # fmt: skip
+        backend, model = local_model(base_model, tmp_path / "art", "weather")
         try:
             await model.register(backend)
             endpoint = model.openai_client()
@@ -121,7 +126,8 @@ def test_a_captured_agent_trains_on_exactly_what_it_sampled(
                     weather_agent(recorders[0].client(base_url, key), name),
                     weather_agent(recorders[1].client(base_url, key), name),
                     weather_agent(recorders[2].client(base_url, key), name, compress_history=True),
-                    weather_agent(recorders[3].client(base_url, key), name, temperature=1.0),
+                    # and one through the model's own client, sampling at temperature 1
+                    weather_agent(endpoint, name, temperature=1.0),
                 ],
                 reward=lambda answer: float(answer == FINAL),
             )
@@ -193,7 +199,7 @@ def test_a_captured_agent_trains_on_exactly_what_it_sampled(
     loss = result.metrics.get("loss/train")
     assert loss is not None and math.isfinite(loss)
     assert any(row.step == 0 and "train/reward" in row.values for row in history)
-    assert sampled.exchanges.chat_completions  # the sampled rollout was captured too
+    assert sampled.exchanges.chat_completions  # model.openai_client()'s calls are captured too
 
     # The captured group was logged, and reads back as it was.
     part = tmp_path / "art" / "capture" / "models" / "weather" / "trajectories" / "train"

@@ -20,11 +20,10 @@ from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 
 import arthex
-from arthex.adapters.local import LocalBackend
 from arthex.core.capture import conversations, token_samples
 from arthex.core.trajectories import Trajectory
 from tests.e2e._scripted_model import scripted_model
-from tests.e2e._weather import GRAPH_FINAL, GRAPH_QUESTION, SCRIPT, WEATHER
+from tests.e2e._weather import GRAPH_FINAL, GRAPH_QUESTION, SCRIPT, WEATHER, local_model
 
 pytestmark = [
     pytest.mark.e2e,
@@ -46,11 +45,7 @@ def base_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_a_langgraph_agent_on_its_own_client_is_captured(base_model: str, tmp_path: Path) -> None:
     async def main() -> tuple[Trajectory, list[Any], Trajectory]:
-        backend = LocalBackend(str(tmp_path / "art"))
-        model = arthex.TrainableModel(
-            name="graph", project="capture", base_model=base_model,
-            base_path=str(tmp_path / "art"), report_metrics=[],
-        )  # fmt: skip
+        backend, model = local_model(base_model, tmp_path / "art", "graph")
         try:
             await model.register(backend)
             endpoint = model.openai_client()

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
-from arthex.apps.demo import DemoResult, digit_share, run_demo
+from arthex.apps.demo import DemoResult, LifeResult, digit_share, run_demo, run_sft_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -68,3 +68,17 @@ def test_demo_through_the_pipeline_improves_the_reward(tmp_path: Path) -> None:
         if "discarded/cum/stale_groups" in r
     ]
     assert len(ages) == len(result.rewards) and max(ages) <= 1.0
+
+
+def test_the_sft_demo_warm_starts_trains_exports_and_loads_without_arthex(tmp_path: Path) -> None:
+    result: LifeResult = asyncio.run(run_sft_demo(str(tmp_path), rl_steps=2, quiet=True))
+    assert result.base_reward < 0.2, "the random base model rarely answers in digits"
+    assert result.sft_reward >= result.base_reward + 0.4, result
+    assert result.exported_reply == result.served_reply
+    export = Path(result.export_dir)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= {
+        p.name for p in export.iterdir()
+    }
+    rows = [json.loads(line) for line in (export.parent / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "sft/gradient_step" in r] == [1] * 40
+    assert {r["step"] for r in rows if "train/reward" in r} == {1, 2}

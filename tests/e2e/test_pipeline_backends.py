@@ -13,12 +13,9 @@ from pathlib import Path
 import pytest
 
 import arthex
-from arthex.adapters.jsonl_history import JsonlHistory
-from arthex.adapters.parquet.store import ParquetTrajectoryStore
-from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
 from arthex.core.identity import RunRef
 from arthex.ports.training_backend import TrainingBackend
-from tests._pipeline_checks import Outcome, chat_rollout_fn, check_pipeline_run
+from tests._pipeline_checks import Outcome, chat_rollout_fn, check_run_files
 
 pytest.importorskip("torch")
 
@@ -64,15 +61,7 @@ def run_pipeline(backend: TrainingBackend, tiny: str, base_path: Path) -> Outcom
         finally:
             await model.close()
             await backend.close()
-        return await check_pipeline_run(
-            RUN,
-            store=ParquetTrajectoryStore(str(base_path)),
-            history=JsonlHistory(str(base_path)),
-            state=JsonPipelineStateStore(str(base_path)),
-            steps=steps,
-            scenarios=SCENARIOS,
-            bound=BOUND,
-        )
+        return await check_run_files(base_path, RUN, steps=steps, scenarios=SCENARIOS, bound=BOUND)
 
     return asyncio.run(main())
 
@@ -88,7 +77,7 @@ def test_local_backend_runs_the_pipeline(tiny: str, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("tinker")
-    from arthex.testing.tinker_emulator import TinkerEmulator
+    from arthex.emulators.tinker import TinkerEmulator
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TINKER_TELEMETRY", "0")

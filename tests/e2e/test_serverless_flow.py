@@ -111,7 +111,7 @@ def test_trainable_model_rolls_out_through_the_proxy_and_trains_three_steps(
     rows = [json.loads(line) for line in (local / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/reward" in r] == [0, 1, 2]
     assert [r["step"] for r in rows if "loss/train" in r] == [1, 2, 3]
-    parquet = sorted(p.name for p in (local / "trajectories" / "train").iterdir())
+    parquet = sorted(p.name for p in (local / "trajectories" / "train").glob("*.parquet"))
     assert parquet == ["0000.parquet", "0001.parquet", "0002.parquet"]
     assert not (local / "checkpoints").exists(), "checkpoints stay on the server"
 

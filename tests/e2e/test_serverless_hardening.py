@@ -202,6 +202,26 @@ def test_non_ascii_digits_in_queries_are_422_and_the_connection_stays_usable(
         assert status == 200
 
 
+def test_an_unexpected_server_fault_is_a_500_on_a_connection_that_stays_usable(
+    tmp_path: Path,
+) -> None:
+    faulty = start_server(tmp_path / "state", backend="tests._serverless:faulty_backend")
+    try:
+        key = faulty.fresh_key()
+        model = register(http(faulty, key), "proj", "agent")
+        with RawConnection(faulty.url) as conn:
+            status, _, answer = conn.request(
+                "GET", f"/preview/models/{model}/checkpoints", auth(key)
+            )
+            assert status == 500, answer
+            assert json.loads(answer)["error"]["type"] == "internal_error"
+            assert str(faulty.state_dir) not in answer.decode()
+            status, _, _ = conn.request("GET", "/preview/models", auth(key))
+            assert status == 200
+    finally:
+        faulty.stop()
+
+
 @pytest.mark.slow
 def test_a_base_model_that_is_no_model_gets_one_answer_whether_or_not_the_path_exists(
     local_server: tuple[ServerProcess, str], tmp_path: Path
@@ -314,15 +334,15 @@ def test_a_request_costs_at_most_its_body_once(fresh_server: ServerProcess) -> N
 
 
 @pytest.mark.parametrize(
-    ("args", "option"),
+    ("args", "option", "entry"),
     [
-        (["--max-body-bytes", "-1"], "--max-body-bytes"),
-        (["--max-body-bytes", "١٢"], "--max-body-bytes"),
-        (["--log-level", "loud"], "--log-level"),
-        (["--port", "99999"], "--port"),
+        (["--max-body-bytes", "-1"], "--max-body-bytes", "module"),
+        (["--max-body-bytes", "-1"], "--max-body-bytes", "cli"),  # `arthex serve`
+        (["--max-body-bytes", "١٢"], "--max-body-bytes", "module"),
+        (["--log-level", "loud"], "--log-level", "cli"),
+        (["--port", "99999"], "--port", "module"),
     ],
 )
-@pytest.mark.parametrize("entry", ["module", "cli"])
 def test_bad_options_stop_the_server_at_start_with_one_line(
     tmp_path: Path, args: list[str], option: str, entry: str
 ) -> None:

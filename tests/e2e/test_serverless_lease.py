@@ -18,7 +18,7 @@ import pytest
 from tests._serverless import REPO, STEP_DELAY_ENV, ServerProcess, directories, start_server
 from tests.e2e.test_serverless_security import Unchanged, groups_json, http
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # trainer processes, a TTL to expire
 
 LEASE_TTL_S = 3
 

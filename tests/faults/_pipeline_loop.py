@@ -42,13 +42,7 @@ def model_dir(base_path: Path) -> Path:
 def start_child(
     options: Mapping[str, Any],
 ) -> tuple[multiprocessing.process.BaseProcess, Connection]:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=child_main, args=(dict(options), send), daemon=True)
-    process.start()
-    send.close()
-    return process, receive
+    return loop.start_child(options, child_main, PRELOAD)
 
 
 def child_main(options: dict[str, Any], events: Connection) -> None:

@@ -79,15 +79,27 @@ def model_dir(base_path: Path) -> Path:
 
 def start_child(
     options: Mapping[str, Any],
+    target: Callable[[dict[str, Any], Connection], None] | None = None,
+    preload: list[str] | None = None,
 ) -> tuple[multiprocessing.process.BaseProcess, Connection]:
-    """Fork a child running `child_main(options)`; return it and the read end of its events."""
+    """Fork a child running `target(options, events)` (default: this loop's `child_main`);
+    return it and the read end of its events."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context.set_forkserver_preload(preload or PRELOAD)
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=child_main, args=(dict(options), send), daemon=True)
+    process = context.Process(target=target or child_main, args=(dict(options), send), daemon=True)
     process.start()
     send.close()
     return process, receive
+
+
+def reap(process: multiprocessing.process.BaseProcess, events: Connection) -> None:
+    """Wait for a child to end (kill it if it will not) and close its pipe."""
+    process.join(timeout=30)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    events.close()
 
 
 # --- the child ---------------------------------------------------------------------------

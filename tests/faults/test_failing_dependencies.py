@@ -495,8 +495,10 @@ def test_disk_full_while_saving_a_checkpoint_keeps_the_step_and_recovers(
     loss = [r.step for r in rows if "loss/train" in r.values]
     assert loss == [1, 2, 3, 4]  # 3 rebuilt by the next train call; never a duplicate
     train = sorted(r.step for r in rows if "train/reward" in r.values)
-    # one per attempt that reached the backend: two failed saves retried step 1
-    assert train == [0, 1, 1, 1, 2, 3]
+    # The two failed saves at step 1 trained the same rollouts (same seed, same policy): the
+    # second call is a retry of the first and writes its batch row no second time; the
+    # successful call after them brought new rollouts, so step 1 has two batch rows.
+    assert train == [0, 1, 1, 2, 3]
     assert ckpt.complete_steps(mdir) == [0, 1, 2, 3, 4]
 
 

@@ -1,10 +1,14 @@
-"""Bad input and fuzzing at the frontend: every input gets a clear error or is stored and read
-back exactly; nothing on disk is damaged by a failing call."""
+"""Bad input and fuzzing at the frontend and at the training server: every input gets a clear
+error or is stored and read back exactly; nothing on disk is damaged by a failing call; the
+server answers every request with a 4xx (never a 5xx) and keeps the connection usable."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.errors import ArthexError, InvalidNameError
 from arthex.core.identity import validate_name
 from arthex.core.metrics import qualify_key
+from tests._serverless import RawConnection, ServerProcess, start_server
 
 FUZZ = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -159,3 +164,102 @@ def test_fuzzed_trajectories_round_trip_or_are_refused(
 def test_non_finite_rewards_are_refused_with_a_clear_message(bad: float) -> None:
     with pytest.raises(ValueError, match="finite"):
         arthex.Trajectory(reward=bad)
+
+
+# --- the training server ----------------------------------------------------------------------
+
+HEADER_CAP = 64 * 1024  # the server's default
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = start_server(
+        tmp_path_factory.mktemp("fuzz-server") / "state", extra_args=["--rate-limit", "0"]
+    )
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def key(server: ServerProcess) -> str:
+    return server.fresh_key()
+
+
+def still_answers(conn: RawConnection, key: str) -> None:
+    status, _, _ = conn.request("GET", "/preview/models", {"Authorization": f"Bearer {key}"})
+    assert status == 200, "the connection stays usable after a refused request"
+
+
+@pytest.mark.faults
+@FUZZ
+@given(
+    depth=st.integers(1, 3000),
+    opener=st.sampled_from([b"[", b'{"a":', b'[{"b":', b'{"project": "p", "name": "n", "config":']),
+    closed=st.booleans(),
+    route=st.sampled_from(["/preview/models", "/preview/training-jobs", "/v1/chat/completions"]),
+)
+def test_fuzzed_nesting_is_answered_below_500_on_a_connection_that_survives(
+    server: ServerProcess, key: str, depth: int, opener: bytes, closed: bool, route: str
+) -> None:
+    closer = {b"[": b"]", b'{"a":': b"}", b'[{"b":': b"}]"}.get(opener, b"}")
+    body = opener * depth + (b"0" + closer * depth if closed else b"")
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with RawConnection(server.url) as conn:
+        status, _, answer = conn.request("POST", route, headers, body)
+        assert status < 500, (status, answer[:200])  # shallow enough may be a valid register
+        if depth > 201:
+            assert status == 400 and b"nested" in answer
+        still_answers(conn, key)
+
+
+@pytest.mark.faults
+@FUZZ
+@given(size=st.integers(HEADER_CAP - 4096, HEADER_CAP + 4096), count=st.integers(1, 120))
+def test_fuzzed_header_sizes_and_counts_are_401_or_431(
+    server: ServerProcess, size: int, count: int
+) -> None:
+    headers = {f"X-F{i}": "1" for i in range(count - 1)}
+    headers["X-Pad"] = "a" * size
+    with RawConnection(server.url) as conn:
+        conn.send_head("GET", "/preview/models", headers)
+        status, _, answer = conn.read_response()
+    if size > HEADER_CAP or count + 1 > 100:  # + Host
+        assert status == 431, answer[:200]
+        assert json.loads(answer)["error"]["type"] == "request_headers_too_large"
+    elif size < HEADER_CAP - 2048:
+        assert status == 401, answer[:200]
+    else:
+        assert status in (401, 431)
+
+
+unicode_digits = st.text(
+    alphabet=st.characters(categories=["Nd", "No", "Nl"], exclude_characters="0123456789"),
+    min_size=1,
+    max_size=6,
+)
+
+
+@pytest.mark.faults
+@FUZZ
+@given(
+    digits=st.builds(lambda a, b, c: a + b + c, st.text("0123456789", max_size=3), unicode_digits,
+                     st.text("0123456789", max_size=3)),
+    name=st.sampled_from(["after", "limit", "wait"]),
+)  # fmt: skip
+def test_fuzzed_non_ascii_digits_in_queries_are_422(
+    server: ServerProcess, key: str, digits: str, name: str
+) -> None:
+    job = "j" + "0" * 24  # the query is checked whether or not the job exists
+    quoted = urllib.parse.quote(digits)
+    headers = {"Authorization": f"Bearer {key}"}
+    with RawConnection(server.url) as conn:
+        status, _, answer = conn.request(
+            "GET", f"/preview/training-jobs/{job}/events?{name}={quoted}", headers
+        )
+        assert status in (404, 422), answer[:200]
+        body = json.dumps({"model": f"agent@{digits}", "messages": []}).encode()
+        status, _, answer = conn.request("POST", "/v1/chat/completions", headers, body)
+        assert status == 422, answer[:200]
+        still_answers(conn, key)

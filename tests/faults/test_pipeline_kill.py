@@ -38,9 +38,10 @@ from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
 from arthex.core.identity import RunRef
 from arthex.core.pipeline.measures import STREAM_INDEX_KEY
 from arthex.testing.tiny_model import tiny_model
-from tests._pipeline_checks import TRAINING_ROW_KEY, check_pipeline_run
+from tests._pipeline_checks import TRAINING_ROW_KEY, check_run_files
 
 from ._pipeline_loop import BOUND, NAME, PROJECT, model_dir, start_child
+from ._training_loop import reap
 from .test_kill_resume import assert_same
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -122,11 +123,7 @@ def run_attempt(
             if kill_after is not None and kill_at is None and event["event"] == kill_after[0]:
                 kill_at = time.monotonic() + kill_after[1]
     finally:
-        process.join(timeout=30)
-        if process.is_alive():
-            process.kill()
-            process.join()
-        events_in.close()
+        reap(process, events_in)
     return Attempt(events, process.exitcode, str(kill or kill_after))
 
 
@@ -203,17 +200,7 @@ def test_a_pipeline_run_survives_fifty_kills_with_every_scenario_trained_once(
     check_resumed_weights(base, dump, final, "final")
     steps = final.first("done")["step"]  # type: ignore[index]
     assert ckpt.complete_steps(model_dir(base))[-1] == steps
-    outcome = asyncio.run(
-        check_pipeline_run(
-            RUN,
-            store=ParquetTrajectoryStore(str(base)),
-            history=JsonlHistory(str(base)),
-            state=JsonPipelineStateStore(str(base)),
-            steps=steps,
-            scenarios=SCENARIOS,
-            bound=BOUND,
-        )
-    )
+    outcome = asyncio.run(check_run_files(base, RUN, steps=steps, scenarios=SCENARIOS, bound=BOUND))
     print(  # shown with -s
         f"{KILLS} kills in {time.monotonic() - started:.0f}s: {dict(landed)}, "
         f"{in_flight_left} left an update in flight; {steps} steps, "

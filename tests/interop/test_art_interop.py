@@ -199,6 +199,7 @@ def test_arthex_cli_shows_the_art_run(world: World) -> None:
 
 
 def test_trainable_model_continues_the_art_run_and_art_sees_it(world: World) -> None:
+    assert "continue_error" not in world.arthex, world.arthex.get("continue_error")
     continued = world.arthex["continued"]
     assert continued["registered_at"] == 2
     assert continued["step"] == 4

@@ -118,6 +118,7 @@ def test_conversations_rebuild_the_chat_with_tool_calls_and_results() -> None:
     assert conversation.messages[2]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert conversation.messages[-1]["content"] == "sunny"
     assert conversation.tools == tuple(TOOLS)
+    assert trajectory.messages() == list(conversation.messages)
 
 
 def _edited(trajectory: Trajectory, edit: Any) -> Trajectory:
@@ -208,3 +209,37 @@ def test_prompt_ids_on_each_choice_are_used_as_arthex_servers_send_them() -> Non
     assert token_samples(moved, "t") == token_samples(trajectory, "t")
     assert [c.model_extra for c in moved.choices()] == [c.model_extra for c in trajectory.choices()]
     assert tokens("<assistant>") == list(b"<assistant>")
+
+
+def test_interleaved_conversations_in_one_scope_each_grow_their_own_sample() -> None:
+    """An agent and the sub-agent it runs take turns; each call extends its own line."""
+    script = ChatScript(lambda request: (f"ok{len(request['messages'])}", []))
+
+    async def main() -> Trajectory:
+        openai = AsyncOpenAI(
+            base_url=BASE, api_key="k", http_client=httpx2.AsyncClient(transport=script.transport())
+        )
+        lines: dict[str, list[dict[str, Any]]] = {
+            "main": [{"role": "user", "content": "plan a trip"}],
+            "sub": [{"role": "user", "content": "find trains"}],
+        }
+        async with arthex.capture(endpoints=[BASE]) as trajectory:
+            for _ in range(2):
+                for messages in lines.values():
+                    response = await openai.chat.completions.create(
+                        model="m",
+                        messages=messages,  # type: ignore[arg-type]
+                        logprobs=True,
+                    )
+                    messages.append(
+                        {"role": "assistant", "content": response.choices[0].message.content}
+                    )
+                    messages.append({"role": "user", "content": "go on"})
+        return trajectory
+
+    trajectory = asyncio.run(main())
+    main_line, sub_line = token_samples(trajectory, "t")
+    ids = [call["choices"][0]["token_ids"] for call in script.sampled]
+    assert list(main_line.sampled) == ids[0] + ids[2] and main_line.choices == 2
+    assert list(sub_line.sampled) == ids[1] + ids[3] and sub_line.choices == 2
+    assert [len(c.messages) for c in conversations(trajectory)] == [4, 4]

@@ -367,3 +367,19 @@ def test_a_client_of_the_other_httpx_family_is_recorded_too() -> None:
         raw.post(f"{BASE}/chat/completions", json=sync_body)
     assert asked(run(main())) == ["raw"]
     assert asked(sync_trajectory) == ["sync raw"]
+
+
+def test_a_group_takes_its_rollouts_when_called_so_a_loop_variable_is_kept() -> None:
+    script = ChatScript(echo)
+
+    async def main() -> list[arthex.TrajectoryGroup]:
+        openai = client(script)
+        pending = [
+            arthex.capture_trajectory_group((ask(openai, task) for _ in range(2)), endpoints=[BASE])
+            for task in ("first", "second")
+        ]
+        return list(await asyncio.gather(*pending))
+
+    first, second = run(main())
+    assert [asked(t) for t in first.trajectories] == [["first"], ["first"]]
+    assert [asked(t) for t in second.trajectories] == [["second"], ["second"]]

@@ -14,10 +14,13 @@ import arthex
 from arthex.apps.cli import serve
 from arthex.apps.cli.common import ONLY_ONE
 from arthex.apps.cli.main import command
-from arthex.apps.demo import DEFAULT_STEPS, step_line
+from arthex.apps.demo import DEFAULT_STEPS, SFT_RL_STEPS, step_line
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("demo", "version", "history", "plot", "trajectories", "runs", "prune", "serve")
+COMMANDS = (
+    *("demo", "version", "history", "plot", "trajectories"),
+    *("runs", "prune", "export", "serve"),
+)
 PYTHON_TYPE = re.compile(r"<[a-z_.]+(\[[^>]*\])?( range)?>")  # <bool>, <list[int]>, <path>, ...
 
 
@@ -120,9 +123,9 @@ def test_the_docs_say_how_prune_picks_a_model_as_its_help_does(
     assert ONLY_ONE in " ".join(out.split())
 
 
-def test_the_demo_help_names_the_demos_own_step_count(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_help_names_the_demos_own_step_counts(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(["demo", "-h"], capsys)
-    assert f"the demo's own ({DEFAULT_STEPS})" in " ".join(out.split())
+    assert f"Default: {DEFAULT_STEPS} ({SFT_RL_STEPS} with --sft)" in " ".join(out.split())
 
 
 def test_a_demo_line_names_the_history_steps_and_why_nothing_trained() -> None:

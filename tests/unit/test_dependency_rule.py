@@ -106,3 +106,105 @@ def test_nothing_in_the_library_imports_the_emulators() -> None:
             if module.split(".")[:2] == ["arthex", "emulators"]:
                 offenders.append(f"{relative}:{line} imports {module}")
     assert not offenders, f"only tests and the emulators' entry points may: {offenders}"
+
+
+# -- the rule between the outer rooms: core <- ports <- adapters <- composition <- apps --------
+
+# Old import paths kept for one release (each warns); they name their new home and nothing else.
+SHIMS = {
+    Path("api.py"),
+    Path("container.py"),
+    Path("loaders.py"),
+    Path("demo.py"),
+    Path("cli.py"),
+    Path("adapters/parquet_store.py"),
+    Path("adapters/serverless/server.py"),
+    Path("testing/fake_backend.py"),
+    Path("testing/fake_history.py"),
+    Path("testing/tinker_emulator.py"),
+}
+# The adapters a sibling adapter may use: the shared inference server, file helpers, the layout.
+SHARED_ADAPTERS = {"inference", "files", "layout"}
+
+
+def _room(module: str) -> str | None:
+    """`adapters.<x>` for an adapter, else the top-level package of an arthex module."""
+    parts = module.split(".")
+    if parts[0] != "arthex" or len(parts) < 2:
+        return None
+    if parts[1] == "adapters" and len(parts) > 2:
+        return f"adapters.{parts[2]}"
+    return parts[1]
+
+
+def _rooms_of(relative: Path) -> str:
+    return _room(".".join(["arthex", *relative.with_suffix("").parts])) or ""
+
+
+def outer_files() -> list[tuple[Path, str]]:
+    return [
+        (path.relative_to(SRC), _rooms_of(path.relative_to(SRC)))
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC) not in SHIMS
+    ]
+
+
+def test_adapters_import_no_composition_app_testing_emulator_or_sibling_adapter() -> None:
+    offenders = []
+    for relative, room in outer_files():
+        if not room.startswith("adapters."):
+            continue
+        for line, module in imported_modules(SRC / relative):
+            target = _room(module)
+            if target is None or target == room:
+                continue
+            sibling = target.startswith("adapters.") and target[9:] not in SHARED_ADAPTERS
+            if target in {"composition", "apps", "testing", "emulators", "api", "container"} or (
+                sibling
+            ):
+                offenders.append(f"{relative}:{line} imports {module}")
+    assert not offenders, offenders
+
+
+def test_composition_imports_no_app_testing_or_emulator() -> None:
+    offenders = [
+        f"{relative}:{line} imports {module}"
+        for relative, room in outer_files()
+        if room == "composition"
+        for line, module in imported_modules(SRC / relative)
+        if _room(module) in {"apps", "testing", "emulators"}
+    ]
+    assert not offenders, offenders
+
+
+def test_nothing_below_the_apps_imports_an_app() -> None:
+    # `arthex/__init__.py` is the package's face above everything: it names (lazily) what the
+    # apps offer users, such as the loaders.
+    offenders = [
+        f"{relative}:{line} imports {module}"
+        for relative, room in outer_files()
+        if room not in {"apps", "__init__"}
+        for line, module in imported_modules(SRC / relative)
+        if _room(module) == "apps"
+    ]
+    assert not offenders, offenders
+
+
+def test_no_module_imports_a_private_module_of_another_package() -> None:
+    offenders = []
+    for relative, _room_name in outer_files():
+        here = ".".join(["arthex", *relative.parent.parts])
+        for line, module in imported_modules(SRC / relative):
+            parent, _, last = module.rpartition(".")
+            if last.startswith("_") and not last.startswith("__") and parent != here:
+                offenders.append(f"{relative}:{line} imports {module}")
+    assert not offenders, f"a module used by other packages is public; name it so: {offenders}"
+
+
+def test_the_deprecated_paths_name_only_their_new_home() -> None:
+    for shim in SHIMS:
+        modules = {module for _, module in imported_modules(SRC / shim)} - {
+            "warnings",
+            "__future__",
+        }
+        assert len(modules) == 1, f"{shim} should re-export one module, imports {modules}"

@@ -343,6 +343,7 @@ def test_a_loss_the_backend_lacks_is_refused_before_anything_is_written() -> Non
     with pytest.raises(UnsupportedCapability, match="cispo"):
         asyncio.run(world.trainer(Script(), range(4)).train())
     assert asyncio.run(world.state.load(RUN)) is None
+    assert RUN not in world.store.model_specs, "refused before the model was registered"
 
 
 def test_a_shorter_stream_on_resume_is_refused_naming_the_missing_scenarios() -> None:

@@ -9,16 +9,11 @@ from typing import Any
 
 import pytest
 
+from arthex.core.conversations import conversation_from, conversations_from
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.model import TrainableModel
-from arthex.core.sft import (
-    TrainSFTConfig,
-    conversation_from,
-    conversations_from,
-    create_lr_schedule,
-    sft_key,
-)
-from arthex.core.trajectories import Trajectory
+from arthex.core.sft import TrainSFTConfig, create_lr_schedule, sft_key
+from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.fakes.history import InMemoryHistory
@@ -185,6 +180,17 @@ def test_tool_call_replies_train_without_content() -> None:
         [QA[0], {"role": "assistant", "content": None, "tool_calls": [call]}]
     )
     assert conversation.trained_turns() == [1]
+
+
+def test_trajectory_groups_count_as_their_trajectories() -> None:
+    group = TrajectoryGroup(
+        [Trajectory(messages_and_choices=QA), Trajectory(messages_and_choices=QA)]
+    )
+    assert len(conversations_from([group, QA])) == 3
+    assert len(conversations_from(group)) == 2
+    bad = TrajectoryGroup([Trajectory(messages_and_choices=QA[:1])])
+    with pytest.raises(InvalidInputError, match="item 0, trajectory 0: no assistant message"):
+        conversations_from([bad])
 
 
 def test_train_sft_input_must_be_a_non_empty_list() -> None:

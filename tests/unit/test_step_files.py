@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from arthex.adapters.parquet.codec import WRITE_OPTIONS, encode
+from arthex.adapters.parquet.codec import AUTHORITATIVE, WRITE_OPTIONS, encode
 from arthex.adapters.parquet.parts import FOLDED_KEY, WRITES_KEY
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.apps.loaders import list_parts, load_trajectories
@@ -190,3 +190,22 @@ def test_a_step_file_with_gaps_in_its_group_indexes_refuses_the_write(
     with pytest.raises(CorruptDataError, match="not contiguous"):
         write(store, tagged(3))
     assert names(directory) == [".lock", "0000.parquet"]
+
+
+def test_a_step_file_with_only_the_authoritative_columns_is_added_to(
+    store: ParquetTrajectoryStore, tmp_path: Path
+) -> None:
+    """The JSON columns are all a reader needs; the analytics view of the old rows is null."""
+    directory = split_dir(tmp_path)
+    directory.mkdir(parents=True)
+    full = encode(tagged(0))
+    lean = full.select(AUTHORITATIVE).replace_schema_metadata(full.schema.metadata)
+    pq.write_table(lean, directory / "0000.parquet")
+    write(store, tagged(1))
+    assert tags(read(store)) == [0, 1]
+    table = pq.read_table(directory / "0000.parquet")
+    assert table.column("reward").to_pylist() == [None, None, 0.0, 1.0]
+    without_json = full.drop_columns(["trajectory_json"])
+    pq.write_table(without_json, directory / "0001.parquet")
+    with pytest.raises(CorruptDataError, match="lacks the column"):
+        write(store, tagged(2), step=1)

@@ -170,9 +170,9 @@ def test_max_batch_size_splits_rows_into_several_batches(model_dir: str) -> None
     assert [len(samples) for samples in results] == [3, 3, 3]
 
 
-def test_full_weight_checkpoints_and_aliases_serve_their_own_weights(
-    model_dir: str, tmp_path: Path
-) -> None:
+def perturbed_checkpoint(model_dir: str, folder: Path) -> Any:
+    """The tiny model with noise on every weight, saved as a full-weights checkpoint in
+    `folder`; returns the model, to compute reference logprobs with."""
     import torch
     from safetensors.torch import save_model
 
@@ -180,8 +180,15 @@ def test_full_weight_checkpoints_and_aliases_serve_their_own_weights(
     with torch.no_grad():
         for parameter in changed.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.05)
-    (tmp_path / "step1").mkdir()
-    save_model(changed, str(tmp_path / "step1" / "model.safetensors"))
+    folder.mkdir()
+    save_model(changed, str(folder / "model.safetensors"))
+    return changed
+
+
+def test_full_weight_checkpoints_and_aliases_serve_their_own_weights(
+    model_dir: str, tmp_path: Path
+) -> None:
+    changed = perturbed_checkpoint(model_dir, tmp_path / "step1")
 
     async def body(engine: TorchEngine) -> tuple[list[int], dict[str, Sample]]:
         await engine.load("agent@1", str(tmp_path / "step1"))
@@ -396,15 +403,7 @@ def test_moving_an_alias_lets_requests_in_flight_finish_on_the_weights_they_star
     """What a backend does when a step becomes durable: load `agent@1`, move `agent` onto
     it. A request that started on `agent` before the move ends on step 0's weights; the next
     one gets step 1's. No request waits for the move and none sees a mix."""
-    import torch
-    from safetensors.torch import save_model
-
-    changed = load_model(model_dir)
-    with torch.no_grad():
-        for parameter in changed.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.05)
-    (tmp_path / "step1").mkdir()
-    save_model(changed, str(tmp_path / "step1" / "model.safetensors"))
+    changed = perturbed_checkpoint(model_dir, tmp_path / "step1")
     params = SamplingParams(max_tokens=12, seed=5)
 
     async def body(engine: TorchEngine) -> tuple[list[int], Sample, Sample]:

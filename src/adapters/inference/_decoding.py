@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import attrs
 
 from ...core.errors import BackendError
-from ._chat import ChatTokenizer, first_stop
+from .chat import ChatTokenizer, first_stop
 from .engine import Sample, SamplingParams
 
 

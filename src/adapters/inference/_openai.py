@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...core.errors import InvalidInputError
-from ._chat import first_stop
+from .chat import first_stop
 from .engine import MAX_TOP_LOGPROBS, Sample, SamplingEngine, SamplingParams
 
 MAX_N = 128

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
-from ._chat import ChatTokenizer
+from .chat import ChatTokenizer
 
 DTYPES = ("float32", "float16", "bfloat16")
 

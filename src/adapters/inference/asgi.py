@@ -33,9 +33,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
     """The whole request body, or None when the client disconnected first. Raises
     BodyTooLarge as soon as the declared length or the bytes received pass `limit`, so an
     oversized body is refused while it streams, not after it has been buffered."""
-    declared = header(scope, b"content-length")
-    if declared is not None and (_DIGITS.fullmatch(declared) is None or int(declared) > limit):
-        raise BodyTooLarge
+    _check_declared(scope, limit)
     body = bytearray()
     while True:
         message = await receive()
@@ -46,6 +44,13 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
             raise BodyTooLarge
         if not message.get("more_body", False):
             return bytes(body)
+
+
+def _check_declared(scope: Scope, limit: int) -> None:
+    """BodyTooLarge when Content-Length passes `limit` (or is not a number in ASCII digits)."""
+    declared = header(scope, b"content-length")
+    if declared is not None and (_DIGITS.fullmatch(declared) is None or int(declared) > limit):
+        raise BodyTooLarge
 
 
 class SpooledBody:
@@ -80,9 +85,7 @@ async def read_body_spooled(scope: Scope, receive: Receive, limit: int, body: Sp
     """Read the request body into `body` (False when the client disconnected first). Raises
     BodyTooLarge as `read_body` does: on the declared length, or as soon as the bytes
     received pass `limit`."""
-    declared = header(scope, b"content-length")
-    if declared is not None and (_DIGITS.fullmatch(declared) is None or int(declared) > limit):
-        raise BodyTooLarge
+    _check_declared(scope, limit)
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

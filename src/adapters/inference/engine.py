@@ -141,3 +141,26 @@ class SamplingEngine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ServingEngine(SamplingEngine, Protocol):
+    """An engine a backend drives: it also changes what is served, step by step."""
+
+    async def start(self) -> None:
+        """Load what sampling needs (weights, tokenizer); idempotent."""
+        ...
+
+    async def load(self, name: str, source: str | None, /) -> None:
+        """Serve `name` from `source` (a checkpoint directory, a sampler path; None: the base
+        model), replacing what it served once the new weights are ready."""
+        ...
+
+    def alias(self, name: str, target: str, /) -> None:
+        """Make `name` serve whatever `target` serves now (e.g. "agent" -> "agent@3")."""
+        ...
+
+    async def unload(self, name: str, /) -> None:
+        """Stop serving `name`; requests already accepted finish."""
+        ...
+
+    def is_served(self, name: str, /) -> bool: ...

@@ -20,9 +20,10 @@ from collections.abc import Sequence
 
 import attrs
 
+from ...core.conversations import AssistantTurns, Conversation
 from ...core.errors import InvalidInputError
-from ...core.sft import AssistantTurns, Conversation
-from ._chat import ChatTokenizer
+from ...core.sft import TrainSFTConfig
+from .chat import ChatTokenizer
 
 
 @attrs.frozen
@@ -44,6 +45,50 @@ class TokenizedData:
 
     sequences: list[list[SFTSequence] | None]
     dropped: int
+
+
+@attrs.frozen
+class SFTBatch:
+    """One gradient step's sequences and learning rate."""
+
+    sequences: tuple[SFTSequence, ...]
+    learning_rate: float
+
+    @property
+    def num_targets(self) -> int:
+        return sum(s.num_targets for s in self.sequences)
+
+
+@attrs.frozen
+class SFTData:
+    """An SFT call, tokenized and batched as its config plans it."""
+
+    batches: list[SFTBatch]
+    conversations: int
+    dropped: int
+
+    @property
+    def num_targets(self) -> int:
+        return sum(batch.num_targets for batch in self.batches)
+
+
+def prepare(
+    chat: ChatTokenizer,
+    conversations: Sequence[Conversation],
+    config: TrainSFTConfig,
+    max_length: int,
+) -> SFTData:
+    """Tokenize the conversations and lay them out in the config's batches; a batch left
+    without targets (all of its conversations dropped) is skipped, as ART skips it."""
+    plan = config.plan(len(conversations))
+    data = tokenize_conversations(chat, conversations, config.assistant_turns, max_length)
+    batches = []
+    for planned in plan:
+        sequences = tuple(s for i in planned.items for s in (data.sequences[i] or ()))
+        batch = SFTBatch(sequences, planned.learning_rate)
+        if batch.num_targets:
+            batches.append(batch)
+    return SFTData(batches, len(conversations), data.dropped)
 
 
 def tokenize_conversations(

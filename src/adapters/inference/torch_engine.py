@@ -42,17 +42,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.errors import BackendError, InvalidInputError
-from ._chat import ChatTokenizer
 from ._decoding import DecodeRow, run_session
-from ._served import ServedNames
 from ._weights import ModelWeights, Weights
-from .engine import Sample, SamplingEngine, SamplingParams, UnknownModelError
+from .chat import ChatTokenizer
+from .engine import Sample, SamplingParams, ServingEngine, UnknownModelError
+from .served import ServedNames
 
 __all__ = ["TorchEngine"]
 
 logger = logging.getLogger(__name__)
 
-MAX_SAMPLES_PER_REQUEST = 256
 RETURN_WAIT = 10  # batch windows a batch waits at most for callers to come back
 
 
@@ -245,10 +244,7 @@ class TorchEngine(ServedNames[Weights]):
     async def sample(
         self, model: str, prompt_token_ids: Sequence[int], n: int, params: SamplingParams
     ) -> list[Sample]:
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES_PER_REQUEST:
-            raise InvalidInputError(f"n must be in 1..{MAX_SAMPLES_PER_REQUEST}, got {n!r}")
-        if self._closed:
-            raise BackendError("the inference engine was closed")
+        self._admit(n)
         weights = self._resolve(model)
         assert self._chat is not None  # a served name implies a loaded engine
         prompt = self._chat.check_prompt(prompt_token_ids, self._store.context_length)
@@ -488,4 +484,4 @@ def _check_served_name(name: str) -> None:
 
 
 if TYPE_CHECKING:
-    _fits: type[SamplingEngine] = TorchEngine
+    _fits: type[ServingEngine] = TorchEngine

@@ -29,9 +29,9 @@ from ...core.errors import (
     MissingExtraError,
     UnsupportedCapability,
 )
-from ._chat import ChatTokenizer
-from ._served import ServedNames
-from .engine import FinishReason, Sample, SamplingEngine, SamplingParams, UnknownModelError
+from .chat import ChatTokenizer
+from .engine import FinishReason, Sample, SamplingParams, ServingEngine, UnknownModelError
+from .served import ServedNames
 
 __all__ = ["VllmEngine"]
 
@@ -267,4 +267,4 @@ def _to_sample(completion: Any, top_logprobs: int) -> Sample:
 
 
 if TYPE_CHECKING:
-    _fits: type[SamplingEngine] = VllmEngine
+    _fits: type[ServingEngine] = VllmEngine

@@ -15,43 +15,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import warnings
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     BackendError,
     InvalidInputError,
     MissingExtraError,
-    NotRegisteredError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...core.validation import check_training_groups
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
+    ExportFormat,
     InferenceEndpoint,
+    ModelExporter,
     StepMetricsSource,
     SupervisedFineTuning,
     TrainingBackend,
 )
+from ..inference.serving import RunTable, Serving, ServingPool
 from ..layout import RunLayout
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from ..inference._chat import ChatTokenizer
-    from ..inference.engine import SamplingEngine
-    from ..inference.server import InferenceServer
+    from ..inference.chat import ChatTokenizer
+    from ..inference.engine import ServingEngine
     from .trainer import PolicyTrainer
 
 EngineKind = Literal["auto", "torch", "vllm"]
@@ -59,22 +60,11 @@ logger = logging.getLogger(__name__)
 
 
 @attrs.define
-class _Serving:
-    """One engine and the server in front of it, shared by runs of one base model."""
-
-    base_model: str
-    engine: SamplingEngine
-    server: InferenceServer
-    base_url: str
-    names: set[str] = attrs.field(factory=set)
-
-
-@attrs.define
 class _Run:
     spec: ModelSpec
     model_dir: Path
     trainer: PolicyTrainer
-    serving: _Serving
+    serving: Serving
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     chat: ChatTokenizer | None = None  # the tokenizer SFT renders targets with, when used
 
@@ -127,11 +117,9 @@ class LocalBackend(BackendTrainEntry):
         self._api_key = api_key
         self._adam_betas = adam_betas
         self._weight_decay = weight_decay
-        self._runs: dict[RunRef, _Run] = {}
-        self._servings: list[_Serving] = []
+        self._runs: RunTable[_Run] = RunTable("LocalBackend")
+        self._pool = ServingPool("LocalBackend", api_key=api_key)
         self._pins: dict[RunRef, Counter[int]] = {}
-        self._register_lock: asyncio.Lock | None = None
-        self._closed = False
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -142,8 +130,7 @@ class LocalBackend(BackendTrainEntry):
     async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
         """Load (or create, as step 0 = the base weights) the run's latest checkpoint, start
         the engine and server if this base model has none yet, and serve the latest step."""
-        if self._closed:
-            raise BackendError("this LocalBackend is closed; create a new one")
+        self._runs.check_open()
         if not model.trainable:
             return None
         self._warn_split_run_directory(model)
@@ -152,16 +139,8 @@ class LocalBackend(BackendTrainEntry):
                 f"model {model.run} has no base_model; LocalBackend needs a Hugging Face causal "
                 "LM directory or hub id"
             )
-        if self._register_lock is None:
-            self._register_lock = asyncio.Lock()
-        async with self._register_lock:
-            run = self._runs.get(model.run)
-            if run is None:
-                run = await self._open_run(model)
-                self._runs[model.run] = run
-            return InferenceEndpoint(
-                base_url=run.serving.base_url, api_key=self._key(), model_name=model.run.name
-            )
+        run = await self._runs.open(model.run, lambda: self._open_run(model))
+        return self._pool.endpoint(run.serving, model.run)
 
     def _warn_split_run_directory(self, model: ModelSpec) -> None:
         if self._path is None or model.run in self._runs:
@@ -216,44 +195,23 @@ class LocalBackend(BackendTrainEntry):
         await self._serve(run, latest)
         return run
 
-    async def _serving_for(self, spec: ModelSpec) -> _Serving:
-        """The engine of this base model, unless another run of the same name already uses
-        it (names are the engine's keys): then a second one."""
+    async def _serving_for(self, spec: ModelSpec) -> Serving:
         assert spec.base_model is not None
-        name = spec.run.name
-        for serving in self._servings:
-            if serving.base_model == spec.base_model and name not in serving.names:
-                serving.names.add(name)
-                return serving
-        try:
-            from ..inference.select import make_engine
-            from ..inference.server import InferenceServer
-        except ImportError as exc:
-            raise MissingExtraError(exc.name or "torch", "local") from exc
-        engine = make_engine(spec.base_model, kind=self._engine_kind, device=self._device)
-        await engine.start()
-        server = InferenceServer(engine, api_key=self._key())
-        try:
-            base_url = await server.start()
-        except BaseException:
-            await engine.close()
-            raise
-        serving = _Serving(
-            base_model=spec.base_model, engine=engine, server=server, base_url=base_url
-        )
-        serving.names.add(name)
-        self._servings.append(serving)
-        return serving
+        base_model = spec.base_model
+
+        def make_engine() -> ServingEngine:
+            try:
+                from ..inference.select import make_engine
+            except ImportError as exc:
+                raise MissingExtraError(exc.name or "torch", "local") from exc
+            return make_engine(base_model, kind=self._engine_kind, device=self._device)
+
+        return await self._pool.serving_for(base_model, spec.run.name, make_engine)
 
     async def close(self) -> None:
         """Stop every server and engine and drop the trainers; the files stay."""
-        self._closed = True
-        servings, self._servings = self._servings, []
-        self._runs.clear()
-        for serving in servings:
-            with contextlib.suppress(Exception):
-                await serving.server.stop()
-            await serving.engine.close()
+        self._runs.close()
+        await self._pool.close()
 
     async def __aenter__(self) -> LocalBackend:
         return self
@@ -371,25 +329,19 @@ class LocalBackend(BackendTrainEntry):
     ) -> AsyncIterator[Mapping[str, float]]:
         """Fine-tune on the conversations (local/sft.py), then save and serve step N+1 as
         `train` does; the same lock, so SFT and RL calls on one run never overlap."""
-        from ..inference.sft_tokens import tokenize_conversations
+        from ..inference.sft_tokens import prepare
         from . import checkpoints as ckpt
-        from .sft import build_batches, sft_steps
+        from .sft import sft_steps
 
         state = self._require(run)
-        plan = config.plan(len(conversations))
+        config.plan(len(conversations))  # bad input fails before the run's lock is awaited
         async with state.lock:
             step = ckpt.latest_step(state.model_dir) or 0
-            trainer = state.trainer
             chat = await self._training_chat(state)
             data = await asyncio.to_thread(
-                tokenize_conversations,
-                chat,
-                conversations,
-                config.assistant_turns,
-                trainer.max_length,
+                prepare, chat, conversations, config, state.trainer.max_length
             )
-            batches = build_batches(plan, data)
-            steps = sft_steps(trainer, batches, config, conversations, data.dropped)
+            steps = sft_steps(state.trainer, data, config)
             async with contextlib.aclosing(self._update(state, step, steps)) as updates:
                 async for metrics in updates:
                     yield metrics
@@ -397,7 +349,7 @@ class LocalBackend(BackendTrainEntry):
     async def _training_chat(self, state: _Run) -> ChatTokenizer:
         """The base model's tokenizer for fine-tuning targets, loaded once per run."""
         if state.chat is None:
-            from ..inference._chat import ChatTokenizer
+            from ..inference.chat import ChatTokenizer
 
             assert state.spec.base_model is not None
             state.chat = await asyncio.to_thread(ChatTokenizer.load, state.spec.base_model)
@@ -463,12 +415,24 @@ class LocalBackend(BackendTrainEntry):
             protected = set(steps_to_keep) | set(self.pinned_steps(run))
             doomed = ckpt.unkept(state.model_dir, protected)
             deleted = await asyncio.to_thread(ckpt.delete_steps, state.model_dir, doomed)
-            engine: Any = state.serving.engine
-            for step in deleted:
-                name = run.inference_name(step)
-                if engine.is_served(name):
-                    await engine.unload(name)
+            await self._pool.unserve_steps(state.serving, run, deleted)
             return deleted
+
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Write a step as a PEFT adapter or a merged Hugging Face model (export.py). The step
+        is pinned meanwhile, so a concurrent `delete_checkpoint_files` keeps it."""
+        from . import checkpoints as ckpt
+        from .export import export_checkpoint
+
+        state = self._require(run)
+        chosen = step if step is not None else (ckpt.latest_step(state.model_dir) or 0)
+        async with self.pin(run, chosen):
+            path = await asyncio.to_thread(
+                export_checkpoint, state.model_dir, out_dir, step=chosen, format=format
+            )
+        return str(path)
 
     def pinned_steps(self, run: RunRef) -> list[int]:
         """Steps that must not be deleted now: leased with `pin`, or a running KL reference."""
@@ -502,41 +466,14 @@ class LocalBackend(BackendTrainEntry):
     async def _serve(self, run: _Run, step: int) -> None:
         from . import checkpoints as ckpt
 
-        engine: Any = run.serving.engine
-        name = run.spec.run.inference_name(step)
-        try:
-            await engine.load(name, str(ckpt.step_dir(run.model_dir, step)))
-            engine.alias(run.spec.run.name, name)
-        except Exception as exc:
-            raise BackendError(
-                f"checkpoint {step} of {run.spec.run} is saved but could not be served: {exc}"
-            ) from exc
+        source = str(ckpt.step_dir(run.model_dir, step))
+        await self._pool.serve_step(run.serving, run.spec.run, step, source)
 
     def _require(self, run: RunRef) -> _Run:
-        if self._closed:
-            # close() forgets every run; "not registered" would send the caller to register,
-            # which a closed backend refuses
-            raise BackendError(
-                f"this LocalBackend is closed, so it no longer trains or serves {run}; create a "
-                "new LocalBackend and `await model.register(backend)` to continue from the "
-                "latest checkpoint"
-            )
-        state = self._runs.get(run)
-        if state is None:
-            raise NotRegisteredError(
-                f"model {run} is not registered with this LocalBackend; call "
-                "`await model.register(backend)` first"
-            )
-        return state
+        return self._runs.require(run)
 
     def _model_dir(self, run: RunRef) -> Path:
         return self._require(run).model_dir
-
-    def _key(self) -> str:
-        if self._api_key is None:
-            # A loopback server is still reachable by every local user: never leave it open.
-            self._api_key = secrets.token_urlsafe(24)
-        return self._api_key
 
     def _device_name(self) -> str:
         if self._device is not None:
@@ -562,3 +499,4 @@ if TYPE_CHECKING:
     _fits: type[TrainingBackend] = LocalBackend
     _keeps_metrics: type[StepMetricsSource] = LocalBackend
     _fine_tunes: type[SupervisedFineTuning] = LocalBackend
+    _exports: type[ModelExporter] = LocalBackend

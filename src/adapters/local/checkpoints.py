@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import BackendError, CorruptDataError
-from ..files import TEMP_PREFIX, fsync_dir
+from ..files import TEMP_PREFIX, fsync_dir, fsync_file
 from ..layout import CHECKPOINTS, step_name
 
 STATE_FILE = "trainer_state.json"
@@ -129,7 +129,7 @@ def publish(
         body = json.dumps({**state, "step": step, "format": FORMAT_VERSION}, indent=2)
         (temp / STATE_FILE).write_text(body + "\n")
         for path in _files(temp):
-            _fsync_file(path)
+            fsync_file(path)
         fsync_dir(temp)
         if target.exists():
             raise BackendError(
@@ -201,11 +201,3 @@ def _files(directory: Path) -> Iterator[Path]:
     for path in sorted(directory.rglob("*")):
         if path.is_file():
             yield path
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -18,14 +18,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import torch
 from openai.types.chat.chat_completion import Choice
 
 from ...core.advantages import group_advantages
-from ...core.capture.samples import token_samples
+from ...core.capture.samples import choice_tokens, token_samples
 from ...core.config import TrainConfig
 from ...core.errors import InvalidInputError
 from ...core.metrics import ZERO_VARIANCE_TOLERANCE
@@ -267,7 +266,9 @@ def _trajectory_sequences(
                 continue
             where = f"group {g}, trajectory {t}, choice {c} ({field}[{i}])"
             c += 1
-            prompt, sampled, sampled_logprobs = _choice_tokens(item, where, config)
+            prompt, sampled, sampled_logprobs = choice_tokens(
+                item, where, allow_without_logprobs=config.allow_training_without_logprobs
+            )
             so_far = current[0] if current is not None else []
             if current is None or prompt[: len(so_far)] != so_far or len(prompt) < len(so_far):
                 current = ([], [], [])
@@ -290,48 +291,3 @@ def _trajectory_sequences(
         if tokens
     ]
     return found
-
-
-def _choice_tokens(
-    choice: Choice, where: str, config: TrainConfig
-) -> tuple[list[int], list[int], list[float]]:
-    extra: dict[str, Any] = choice.model_extra or {}
-    prompt = extra.get("prompt_token_ids")
-    sampled = extra.get("token_ids")
-    if prompt is None or sampled is None:
-        missing = [
-            k for k, v in (("prompt_token_ids", prompt), ("token_ids", sampled)) if v is None
-        ]
-        raise InvalidInputError(
-            f"{where} lacks {' and '.join(missing)}: training uses the sampler's token ids. "
-            "Sample through the model's openai_client() (it asks the server for them), or "
-            "copy them from the response into the Choice"
-        )
-    prompt_ids = _ids(prompt, where, "prompt_token_ids")
-    sampled_ids = _ids(sampled, where, "token_ids")
-    content = choice.logprobs.content if choice.logprobs is not None else None
-    if content is None or (not content and sampled_ids):
-        if not config.allow_training_without_logprobs:
-            raise InvalidInputError(
-                f"{where} has no token logprobs; request them with logprobs=True, or set "
-                "TrainConfig(allow_training_without_logprobs=True) to train with ratio 1"
-            )
-        return prompt_ids, sampled_ids, [math.nan] * len(sampled_ids)
-    if len(content) != len(sampled_ids):
-        raise InvalidInputError(
-            f"{where} has {len(content)} token logprobs for {len(sampled_ids)} token_ids; they "
-            "must match one to one (was the Choice edited after sampling?)"
-        )
-    values: list[float] = []
-    for entry in content:
-        value = float(entry.logprob)
-        values.append(value if math.isfinite(value) else math.nan)
-    return prompt_ids, sampled_ids, values
-
-
-def _ids(value: object, where: str, key: str) -> list[int]:
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    ):
-        raise InvalidInputError(f"{where}: {key} must be a list of token ids (ints >= 0)")
-    return list(value)

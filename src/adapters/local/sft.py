@@ -17,47 +17,18 @@ Choices where the reference was silent:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
-import attrs
 import torch
 
-from ...core.sft import Conversation, PlannedBatch, TrainSFTConfig, step_metrics
-from ..inference.sft_tokens import SFTSequence, TokenizedData
+from ...core.sft import TrainSFTConfig, step_metrics
+from ..inference.sft_tokens import SFTBatch, SFTData
 from .loss import next_token_logprobs
 from .trainer import PolicyTrainer
 
 
-@attrs.frozen
-class SFTBatch:
-    sequences: tuple[SFTSequence, ...]
-    learning_rate: float
-
-    @property
-    def num_targets(self) -> int:
-        return sum(s.num_targets for s in self.sequences)
-
-
-def build_batches(plan: Sequence[PlannedBatch], data: TokenizedData) -> list[SFTBatch]:
-    """The planned batches with their sequences; a batch left without targets (all of its
-    conversations dropped) is skipped, as ART skips it."""
-    batches = []
-    for planned in plan:
-        sequences = tuple(
-            sequence for index in planned.items for sequence in (data.sequences[index] or ())
-        )
-        batch = SFTBatch(sequences, planned.learning_rate)
-        if batch.num_targets:
-            batches.append(batch)
-    return batches
-
-
 def sft_steps(
-    trainer: PolicyTrainer,
-    batches: Sequence[SFTBatch],
-    config: TrainSFTConfig,
-    conversations: Sequence[Conversation],
-    dropped: int,
+    trainer: PolicyTrainer, data: SFTData, config: TrainSFTConfig
 ) -> Iterator[dict[str, float]]:
     """One optimizer step per batch, yielding its metrics as it finishes."""
     assert trainer.optimizer is not None and trainer.model is not None
@@ -66,9 +37,8 @@ def sft_steps(
         group["weight_decay"] = 0.0
     params = [p for group in trainer.optimizer.param_groups for p in group["params"]]
     device = torch.device(trainer.settings.device)
-    total_targets = sum(batch.num_targets for batch in batches)
     limit = config.max_grad_norm if config.max_grad_norm is not None else math.inf
-    for batch in batches:
+    for batch in data.batches:
         for group in trainer.optimizer.param_groups:
             group["lr"] = batch.learning_rate
         normalizer = float(batch.num_targets)
@@ -87,10 +57,10 @@ def sft_steps(
             loss=loss_sum,
             grad_norm=float(grad_norm.item()),
             learning_rate=batch.learning_rate,
-            conversations=len(conversations),
-            trainable_tokens=total_targets,
-            dropped=dropped,
-            gradient_steps=len(batches),
+            conversations=data.conversations,
+            trainable_tokens=data.num_targets,
+            dropped=data.dropped,
+            gradient_steps=len(data.batches),
         )
 
 

@@ -1,7 +1,7 @@
 """ART's v2 trajectory parquet layout: groups to arrow tables, and parquet parts back to groups.
 
 The format only; where parts live and how they are published is the store's business
-(parquet_store.py), so tools that read parts (the CLI, loaders) need not know about storage.
+(store.py), so tools that read parts (the CLI, loaders) need not know about storage.
 
 `group_json` and `trajectory_json` are authoritative, the other columns are an analytics view
 derived from them. Groups are encoded in batches of whole groups (`encode_batches`), each

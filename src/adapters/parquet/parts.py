@@ -3,7 +3,7 @@
 Every group logged at (split, step) lives in the step file `{step:04d}.parquet`, the one name
 ART's loaders read. Earlier arthex versions wrote each further log at a step as an extra part
 `{step:04d}-1.parquet`, `-2`, ...; those are still read, after the step file, in their order.
-The first new write at such a step folds them into the step file (parquet_publish.py) and
+The first new write at such a step folds them into the step file (publish.py) and
 records what it folded in the step file's footer, under `FOLDED_KEY`: a JSON list of each
 folded part's name, size and a hash of its last bytes. The parts are deleted right after the
 step file is replaced; if the writer dies in between, readers skip every part the step file
@@ -42,6 +42,7 @@ __all__ = [
     "part_identity",
     "part_name",
     "read_step",
+    "read_tail",
 ]
 
 FOLDED_KEY = b"arthex.folded_parts"
@@ -187,13 +188,22 @@ def folded_parts(metadata: dict[bytes, bytes] | None) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
+def read_tail(handle: Any) -> tuple[int, bytes]:
+    """(size, last 64 KiB) of an open file, which is left at its start. The footer of a part
+    is in its last bytes, so two versions of a file that differ have different tails."""
+    size = int(handle.size())
+    handle.seek(max(0, size - _TAIL_BYTES))
+    tail = bytes(handle.read())
+    handle.seek(0)
+    return size, tail
+
+
 def part_identity(filesystem: pafs.FileSystem, path: str) -> dict[str, Any]:
     """What a folded-parts entry records about a part: its name, size and tail hash."""
     with filesystem.open_input_file(path) as file:
-        size = file.size()
-        file.seek(max(0, size - _TAIL_BYTES))
-        tail = hashlib.sha256(bytes(file.read())).hexdigest()
-    return {"name": path.rsplit("/", 1)[-1], "size": size, "tail": tail}
+        size, tail = read_tail(file)
+    name = path.rsplit("/", 1)[-1]
+    return {"name": name, "size": size, "tail": hashlib.sha256(tail).hexdigest()}
 
 
 def _is_same(filesystem: pafs.FileSystem, part: PartFile, entry: dict[str, Any]) -> bool:

@@ -5,7 +5,7 @@ by every writer in parallel). Then, holding the split's lock:
 - no step file yet: the temp file becomes the step file (a hard link, which fails rather
   than replace a file that appeared meanwhile);
 - a step file already there: a second temp file is written holding the step file's row
-  groups, then any legacy `-N` parts (parquet_parts.py), then the new groups, with the
+  groups, then any legacy `-N` parts (parts.py), then the new groups, with the
   group indexes shifted to follow on; it is fsynced and renamed over the step file, and the
   folded legacy parts are deleted afterwards.
 
@@ -52,7 +52,14 @@ import pyarrow.parquet as pq
 
 from ...core.errors import CorruptDataError
 from ..files import TEMP_PREFIX, fsync_dir, fsync_file, temp_path_for
-from .codec import FORMAT_VERSION, SCHEMA, VERSION_KEY, WRITE_OPTIONS, Batch
+from .codec import (
+    AUTHORITATIVE,
+    FORMAT_VERSION,
+    SCHEMA,
+    VERSION_KEY,
+    WRITE_OPTIONS,
+    Batch,
+)
 from .parts import (
     FOLDED_KEY,
     WRITES_KEY,
@@ -60,6 +67,7 @@ from .parts import (
     folded_parts,
     part_identity,
     part_name,
+    read_tail,
     step_parts,
 )
 
@@ -68,8 +76,8 @@ __all__ = ["LOCK_FILE", "make_dirs", "write_local", "write_remote"]
 LOCK_FILE = ".lock"
 # Filesystems where a directory is only a key prefix: nothing to create before writing.
 PREFIX_ONLY = ("s3", "gcs", "abfs")
-_TAIL_BYTES = 64 * 1024
 _LOCAL = pafs.LocalFileSystem()
+_PUBLISH_ATTEMPTS = 20  # rounds of a writer on an object store losing the race, before it gives up
 _PLAIN_SCHEMA = SCHEMA.remove_metadata()
 
 
@@ -125,29 +133,49 @@ def merge(
 ) -> None:
     """Write the row groups of every source, in order, to `sink` as one part: each source's
     group indexes follow on from the previous source's. Sources are (path for messages, open
-    file); every one must be ART v2 trajectory parquet, checked before its rows are copied."""
+    file); every one must be ART v2 trajectory parquet, checked before any row is copied.
+
+    Row group k+1 is read (and decompressed) on a helper thread while row group k is encoded
+    and written here; both release the GIL, so a copy costs about its writing alone."""
+    for where, file in sources:
+        _check_source(where, file)
+    jobs = [(where, file, i) for where, file in sources for i in range(file.num_row_groups)]
     options = dict(WRITE_OPTIONS, filesystem=_LOCAL) if isinstance(sink, str) else WRITE_OPTIONS
-    with pq.ParquetWriter(sink, SCHEMA.with_metadata(footer), **options) as writer:
-        offset = 0
-        for where, file in sources:
-            _check_source(where, file)
-            seen: set[int] = set()
-            for index in range(file.num_row_groups):
-                table = _conform(where, file.read_row_group(index))
-                indexes = table.column("group_index")
-                if indexes.null_count:
-                    raise CorruptDataError(
-                        f"{where}: a row has no group_index; nothing was written"
-                    )
-                seen.update(pc.unique(indexes).to_pylist())
-                shifted = pc.add(indexes, pa.scalar(offset, pa.int64()))
-                writer.write_table(table.set_column(1, SCHEMA.field(1), shifted))
-            if seen != set(range(len(seen))):
+    offset, current, seen = 0, "", set[int]()
+    with (
+        pq.ParquetWriter(sink, SCHEMA.with_metadata(footer), **options) as writer,
+        concurrent.futures.ThreadPoolExecutor(1, "arthex-merge") as pool,
+    ):
+        ahead = [pool.submit(file.read_row_group, i) for _, file, i in jobs[:1]]
+        for position, (where, _, _) in enumerate(jobs):
+            table = ahead.pop().result()
+            if position + 1 < len(jobs):
+                _, following, index = jobs[position + 1]
+                ahead.append(pool.submit(following.read_row_group, index))
+            if where != current:  # the previous source is whole: its groups come first
+                offset += _group_count(current, seen)
+                current, seen = where, set()
+            table = _conform(where, table)
+            indexes = table.column("group_index")
+            if indexes.null_count:
                 raise CorruptDataError(
-                    f"{where}: group indexes {sorted(seen)[:10]} are not contiguous from 0; "
-                    "nothing was written"
+                    f"cannot add groups to {where}: a row has no group_index; nothing was written"
                 )
-            offset += len(seen)
+            seen.update(pc.unique(indexes).to_pylist())
+            shifted = pc.add(indexes, pa.scalar(offset, pa.int64()))
+            writer.write_table(table.set_column(1, SCHEMA.field(1), shifted))
+        _group_count(current, seen)
+
+
+def _group_count(where: str, seen: set[int]) -> int:
+    """How many groups a source holds, once all its rows are read: its indexes must run
+    0..n-1, as ART's reader requires."""
+    if seen != set(range(len(seen))):
+        raise CorruptDataError(
+            f"cannot add groups to {where}: group indexes {sorted(seen)[:10]} are not contiguous "
+            "from 0; nothing was written"
+        )
+    return len(seen)
 
 
 def _check_source(where: str, file: pq.ParquetFile) -> None:
@@ -161,11 +189,24 @@ def _check_source(where: str, file: pq.ParquetFile) -> None:
 
 
 def _conform(where: str, table: pa.Table) -> pa.Table:
-    """The row group in the store's exact schema (ART's writer may differ in metadata or
-    field order, never in meaning)."""
+    """The row group in the store's exact schema (another writer may differ in metadata or
+    field order, never in meaning). A missing analytics column is filled with nulls; the
+    authoritative columns must be there."""
+    missing = [name for name in AUTHORITATIVE if name not in table.column_names]
+    if missing:
+        raise CorruptDataError(
+            f"cannot add groups to {where}: it lacks the column(s) {', '.join(missing)}; "
+            "nothing was written"
+        )
     try:
-        return table.select(_PLAIN_SCHEMA.names).cast(_PLAIN_SCHEMA)
-    except (KeyError, pa.ArrowException) as error:
+        columns = [
+            table.column(field.name).cast(field.type)
+            if field.name in table.column_names
+            else pa.nulls(table.num_rows, field.type)
+            for field in _PLAIN_SCHEMA
+        ]
+        return pa.Table.from_arrays(columns, schema=_PLAIN_SCHEMA)
+    except pa.ArrowException as error:
         raise CorruptDataError(
             f"cannot add groups to {where}: its columns are not ART's v2 layout ({error}); "
             "nothing was written"
@@ -251,7 +292,7 @@ def _opened_step_file(
         yield None
         return
     try:
-        version = _tail_of(handle)
+        version = read_tail(handle)
         try:
             file = pq.ParquetFile(handle)
         except (pa.ArrowException, OSError) as error:
@@ -263,14 +304,6 @@ def _opened_step_file(
             yield file, version
     finally:
         handle.close()
-
-
-def _tail_of(handle: Any) -> Version:
-    size = int(handle.size())
-    handle.seek(max(0, size - _TAIL_BYTES))
-    tail = bytes(handle.read())
-    handle.seek(0)
-    return size, tail
 
 
 def _sources(
@@ -372,7 +405,7 @@ def _publish_remote(
     filesystem: pafs.FileSystem, directory: str, split: str, step: int, temp: str, token: str
 ) -> str:
     target = f"{directory}/{part_name(step)}"
-    while True:
+    for _ in range(_PUBLISH_ATTEMPTS):
         extras = [p for p in step_parts(filesystem, directory, split, step) if p.part > 0]
         seen = _version(filesystem, target)
         if seen is None and not extras:
@@ -382,6 +415,11 @@ def _publish_remote(
         if token in _remote_writes(filesystem, target):
             break
         # Another process's copy replaced ours: our groups are still in `temp`, add them again.
+    else:
+        raise OSError(
+            f"could not add groups to {target}: other writers replaced it {_PUBLISH_ATTEMPTS} "
+            "times in a row; nothing of this write is in it. Write again"
+        )
     for part in extras:
         with contextlib.suppress(FileNotFoundError):
             filesystem.delete_file(part.path)
@@ -421,7 +459,7 @@ def _merge_remote(
 def _version(filesystem: pafs.FileSystem, path: str) -> Version | None:
     try:
         with filesystem.open_input_file(path) as handle:
-            return _tail_of(handle)
+            return read_tail(handle)
     except FileNotFoundError:
         return None
 

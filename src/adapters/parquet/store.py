@@ -5,9 +5,9 @@ group logged at (split, step), in write order. A second write at a step rewrites
 atomically as old + new under the split's lock, so nothing is ever lost and ART's loaders,
 which read only `NNNN.parquet`, see every trajectory (ART itself overwrote the file, losing
 the earlier batch). How a write is published and how concurrent writers are serialized, on
-disk and on object stores, is parquet_publish.py; part names, listing and the legacy `-N`
-parts of earlier arthex versions are parquet_parts.py; what a file holds (ART's v2 layout)
-is parquet_layout.py.
+disk and on object stores, is publish.py; part names, listing and the legacy `-N`
+parts of earlier arthex versions are parts.py; what a file holds (ART's v2 layout)
+is codec.py.
 
 The root is a local directory or any pyarrow filesystem URI:
 

@@ -39,14 +39,15 @@ import attrs
 
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
-    BackendError,
+    ArthexError,
     InvalidInputError,
     NotRegisteredError,
     RunBusyError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,
@@ -258,7 +259,7 @@ class ServerlessBackend(BackendTrainEntry):
             except RunBusyError as exc:
                 logger.warning("the lease on %s was lost: %s", run, exc)
                 return
-            except BackendError as exc:
+            except ArthexError as exc:  # unreachable or refused now: try again next beat
                 logger.warning("could not renew the lease on %s: %s", run, exc)
 
     async def __aenter__(self) -> ServerlessBackend:

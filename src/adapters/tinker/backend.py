@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import sys
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
@@ -38,16 +37,16 @@ import attrs
 
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import (
     ArthexError,
     BackendError,
     CorruptDataError,
     InvalidInputError,
     MissingExtraError,
-    NotRegisteredError,
 )
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
@@ -57,6 +56,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
+from ..inference.serving import RunTable, Serving, ServingPool
 from ..layout import RunLayout
 from .clients import (
     RestClientLike,
@@ -76,8 +76,7 @@ from .step import TinkerLoss, kl_penalty, optimize
 if TYPE_CHECKING:
     from tinker import types
 
-    from ..inference._chat import ChatTokenizer
-    from ..inference.server import InferenceServer
+    from ..inference.chat import ChatTokenizer
     from .datums import Batch
     from .engine import TinkerSamplingEngine
 
@@ -87,21 +86,12 @@ _LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
 
 
 @attrs.define
-class _Serving:
-    tokenizer: str
-    engine: TinkerSamplingEngine
-    server: InferenceServer
-    base_url: str
-    names: set[str] = attrs.field(factory=set)
-
-
-@attrs.define
 class _Run:
     spec: ModelSpec
     model_dir: Path
     record: RunRecord
     training: TrainingClientLike | None
-    serving: _Serving | None  # None when the backend serves nothing (serve=False)
+    serving: Serving | None  # None when the backend serves nothing (serve=False)
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     references: dict[str, SamplingClientLike] = attrs.field(factory=dict)
 
@@ -162,19 +152,16 @@ class TinkerBackend(BackendTrainEntry):
         self._adam_eps = adam_eps
         self._weight_decay = weight_decay
         self._timeout_s = timeout_s
-        self._inference_key = inference_api_key
         self._serve = serve
         self._service_client: ServiceClientLike | None = None
         self._rest_client: RestClientLike | None = None
-        self._runs: dict[RunRef, _Run] = {}
-        self._servings: list[_Serving] = []
+        self._runs: RunTable[_Run] = RunTable("TinkerBackend")
+        self._pool = ServingPool("TinkerBackend", api_key=inference_api_key, extra="tinker")
         self._chats: dict[str, ChatTokenizer] = {}
-        self._register_lock: asyncio.Lock | None = None
-        self._closed = False
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        # No `export`: the weights live in the Tinker service (see export_unsupported_hint).
+        # No `export`: the weights live in the Tinker service, not in files arthex can read.
         lacking = {str(Capability.EXPORT)}
         if not self._serve:
             lacking.add(str(Capability.INFERENCE))
@@ -186,26 +173,15 @@ class TinkerBackend(BackendTrainEntry):
         """Open the run on Tinker: resume it from its newest saved state when the model
         directory has a record, else create a LoRA training client and save step 0; then
         serve the latest step."""
-        if self._closed:
-            raise BackendError("this TinkerBackend is closed; create a new one")
+        self._runs.check_open()
         if not model.trainable:
             return None
         if not model.base_model:
             raise InvalidInputError(
                 f"model {model.run} has no base_model; TinkerBackend needs a model Tinker serves"
             )
-        if self._register_lock is None:
-            self._register_lock = asyncio.Lock()
-        async with self._register_lock:
-            run = self._runs.get(model.run)
-            if run is None:
-                run = await self._open_run(model)
-                self._runs[model.run] = run
-            if run.serving is None:
-                return None
-            return InferenceEndpoint(
-                base_url=run.serving.base_url, api_key=self._key(), model_name=model.run.name
-            )
+        run = await self._runs.open(model.run, lambda: self._open_run(model))
+        return None if run.serving is None else self._pool.endpoint(run.serving, model.run)
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
         assert spec.base_model is not None
@@ -297,15 +273,10 @@ class TinkerBackend(BackendTrainEntry):
 
     async def close(self) -> None:
         """Stop serving and finish the Tinker session; the records and checkpoints stay."""
-        if self._closed:
+        if self._runs.closed:
             return
-        self._closed = True
-        servings, self._servings = self._servings, []
-        self._runs.clear()
-        for serving in servings:
-            with contextlib.suppress(Exception):
-                await serving.server.stop()
-            await serving.engine.close()
+        self._runs.close()
+        await self._pool.close()
         service, self._service_client = self._service_client, None
         if service is not None:
             try:
@@ -412,20 +383,14 @@ class TinkerBackend(BackendTrainEntry):
     ) -> AsyncIterator[Mapping[str, float]]:
         """Fine-tune with Tinker's cross_entropy loss (sft.py), then save and serve step N+1
         like `train`; a failure or an early stop resumes from the record next time."""
-        from ..inference.sft_tokens import tokenize_conversations
-        from .sft import batch_sequences, fine_tune
+        from ..inference.sft_tokens import prepare
+        from .sft import fine_tune
 
         state = self._require(run)
-        plan = config.plan(len(conversations))
+        config.plan(len(conversations))  # bad input fails before the tokenizer is loaded
         chat = await self._chat(state)
-        data = await asyncio.to_thread(
-            tokenize_conversations,
-            chat,
-            conversations,
-            config.assistant_turns,
-            chat.context_limit or sys.maxsize,
-        )
-        batches = batch_sequences(plan, data)
+        limit = chat.context_limit or sys.maxsize
+        data = await asyncio.to_thread(prepare, chat, conversations, config, limit)
 
         def adam(rate: float) -> types.AdamParams:
             return self._adam(rate, config.max_grad_norm)
@@ -433,9 +398,7 @@ class TinkerBackend(BackendTrainEntry):
         async with state.lock:
             training = await self._training_client(state)
             try:
-                async for metrics in fine_tune(
-                    training, batches, adam, conversations, data.dropped, self._timeout_s
-                ):
+                async for metrics in fine_tune(training, data, adam, self._timeout_s):
                     yield metrics
                 await self._save_next(state, training)
             except BaseException:
@@ -445,7 +408,7 @@ class TinkerBackend(BackendTrainEntry):
 
     async def _chat(self, state: _Run) -> ChatTokenizer:
         """The chat tokenizer SFT targets are rendered with (the one the server renders with)."""
-        from ..inference._chat import ChatTokenizer
+        from ..inference.chat import ChatTokenizer
 
         assert state.spec.base_model is not None
         source = self._tokenizer or state.spec.base_model
@@ -497,7 +460,7 @@ class TinkerBackend(BackendTrainEntry):
                 for name in state.serving.engine.served_models():
                     step = name.rpartition("@")[2]
                     if name.startswith(f"{state.spec.run.name}@") and int(step) > state.record.step:
-                        state.serving.engine.unload(name)
+                        await state.serving.engine.unload(name)
                 await self._serve_step(state, state.record.step)
         return state.training
 
@@ -547,9 +510,8 @@ class TinkerBackend(BackendTrainEntry):
             finally:
                 state.record = record.replacing(updated)
                 await asyncio.to_thread(write_record, state.model_dir, state.record)
-                for step in deleted:
-                    if state.serving is not None:
-                        state.serving.engine.unload(run.inference_name(step))
+                if state.serving is not None:
+                    await self._pool.unserve_steps(state.serving, run, deleted)
             return sorted(deleted)
 
     async def _delete_path(self, path: str) -> None:
@@ -565,51 +527,35 @@ class TinkerBackend(BackendTrainEntry):
 
     # --- serving ------------------------------------------------------------------------
 
-    async def _serving_for(self, spec: ModelSpec) -> _Serving:
+    async def _serving_for(self, spec: ModelSpec) -> Serving:
         assert spec.base_model is not None
         tokenizer = self._tokenizer or spec.base_model
-        name = spec.run.name
-        for serving in self._servings:
-            if serving.tokenizer == tokenizer and name not in serving.names:
-                serving.names.add(name)
-                return serving
-        try:
-            from ..inference.server import InferenceServer
-            from .engine import TinkerSamplingEngine
-        except ImportError as exc:
-            raise MissingExtraError(exc.name or "fastapi", "tinker") from exc
-        engine = TinkerSamplingEngine(tokenizer, timeout_s=self._timeout_s)
-        await engine.start()
-        server = InferenceServer(engine, api_key=self._key())
-        try:
-            base_url = await server.start()
-        except BaseException:
-            await engine.close()
-            raise
-        serving = _Serving(tokenizer=tokenizer, engine=engine, server=server, base_url=base_url)
-        serving.names.add(name)
-        self._servings.append(serving)
-        return serving
+
+        def make_engine() -> TinkerSamplingEngine:
+            try:
+                from .engine import TinkerSamplingEngine
+            except ImportError as exc:
+                raise MissingExtraError(exc.name or "fastapi", "tinker") from exc
+            return TinkerSamplingEngine(
+                tokenizer, timeout_s=self._timeout_s, open_sampler=self._open_sampler
+            )
+
+        return await self._pool.serving_for(tokenizer, spec.run.name, make_engine)
+
+    async def _open_sampler(self, path: str) -> SamplingClientLike:
+        return await call(
+            f"creating a sampling client for {path}",
+            self._timeout_s,
+            self._service().create_sampling_client,
+            model_path=path,
+        )
 
     async def _serve_step(self, state: _Run, step: int) -> None:
         if state.serving is None:
             return
         checkpoint = state.record.checkpoint(step)
         assert checkpoint is not None and checkpoint.sampler_path is not None
-        try:
-            client = await call(
-                f"creating a sampling client for {checkpoint.sampler_path}",
-                self._timeout_s,
-                self._service().create_sampling_client,
-                model_path=checkpoint.sampler_path,
-            )
-        except BackendError as exc:
-            raise BackendError(
-                f"step {step} of {state.spec.run} is saved but cannot be served: {exc}"
-            ) from exc
-        name = state.spec.run.inference_name(step)
-        state.serving.engine.serve(name, client)
-        state.serving.engine.alias(state.spec.run.name, name)
+        await self._pool.serve_step(state.serving, state.spec.run, step, checkpoint.sampler_path)
 
     # --- internals ----------------------------------------------------------------------
 
@@ -633,19 +579,7 @@ class TinkerBackend(BackendTrainEntry):
         return self._clients
 
     def _require(self, run: RunRef) -> _Run:
-        state = self._runs.get(run)
-        if state is None:
-            raise NotRegisteredError(
-                f"model {run} is not registered with this TinkerBackend; call "
-                "`await model.register(backend)` first"
-            )
-        return state
-
-    def _key(self) -> str:
-        if self._inference_key is None:
-            # A loopback server is still reachable by every local user: never leave it open.
-            self._inference_key = secrets.token_urlsafe(24)
-        return self._inference_key
+        return self._runs.require(run)
 
 
 if TYPE_CHECKING:

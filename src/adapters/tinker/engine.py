@@ -9,28 +9,34 @@ sampler weights); names are added by the backend as steps are saved.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BackendError, InvalidInputError
-from ..inference._chat import ChatTokenizer
-from ..inference._served import ServedNames
+from ..inference.chat import ChatTokenizer
 from ..inference.engine import FinishReason, Sample, SamplingParams, UnknownModelError
+from ..inference.served import ServedNames
 from .clients import SamplingClientLike, call
 
 if TYPE_CHECKING:
-    from ..inference.engine import SamplingEngine
+    from ..inference.engine import ServingEngine
 
-MAX_SAMPLES_PER_REQUEST = 256
 UNBOUNDED_CONTEXT = 1 << 30
 
 
 class TinkerSamplingEngine(ServedNames[SamplingClientLike]):
     """Serve names backed by tinker sampling clients; `await start()` loads the tokenizer."""
 
-    def __init__(self, tokenizer: str, *, timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: str,
+        *,
+        timeout_s: float | None = None,
+        open_sampler: Callable[[str], Awaitable[SamplingClientLike]] | None = None,
+    ) -> None:
         self.tokenizer_source = tokenizer
         self.timeout_s = timeout_s
+        self._open_sampler = open_sampler
         self._chat: ChatTokenizer | None = None
         self._served: dict[str, SamplingClientLike] = {}
         self._aliases: dict[str, str] = {}
@@ -49,6 +55,14 @@ class TinkerSamplingEngine(ServedNames[SamplingClientLike]):
 
     # names -------------------------------------------------------------------------------
 
+    async def load(self, name: str, source: str | None, /) -> None:
+        """Serve `name` from the sampler weights at `source` (a `tinker://` path)."""
+        if source is None or self._open_sampler is None:
+            raise InvalidInputError(
+                f"{name!r}: a Tinker engine serves saved sampler weights; give their path"
+            )
+        self.serve(name, await self._open_sampler(source))
+
     def serve(self, name: str, client: SamplingClientLike) -> None:
         """Serve `name` from `client` (replacing what it served)."""
         self._aliases.pop(name, None)
@@ -63,7 +77,7 @@ class TinkerSamplingEngine(ServedNames[SamplingClientLike]):
         self._served.pop(name, None)
         self._aliases[name] = resolved
 
-    def unload(self, name: str) -> None:
+    async def unload(self, name: str, /) -> None:
         self._served.pop(name, None)
         self._aliases.pop(name, None)
         self._forget_aliases_of(name)
@@ -75,10 +89,7 @@ class TinkerSamplingEngine(ServedNames[SamplingClientLike]):
     ) -> list[Sample]:
         from tinker import types
 
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES_PER_REQUEST:
-            raise InvalidInputError(f"n must be in 1..{MAX_SAMPLES_PER_REQUEST}, got {n!r}")
-        if self._closed:
-            raise BackendError("the Tinker sampling engine was closed")
+        self._admit(n)
         client = self._resolve(model)
         prompt = self._chat_for(model).check_prompt(prompt_token_ids, self._context_length)
         sampling = types.SamplingParams(
@@ -121,4 +132,4 @@ def _sample(sequence: Any, top_k: int, model: str) -> Sample:
 
 
 if TYPE_CHECKING:
-    _fits: type[SamplingEngine] = TinkerSamplingEngine
+    _fits: type[ServingEngine] = TinkerSamplingEngine

@@ -1,17 +1,17 @@
 """Supervised fine-tuning on Tinker: one `forward_backward` with the `cross_entropy` loss and one
 `optim_step` per planned batch.
 
-The conversations are tokenized here, with the chat template the inference server renders
-prompts with (inference/sft_tokens.py); each sequence becomes one `Datum` with
+The conversations are tokenized with the chat template the inference server renders prompts
+with (inference/sft_tokens.py); each sequence becomes one `Datum` with
 
     model_input   = tokens[:-1]
     target_tokens = tokens[1:]
     weights       = target[1:] / (the batch's target tokens)
 
 so Tinker's summed loss, `-Σ logprob·weight`, is the batch's mean token cross-entropy (ART's
-normalisation, and the local backend's). Every batch's two requests are submitted before any
-is awaited: the service runs one training client's requests in order, so the whole call costs
-about one round of waiting, and each batch's metrics are yielded as its step finishes.
+normalisation, and the local backend's). Batches are submitted up to MAX_IN_FLIGHT ahead of
+the one awaited: the service runs one training client's requests in order, so it never waits
+on a round trip between batches, and each batch's metrics are yielded as its step finishes.
 
 Tinker keeps one Adam state per training run, so unlike the local backend the optimizer state
 carries over between RL and SFT steps; weight decay and betas are the backend's.
@@ -20,17 +20,20 @@ carries over between RL and SFT steps; weight decay and betas are the backend's.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...core.sft import Conversation, PlannedBatch, step_metrics
-from ..inference.sft_tokens import SFTSequence, TokenizedData
+from ...core.sft import step_metrics
+from ..inference.sft_tokens import SFTData, SFTSequence
 from .clients import TrainingClientLike, finish, submit
 
 if TYPE_CHECKING:
     from tinker import types
+
+MAX_IN_FLIGHT = 8  # batches submitted ahead: the service stays busy, a long call stays bounded
 
 
 def datums(sequences: Sequence[SFTSequence]) -> list[types.Datum]:
@@ -55,51 +58,40 @@ def datums(sequences: Sequence[SFTSequence]) -> list[types.Datum]:
     return out
 
 
-def batch_sequences(
-    plan: Sequence[PlannedBatch], data: TokenizedData
-) -> list[tuple[list[SFTSequence], float]]:
-    """The planned batches' sequences and rates; batches with no target left are skipped."""
-    out = []
-    for planned in plan:
-        sequences = [s for i in planned.items for s in (data.sequences[i] or ())]
-        if sum(s.num_targets for s in sequences):
-            out.append((sequences, planned.learning_rate))
-    return out
-
-
 async def fine_tune(
     training: TrainingClientLike,
-    batches: Sequence[tuple[list[SFTSequence], float]],
+    data: SFTData,
     adam: Callable[[float], types.AdamParams],
-    conversations: Sequence[Conversation],
-    dropped: int,
     timeout_s: float | None,
 ) -> AsyncIterator[dict[str, float]]:
-    """Submit every batch's forward_backward and optim_step, then yield each step's metrics
-    in order as it finishes."""
-    submitted: list[
-        tuple[Awaitable[types.ForwardBackwardOutput], Awaitable[types.OptimStepResponse]]
-    ] = []
-    for sequences, rate in batches:
-        backward = await submit(
-            "forward_backward (cross_entropy)",
-            training.forward_backward,
-            datums(sequences),
-            "cross_entropy",
+    """Submit the batches' forward_backward and optim_step requests, up to MAX_IN_FLIGHT
+    batches ahead of the one awaited, and yield each step's metrics in order as it finishes."""
+    pending: deque[tuple[Awaitable[Any], Awaitable[Any], float]] = deque()
+    upcoming = iter(data.batches)
+    while True:
+        while len(pending) < MAX_IN_FLIGHT and (batch := next(upcoming, None)) is not None:
+            backward = await submit(
+                "forward_backward (cross_entropy)",
+                training.forward_backward,
+                datums(batch.sequences),
+                "cross_entropy",
+            )
+            stepped = await submit("optim_step", training.optim_step, adam(batch.learning_rate))
+            pending.append((backward, stepped, batch.learning_rate))
+        if not pending:
+            return
+        backward, stepped, rate = pending.popleft()
+        output: types.ForwardBackwardOutput = await finish(
+            "forward_backward (cross_entropy)", backward, timeout_s
         )
-        stepped = await submit("optim_step", training.optim_step, adam(rate))
-        submitted.append((backward, stepped))
-    total = sum(s.num_targets for sequences, _ in batches for s in sequences)
-    for (backward, stepped), (_, rate) in zip(submitted, batches, strict=True):
-        output = await finish("forward_backward (cross_entropy)", backward, timeout_s)
-        optimizer = await finish("optim_step", stepped, timeout_s)
+        optimizer: types.OptimStepResponse = await finish("optim_step", stepped, timeout_s)
         extra = {**output.metrics, **(optimizer.metrics or {})}
         yield step_metrics(
             loss=float(output.metrics.get("loss:sum", math.nan)),
             grad_norm=float(extra.get("grad_norm", math.nan)),
             learning_rate=rate,
-            conversations=len(conversations),
-            trainable_tokens=total,
-            dropped=dropped,
-            gradient_steps=len(batches),
+            conversations=data.conversations,
+            trainable_tokens=data.num_targets,
+            dropped=data.dropped,
+            gradient_steps=len(data.batches),
         )

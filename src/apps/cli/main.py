@@ -1,6 +1,6 @@
 """The `arthex` command: the app, built from one module per command group.
 
-    arthex demo | version | history | plot | trajectories | runs | prune | serve
+    arthex demo | version | history | plot | trajectories | runs | prune | export | serve
 
 Each command imports what it needs (polars, matplotlib, rich, the server) inside its body,
 so `arthex --help` stays quick. common.py holds how commands name a model and report
@@ -51,6 +51,7 @@ app.command(cls=Command)(plot.plot)
 app.command(cls=Command)(trajectories.trajectories)
 app.command(cls=Command)(runs.runs)
 app.command(cls=Command)(prune.prune)
+app.command(cls=Command)(run.export)
 
 
 def command() -> Any:

@@ -1,4 +1,4 @@
-"""`arthex demo` and `arthex version` (also `arthex --version`)."""
+"""`arthex demo`, `arthex export` and `arthex version` (also `arthex --version`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,19 @@ from typing import Any
 
 import typer
 
+from ...adapters.layout import run_label
+from .common import (
+    BASE_PATH_OPT,
+    NAME_OPT,
+    ONLY_ONE,
+    PROJECT_OPT,
+    UsageError,
+    fail,
+    model_argument,
+    one_line_errors,
+    resolve_model,
+)
+
 
 def demo(
     base_path: Path = typer.Option(
@@ -15,26 +28,92 @@ def demo(
     ),
     steps: int | None = typer.Option(
         None,
-        min=3,
+        min=1,
         metavar="N",
-        help="Training steps. Default: the demo's own (20).",
+        help="RL steps. Default: 20 (5 with --sft); at least 3 without --sft.",
         show_default=False,
     ),
     seed: int = typer.Option(0, metavar="SEED", help="Random seed."),
     pipeline: bool = typer.Option(
         False, "--pipeline", help="Sample the next steps' rollouts while a step trains."
     ),
+    sft: bool = typer.Option(
+        False,
+        "--sft",
+        help="The whole life instead: SFT warm start, a few RL steps (--steps), export, and a "
+        "load of the export with plain transformers.",
+    ),
 ) -> None:
     """Train the tiny model with RL on CPU; watch its reward rise.
 
     Prints one line per step of the history: the reward of the rollouts logged at step N,
     then the loss of the update that made step N+1 (or why it had nothing to train)."""
-    from ..demo import run_demo
+    from ..demo import SFT_RL_STEPS, run_demo, run_sft_demo
 
+    with one_line_errors():
+        if sft and pipeline:
+            raise UsageError("--sft and --pipeline are two different demos; pass one of them")
+        if not sft and steps is not None and steps < 3:
+            raise UsageError(f"the demo needs at least 3 steps to compare, got --steps {steps}")
+    if sft:
+        rl_steps = SFT_RL_STEPS if steps is None else steps
+        asyncio.run(run_sft_demo(base_path=str(base_path), seed=seed, rl_steps=rl_steps))
+        return
     kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
     asyncio.run(  # prints its summary
         run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
     )
+
+
+def export(
+    model: str | None = model_argument(ONLY_ONE),
+    out: Path = typer.Option(
+        ..., "--out", metavar="DIR", help="The new (or empty) folder to write.", show_default=False
+    ),
+    export_format: str = typer.Option(
+        "merged",
+        "--format",
+        metavar="merged|peft",
+        help="merged: a Hugging Face model directory; peft: the LoRA adapter directory.",
+    ),
+    step: int | None = typer.Option(
+        None,
+        "--step",
+        min=0,
+        metavar="STEP",
+        help="The history's step to export. Default: the latest.",
+        show_default=False,
+    ),
+    dtype: str | None = typer.Option(
+        None,
+        metavar="DTYPE",
+        help="float32, bfloat16 or float16 for merged weights. Default: the base model's.",
+        show_default=False,
+    ),
+    base_path: Path = BASE_PATH_OPT,
+    project: str | None = PROJECT_OPT,
+    name: str | None = NAME_OPT,
+) -> None:
+    """Export a step of a LocalBackend run in a standard format.
+
+    The merged folder loads with plain transformers (AutoModelForCausalLM.from_pretrained) and
+    holds the base model's tokenizer files, byte for byte, chat template included."""
+    with one_line_errors():
+        if export_format not in ("merged", "peft"):
+            raise UsageError(f"--format must be merged or peft, got {export_format!r}")
+        path = resolve_model(model, base_path, project, name, guess=False)
+        try:
+            from ...adapters.local.export import export_checkpoint
+        except ImportError as error:
+            fail(f'export needs its extra: pip install "arthex[local]" ({error})')
+        written = export_checkpoint(
+            path,
+            out,
+            step=step,
+            format="peft" if export_format == "peft" else "merged",
+            dtype=dtype,
+        )
+    typer.echo(f"exported {run_label(path)} ({export_format}) to {written}")
 
 
 def print_version() -> None:

@@ -129,10 +129,28 @@ def _print_trajectory(out: Console, t: int, trajectory: Trajectory, max_chars: i
     if trajectory.tools:
         names = [str((tool.get("function") or tool).get("name", "?")) for tool in trajectory.tools]
         out.print(Text(f"    tools: {', '.join(names)}", style="dim"))
+    if trajectory.exchanges:
+        _print_captured(out, trajectory, max_chars)
+        return
     _print_messages(out, trajectory.messages_and_choices, max_chars, indent="    ")
     for h, extra in enumerate(trajectory.additional_histories):
         out.print(Text(f"    additional history {h}:", style="dim"))
         _print_messages(out, extra.messages_and_choices, max_chars, indent="      ")
+
+
+def _print_captured(out: Console, trajectory: Trajectory, max_chars: int) -> None:
+    """A captured trajectory: its recorded calls, as the conversations they form."""
+    from rich.text import Text
+
+    from ...core.capture.conversations import conversations
+
+    calls = len(trajectory.exchanges)
+    flag = ", incomplete" if trajectory.incomplete else ""
+    out.print(Text(f"    captured: {calls} call{'' if calls == 1 else 's'}{flag}", style="dim"))
+    for c, conversation in enumerate(conversations(trajectory)):
+        if c:
+            out.print(Text(f"    conversation {c}:", style="dim"))
+        _print_messages(out, list(conversation.messages), max_chars, indent="    ")
 
 
 def _print_messages(out: Console, items: Sequence[Any], max_chars: int, *, indent: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from starlette.responses import JSONResponse, Response
 
     from .handlers import Handler
+
+    ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 __all__ = ["create_app"]
 
@@ -94,10 +96,10 @@ def create_app(
                 audit.close()
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    _install_error_handlers(app, service)
+    unexpected = _install_error_handlers(app, service)
     routes = Handlers(service, lambda: clients[0]).routes()
     for method, path, handler in routes:
-        _mount(app, method, path, handler)
+        _mount(app, method, path, handler, unexpected)
     metrics = ServerMetrics(
         jobs_running=lambda: service.runner.running,
         jobs_queued=lambda: service.runner.queued,
@@ -119,18 +121,30 @@ def create_app(
     )
 
 
-def _mount(app: FastAPI, method: str, path: str, handler: Handler) -> None:
+def _mount(
+    app: FastAPI, method: str, path: str, handler: Handler, unexpected: ErrorHandler
+) -> None:
+    """Mount a handler. An exception no handler maps is answered here (500, logged,
+    scrubbed): left to Starlette's last-resort middleware it would be re-raised after the
+    answer, and the server would drop the kept-alive connection with it."""
+    from starlette.exceptions import HTTPException
     from starlette.responses import JSONResponse, Response
 
     async def endpoint(request: Request) -> Response:
-        result = await handler(request)
+        try:
+            result = await handler(request)
+        except (ArthexError, HTTPException):
+            raise  # mapped by the exception handlers
+        except Exception as exc:
+            return await unexpected(request, exc)
         return result if isinstance(result, Response) else JSONResponse(result)
 
     app.add_route(path, endpoint, methods=[method])
 
 
-def _install_error_handlers(app: FastAPI, service: TrainingService) -> None:
-    """Map errors to statuses; anything unexpected is logged and scrubbed."""
+def _install_error_handlers(app: FastAPI, service: TrainingService) -> ErrorHandler:
+    """Map errors to statuses; anything unexpected is logged and scrubbed. Returns the
+    handler of the unexpected."""
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException
     from starlette.responses import JSONResponse
@@ -173,3 +187,4 @@ def _install_error_handlers(app: FastAPI, service: TrainingService) -> None:
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unexpected)
+    return unexpected

@@ -39,7 +39,15 @@ from .keys import KeyRing
 from .limits import ServerLimits
 from .ratelimit import TokenBuckets
 
-__all__ = ["AUDIT_SCOPE_KEY", "TENANT_SCOPE_KEY", "ASGIApp", "Guard", "bearer_token", "send_json"]
+__all__ = [
+    "AUDIT_SCOPE_KEY",
+    "TENANT_SCOPE_KEY",
+    "ASGIApp",
+    "Guard",
+    "identify",
+    "send_json",
+    "send_unauthorized",
+]
 
 TENANT_SCOPE_KEY = "arthex.tenant"
 AUDIT_SCOPE_KEY = "arthex.audit"  # what a handler tells the audit log (model and job ids)
@@ -69,25 +77,15 @@ class Guard:
         if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
-        if len(scope.get("headers", ())) > self.limits.max_headers:
-            message = (
-                f"the request has more headers than this server accepts "
-                f"({self.limits.max_headers}); send fewer"
-            )
+        refusal = self._head_refusal(scope)
+        if refusal is not None:
             await send_json(
-                send, 431, error_body(431, message, HEADERS_TOO_LARGE), [(b"connection", b"close")]
+                send, 431, error_body(431, refusal, HEADERS_TOO_LARGE), [(b"connection", b"close")]
             )
             return
-        token = bearer_token(scope)
-        identity = self.keys.identify(token) if token is not None else None
+        identity = identify(scope, self.keys)
         if identity is None:
-            message = "missing or wrong API key; send 'Authorization: Bearer <key>'"
-            await send_json(
-                send,
-                401,
-                error_body(401, message, AUTHENTICATION_ERROR),
-                [(b"www-authenticate", b"Bearer")],
-            )
+            await send_unauthorized(send, "API key", "<key>")
             return
         tenant, key_digest = identity
         scope[TENANT_SCOPE_KEY] = tenant
@@ -110,6 +108,26 @@ class Guard:
             scope.pop(BODY_SCOPE_KEY, None)
             body.close()
 
+    def _head_refusal(self, scope: Scope) -> str | None:
+        """Why the request head is refused, if it is. The protocol refuses a head that grows
+        past the cap while it arrives; one that arrived whole in a single read is measured
+        here, as it was sent (request line, `name: value` lines, line ends)."""
+        headers = scope.get("headers", ())
+        if len(headers) > self.limits.max_headers:
+            return (
+                f"the request has more headers than this server accepts "
+                f"({self.limits.max_headers}); send fewer"
+            )
+        target = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b"")) + 1
+        size = len(str(scope.get("method", ""))) + target + 12
+        size += sum(len(name) + len(value) + 4 for name, value in headers) + 2
+        if size > self.limits.max_header_bytes:
+            return (
+                f"the request line and headers are larger than this server accepts "
+                f"({self.limits.max_header_bytes} bytes); send smaller headers"
+            )
+        return None
+
     async def _rate_limited(self, send: Send, wait: float) -> None:
         self.on_rate_limited()
         message = (
@@ -129,6 +147,22 @@ class Guard:
         await send_json(
             send, 413, error_body(413, message, REQUEST_TOO_LARGE), [(b"connection", b"close")]
         )
+
+
+def identify(scope: Scope, keys: KeyRing | None) -> tuple[str, bytes] | None:
+    """(name, key digest) of the request's bearer key in `keys`, or None."""
+    token = bearer_token(scope)
+    return keys.identify(token) if token is not None and keys is not None else None
+
+
+async def send_unauthorized(send: Send, what: str, placeholder: str) -> None:
+    message = f"missing or wrong {what}; send 'Authorization: Bearer {placeholder}'"
+    await send_json(
+        send,
+        401,
+        error_body(401, message, AUTHENTICATION_ERROR),
+        [(b"www-authenticate", b"Bearer")],
+    )
 
 
 def bearer_token(scope: Scope) -> str | None:

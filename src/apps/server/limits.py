@@ -65,7 +65,8 @@ class ServerLimits:
     - `max_header_bytes`, `max_headers`: the request line and headers together, and their
       count; above either, 431 before authentication, without buffering the excess.
     - `rate_per_s`, `rate_burst`: each API key's token bucket (`rate_per_s` 0 = no rate
-      limit); an empty bucket answers 429 with Retry-After.
+      limit); an empty bucket answers 429 with Retry-After. Rollouts sampled through the
+      proxy count, so the default leaves room for a few dozen concurrent rollout workers.
     - `max_jobs_per_tenant`: one tenant's training jobs at once, queued ones included
       (0 = no limit); 429 above it.
     - `max_models_per_tenant`: models one tenant may register (0 = no limit); 429 above it.
@@ -82,8 +83,8 @@ class ServerLimits:
     spool_threshold_bytes: int = attrs.field(default=1 * MIB, validator=_check)
     max_header_bytes: int = attrs.field(default=64 * KIB, validator=_check)
     max_headers: int = attrs.field(default=100, validator=_check)
-    rate_per_s: float = attrs.field(default=20.0, validator=_check)
-    rate_burst: int = attrs.field(default=100, validator=_check)
+    rate_per_s: float = attrs.field(default=100.0, validator=_check)
+    rate_burst: int = attrs.field(default=200, validator=_check)
     max_jobs_per_tenant: int = attrs.field(default=4, validator=_check)
     max_models_per_tenant: int = attrs.field(default=100, validator=_check)
     max_checkpoint_bytes_per_tenant: int = attrs.field(default=0, validator=_check)

@@ -6,9 +6,11 @@
 Routes (every one needs `Authorization: Bearer <key>`; a key is a tenant, see keys.py):
 
     GET    /preview/backend                        the backend's name and capabilities
-    POST   /preview/models                         {project, name, base_model, config} -> model
+    POST   /preview/models                         {project, name, base_model, config, lease}
     GET    /preview/models                         the tenant's models
     GET    /preview/models/{id}                    one model
+    PUT    /preview/models/{id}/lease              {id, holder}: take or renew the trainer lease
+    DELETE /preview/models/{id}/lease              give the lease back (X-Arthex-Lease)
     GET    /preview/models/{id}/checkpoints        {data: [{step}], step: newest}
     DELETE /preview/models/{id}/checkpoints        {steps: [to delete]} (never the newest)
     POST   /preview/training-jobs                  {model_id, trajectory_groups, config} -> job
@@ -18,9 +20,16 @@ Routes (every one needs `Authorization: Bearer <key>`; a key is a tenant, see ke
     GET    /v1/models, POST /v1/chat/completions   OpenAI-compatible proxy to the backend
     GET    /v1/projects/{project}/models, POST /v1/projects/{project}/chat/completions
 
+And two for operators: `GET /healthz` (no key; says only that the server lives) and
+`GET /metrics` (an admin key from `--admin-keys`; Prometheus text format).
+
 Statuses: 400 bad JSON, 401 bad key, 404 unknown (or another tenant's) model or job, 409 the
-model is training, 413 body too large, 422 invalid input, 501 capability the backend lacks.
-State under `--state-dir`: `registry.json`, `jobs/{id}/events.jsonl`, `backend/` (checkpoints).
+model is training (`model_busy`) or another client trains it (`run_busy`), 413 body too
+large, 422 invalid input, 429 rate limit (with Retry-After) or a model/job quota, 431 request
+head too large, 501 capability the backend lacks, 507 checkpoint storage quota. State under
+`--state-dir`: `registry.json`, `server-secret`, `leases.json`, `audit.jsonl*`,
+`jobs/{id}/events.jsonl`, `tmp/` (spooled bodies), `backend/` (checkpoints). Options:
+options.py; limits and their defaults: limits.py.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...adapters.inference.asgi import ASGIApp, Message, Receive, Scope, Send
-from ...adapters.serverless.wire import AUTHENTICATION_ERROR, INVALID_REQUEST, error_body
+from ...adapters.serverless.wire import INVALID_REQUEST, error_body
 from .audit import AuditLog
-from .guard import AUDIT_SCOPE_KEY, TENANT_SCOPE_KEY, bearer_token, send_json
+from .guard import AUDIT_SCOPE_KEY, TENANT_SCOPE_KEY, identify, send_json, send_unauthorized
 from .keys import KeyRing
 from .metrics import ServerMetrics
 
@@ -120,20 +120,9 @@ class Observer:
         return 200
 
     async def _metrics(self, scope: Scope, method: str, send: Send) -> None:
-        token = bearer_token(scope)
-        found = (
-            self.admin_keys.identify(token)
-            if token is not None and self.admin_keys is not None
-            else None
-        )
+        found = identify(scope, self.admin_keys)
         if found is None:
-            message = "missing or wrong admin key; send 'Authorization: Bearer <admin key>'"
-            await send_json(
-                send,
-                401,
-                error_body(401, message, AUTHENTICATION_ERROR),
-                [(b"www-authenticate", b"Bearer")],
-            )
+            await send_unauthorized(send, "admin key", "<admin key>")
             return
         scope[TENANT_SCOPE_KEY] = f"admin:{found[0]}"
         if method != "GET":

@@ -9,8 +9,8 @@ The backend's inference server is shared by every tenant, and its errors may lis
 name it serves (its 404 for an unknown name does). An upstream error therefore never reaches
 the tenant as is: a 404 becomes the proxy's own message, which names only what the tenant
 asked for, and any other error keeps its message only when, after the tenant's own id is
-renamed, no other model id is left in it. Successful bodies get the same renaming, and any
-other id in them is hidden.
+renamed, no other model id is left in it. Successful bodies are the tenant's own completions:
+only its id is renamed (hiding every id-shaped string would also rewrite generated text).
 """
 
 from __future__ import annotations
@@ -33,15 +33,10 @@ UPSTREAM_TIMEOUT_S = 1200.0
 
 
 _ANY_MODEL_ID = re.compile(r"m[0-9a-f]{24}")
-HIDDEN = "<hidden>"
 
 
 def _rename(text: str, record: ModelRecord) -> str:
-    """The tenant's view of upstream text: its model's id becomes its name, and any other
-    model's id is hidden."""
-    return _ANY_MODEL_ID.sub(
-        lambda match: record.name if match.group(0) == record.id else HIDDEN, text
-    )
+    return text.replace(record.id, record.name)
 
 
 def _upstream_error(status: int, content: bytes, record: ModelRecord, requested: str) -> Response:
@@ -53,7 +48,7 @@ def _upstream_error(status: int, content: bytes, record: ModelRecord, requested:
     except ValueError:
         payload = None
     message, kind, param = wire.error_message(payload)
-    own = message.replace(record.id, record.name)
+    own = _rename(message, record)
     if status == 404:
         message = (
             f"model {requested!r} is not served right now; GET /v1/models lists the names "

@@ -3,8 +3,9 @@ training jobs, and find the inference endpoint behind a served name.
 
 It turns a tenant's `project/name` into the backend's `RunRef(tenant, model_id)`, registers
 models with the backend lazily (after a restart, on first use), allows one job per model at a
-time, and records every job's events durably. Errors are ArthexError subclasses; the HTTP
-layer maps them to statuses.
+time and one trainer per model (leases.py), checks the tenant's quotas (quotas.py) before
+anything is written, and hands admitted jobs to the runner (runner.py), which records their
+events durably. Errors are ArthexError subclasses; the HTTP layer maps them to statuses.
 """
 
 from __future__ import annotations

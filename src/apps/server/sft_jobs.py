@@ -9,8 +9,9 @@ batch, and the model's step advances by one when it ends.
 
 from __future__ import annotations
 
+from ...core.conversations import Conversation, conversation_from
 from ...core.errors import InvalidInputError
-from ...core.sft import Conversation, TrainSFTConfig, conversation_from, supervised
+from ...core.sft import TrainSFTConfig, supervised
 from .jobs import JobLog
 from .service import TrainingService
 

@@ -196,7 +196,7 @@ async def capture_trajectory(
     return trajectory
 
 
-async def capture_trajectory_group(
+def capture_trajectory_group(
     rollouts: Iterable[Coroutine[Any, Any, Any]],
     *,
     reward: Reward | None = None,
@@ -204,15 +204,29 @@ async def capture_trajectory_group(
     metadata: dict[str, MetadataValue] | None = None,
     metrics: dict[str, MetricValue] | None = None,
     logs: list[str] | None = None,
-) -> TrajectoryGroup:
+) -> Coroutine[Any, Any, TrajectoryGroup]:
     """Run each rollout concurrently in its own scope: one group, trajectories in input order.
 
     A rollout that raises an `Exception` becomes an exception entry that keeps the calls it
     completed (`CapturedException.trajectory`, flagged incomplete; stored with the group and
     not trained unless `TrainConfig(train_incomplete_trajectories=True)`). Any other
-    BaseException (cancellation) cancels the rest and propagates."""
+    BaseException (cancellation) cancels the rest and propagates.
+
+    The rollouts are taken from `rollouts` now, not when the group is awaited, so a generator
+    over a loop variable captures each value as it is at the call."""
     coroutines = list(rollouts)
     _check_coroutines(coroutines, "capture_trajectory_group")
+    return _run_group(coroutines, reward, endpoints, metadata, metrics, logs)
+
+
+async def _run_group(
+    coroutines: list[Coroutine[Any, Any, Any]],
+    reward: Reward | None,
+    endpoints: Endpoints,
+    metadata: dict[str, MetadataValue] | None,
+    metrics: dict[str, MetricValue] | None,
+    logs: list[str] | None,
+) -> TrajectoryGroup:
     with no_capture():  # each rollout's own scope is its innermost; nothing leaks outward
         tasks = [
             asyncio.ensure_future(_captured(coroutine, reward, endpoints))

@@ -70,9 +70,10 @@ def token_samples(
         shared_prompt = (exchange.response.model_extra or {}).get("prompt_token_ids")
         for c, choice in enumerate(exchange.response.choices):
             here = f"{where}, call {call}, choice {c}"
-            prompt, sampled, logprobs = _choice_tokens(
-                choice, shared_prompt, here, allow_without_logprobs
-            )
+            prompt, sampled, logprobs = choice_tokens(
+                choice, here, allow_without_logprobs=allow_without_logprobs,
+                shared_prompt=shared_prompt,
+            )  # fmt: skip
             target = _longest_prefix(growing, prompt)
             if target is None:
                 target = _Growing([], [], [])
@@ -99,9 +100,12 @@ def _longest_prefix(samples: list[_Growing], prompt: list[int]) -> _Growing | No
     return best
 
 
-def _choice_tokens(
-    choice: Choice, shared_prompt: object, where: str, allow_without_logprobs: bool
+def choice_tokens(
+    choice: Choice, where: str, *, allow_without_logprobs: bool, shared_prompt: object = None
 ) -> tuple[list[int], list[int], list[float]]:
+    """(prompt ids, sampled ids, one logprob per sampled id) of a Choice, checked; NaN where a
+    logprob is unknown or not finite. `shared_prompt` is the response's `prompt_token_ids`,
+    used when the choice has none of its own (vLLM puts them on the response)."""
     extra: dict[str, Any] = choice.model_extra or {}
     prompt = extra.get("prompt_token_ids", shared_prompt)
     sampled = extra.get("token_ids")
@@ -111,9 +115,9 @@ def _choice_tokens(
             if value is None
         ]  # fmt: skip
         raise InvalidInputError(
-            f"{where} lacks {' and '.join(missing)}: the server did not return token ids. "
-            "Serve the model from an arthex backend (it always returns them) or ask vLLM for "
-            "them with return_token_ids"
+            f"{where} lacks {' and '.join(missing)}: training uses the sampler's token ids. "
+            "Sample through an arthex backend's endpoint (model.openai_client(), or any client "
+            "built from its base_url), or ask vLLM for them with return_token_ids"
         )
     prompt_ids = _ids(prompt, where, "prompt_token_ids")
     sampled_ids = _ids(sampled, where, "token_ids")
@@ -121,14 +125,14 @@ def _choice_tokens(
     if content is None or (not content and sampled_ids):
         if not allow_without_logprobs:
             raise InvalidInputError(
-                f"{where} has no token logprobs; the agent's client did not ask for them. Set "
+                f"{where} has no token logprobs; request them with logprobs=True, or set "
                 "TrainConfig(allow_training_without_logprobs=True) to train with ratio 1"
             )
         return prompt_ids, sampled_ids, [math.nan] * len(sampled_ids)
     if len(content) != len(sampled_ids):
         raise InvalidInputError(
-            f"{where} has {len(content)} token logprobs for {len(sampled_ids)} token_ids; "
-            "they must match one to one"
+            f"{where} has {len(content)} token logprobs for {len(sampled_ids)} token_ids; they "
+            "must match one to one (was the Choice edited after sampling?)"
         )
     values = [float(entry.logprob) for entry in content]
     return prompt_ids, sampled_ids, [v if math.isfinite(v) else math.nan for v in values]

@@ -2,8 +2,9 @@
 
 Before an update the pipeline saves its record with `in_flight` = the batch's scenario indices
 and the step N it trains from; `model.train` then logs the batch at (train, N), trains, and the
-backend makes step N+1 durable; the pipeline writes its metrics row at N+1 and saves the record
-again without `in_flight`. A crash can stop this anywhere. On resume, with the backend at step S:
+backend makes step N+1 durable; the pipeline writes its metrics row at N+1, and its next save
+records the update as done. A crash can stop this anywhere. On resume, with the backend at
+step S:
 
 - S == N+1: the update is durable, so the batch was trained. Its pipeline row is written if
   the crash came before it, and the batch counts as trained.

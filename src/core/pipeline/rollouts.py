@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 from ..errors import InvalidInputError
 from ..model import TrainableModel
-from ..trajectories import Trajectory, TrajectoryGroup
+from ..trajectories import Trajectory, TrajectoryGroup, trajectory_group
 
 ScenarioT = TypeVar("ScenarioT")
 ConfigT = TypeVar("ConfigT")
@@ -28,28 +27,14 @@ from split name to them."""
 
 
 def make_group_rollout_fn(single_rollout_fn: SingleRolloutFn, n: int = 4) -> RolloutFn:
-    """A RolloutFn that runs `single_rollout_fn` `n` times concurrently on one scenario.
-
-    A rollout that raises an `Exception` becomes an exception entry of the group (input order
-    is kept), as in `trajectory_group`; cancellation and other BaseExceptions propagate."""
+    """A RolloutFn that runs `single_rollout_fn` `n` times concurrently on one scenario, with
+    `trajectory_group`'s rules: order kept, a rollout that raises an `Exception` becomes an
+    exception entry of the group, cancellation and other BaseExceptions propagate."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidInputError(f"n must be an integer >= 1 (rollouts per group), got {n!r}")
 
     async def group_rollout(model: TrainableModel, scenario: Any, config: Any) -> TrajectoryGroup:
-        results = await asyncio.gather(
-            *(single_rollout_fn(model, scenario, config) for _ in range(n)),
-            return_exceptions=True,
-        )
-        items: list[Trajectory | BaseException] = []
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
-            if not isinstance(result, Trajectory | BaseException):
-                raise TypeError(
-                    f"single_rollout_fn returned {type(result).__name__}, expected a Trajectory"
-                )
-            items.append(result)
-        return TrajectoryGroup(items)
+        return await trajectory_group(single_rollout_fn(model, scenario, config) for _ in range(n))
 
     return group_rollout
 

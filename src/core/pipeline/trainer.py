@@ -3,14 +3,13 @@ crash at any point never trains a scenario twice or skips one.
 
 Three kinds of task share one event loop:
 
-- rollout workers (`num_rollout_workers`) take the next scenario, wait until the served policy
-  is fresh enough, run `rollout_fn(model, scenario, config)` and queue the group, stamped with
-  its scenario's stream index and the step it was sampled from;
-- the trainer collects `min_batch_size`..`max_batch_size` groups, discards the stale ones
-  (sampled more than `max_steps_off_policy` steps before the step being updated, time in the
-  queue included), those whose rewards are all equal and those whose rollouts all failed, and
-  runs one `model.train` on the rest while the workers keep sampling from the step it serves;
-- an evaluator runs `eval_fn(model, step, config)` on chosen steps.
+- rollout workers (`num_rollout_workers`, workers.py) take the next scenario, wait until the
+  served policy is fresh enough, run `rollout_fn(model, scenario, config)` and queue the group,
+  stamped with its scenario's stream index and the step it was sampled from;
+- the trainer (here) collects `min_batch_size`..`max_batch_size` groups, discarding the stale,
+  the equal-reward and the failed ones (batches.py), and runs one `model.train` on the rest
+  while the workers keep sampling from the step it serves;
+- an evaluator (evaluation.py) runs `eval_fn(model, step, config)` on chosen steps.
 
 The backend serves step N while N -> N+1 trains and switches to N+1 when it is durable (new
 requests get N+1, requests in flight finish on N). The off-policy correction is the loss's:
@@ -28,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,18 +35,14 @@ import attrs
 from ...ports.pipeline_state import PipelineStateStore
 from ...ports.training_backend import Capability, TrainingBackend
 from ..config import LOSSES, TrainConfig
-from ..errors import InvalidInputError, NotRegisteredError, TooManyExceptionsError
-from ..metrics import is_trainable_group, summarize
+from ..errors import InvalidInputError, NotRegisteredError
+from ..metrics import summarize
 from ..model import TrainableModel
 from ..pipeline_record import DISCARD_REASONS, InFlight, PipelineRecord
 from ..trajectories import TrajectoryGroup
-from ..validation import check_training_groups
+from .batches import BatchCollector
 from .evaluation import Evaluator
 from .measures import (
-    FINAL_STEP_KEY,
-    INITIAL_STEP_KEY,
-    STREAM_INDEX_KEY,
-    RolloutClock,
     after_update,
     before_update,
     group_tokens,
@@ -59,27 +53,11 @@ from .measures import (
 from .resume import settle
 from .rollouts import EvalFn, RolloutFn
 from .stream import ScenarioStream
+from .workers import RolloutWorkers, StepGate
 
 logger = logging.getLogger("arthex")
 
 StepCallback = Callable[[int, Mapping[str, float | None]], None]
-
-
-@attrs.frozen
-class _Sampled:
-    index: int
-    group: TrajectoryGroup
-    tokens: int
-
-
-@attrs.frozen
-class _Failed:
-    index: int
-    sampled: int
-    error: str
-
-
-_END = object()  # every worker is done: the stream is exhausted
 
 
 def _positive(name: str, value: object, *, allow_none: bool = False, least: int = 1) -> None:
@@ -179,18 +157,14 @@ class PipelineTrainer:
         )
         self._stream = ScenarioStream(scenarios)
         self._queue: asyncio.Queue[Any] = asyncio.Queue(self.queue_maxsize)
-        self._policy = asyncio.Condition()
         self._stop = asyncio.Event()
         self._save_lock = asyncio.Lock()
-        self._clock = RolloutClock()
-        self._in_use: Counter[int] = Counter()  # sampled step -> rollouts running on it
         self._evaluator: Evaluator | None = None
         self._started = False
         # the run's state, as the record will show it (set by _start)
-        self._step = 0
-        self._training_to = 0  # the step the update in progress makes (= _step when idle)
-        # groups admitted per sampled step and not yet discarded or in an update
-        self._admitted: Counter[int] = Counter()
+        self._gate: StepGate  # both made by _start, once the run's step is known
+        self._workers: RolloutWorkers
+        self._batches: BatchCollector
         self._pending: set[int] = set()
         self._discarded: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
         self._trained_groups = 0
@@ -208,7 +182,7 @@ class PipelineTrainer:
         await self._start()
         try:
             async with asyncio.TaskGroup() as tasks:
-                producer = tasks.create_task(self._produce(), name="pipeline-rollouts")
+                producer = tasks.create_task(self._workers.run(), name="pipeline-rollouts")
                 if self._evaluator is not None:
                     tasks.create_task(self._evaluator.run(), name="pipeline-eval")
                 tasks.create_task(self._train_loop(producer), name="pipeline-train")
@@ -228,6 +202,11 @@ class PipelineTrainer:
 
     async def _start(self) -> None:
         model = self.model
+        name = type(self.backend).__name__
+        self.backend.capabilities.require(Capability.TRAIN, name)  # before anything is written
+        self.backend.capabilities.require(f"loss:{self._base_config.loss_fn}", name)
+        if self._base_config.kl_penalty_coef > 0:
+            self.backend.capabilities.require(Capability.KL_PENALTY, name)
         try:
             registered = model.backend
         except NotRegisteredError:
@@ -238,17 +217,39 @@ class PipelineTrainer:
                 f"model {model.run} is registered with another backend than the one given to "
                 "the PipelineTrainer; pass the backend the model was registered with"
             )
-        name = type(self.backend).__name__
-        self.backend.capabilities.require(Capability.TRAIN, name)
-        self.backend.capabilities.require(f"loss:{self._base_config.loss_fn}", name)
-        if self._base_config.kl_penalty_coef > 0:
-            self.backend.capabilities.require(Capability.KL_PENALTY, name)
         saved = await self._state_store.load(model.run) if self.resume else None
-        record = PipelineRecord() if saved is None else saved
-        record = await settle(model, record, self._config_for, self.num_rollout_workers)
-        self._step = self._training_to = record.step
-        self._pending = set(record.pending)
-        self._discarded = {reason: set(record.discarded[reason]) for reason in DISCARD_REASONS}
+        if saved is None:  # a new stream, from the model's current step
+            record = PipelineRecord(step=await model.get_step())
+        else:
+            record = await settle(model, saved, self._config_for, self.num_rollout_workers)
+        self._gate = StepGate(
+            record.step, self.max_steps_off_policy, self.max_batch_size, self._stop
+        )
+        self._workers = RolloutWorkers(
+            model=model,
+            rollout_fn=self.rollout_fn,
+            config=self.config,
+            train_config=self._base_config,
+            stream=self._stream,
+            queue=self._queue,
+            gate=self._gate,
+            pending=self._pending,
+            stop=self._stop,
+            count=self.num_rollout_workers,
+        )
+        self._batches = BatchCollector(
+            queue=self._queue,
+            gate=self._gate,
+            pending=self._pending,
+            discarded=self._discarded,
+            stop=self._stop,
+            bound=self.max_steps_off_policy,
+            min_batch=self.min_batch_size,
+            max_batch=self.max_batch_size,
+        )
+        self._pending.update(record.pending)
+        for reason in DISCARD_REASONS:  # in place: the collector holds these sets
+            self._discarded[reason].update(record.discarded[reason])
         self._trained_groups = record.trained_groups
         self._totals = dict(record.totals)
         if saved is not None and record.stop_at_step is not None:
@@ -285,101 +286,6 @@ class PipelineTrainer:
             config = attrs.evolve(config, kl_penalty_reference_step=reference)
         return config
 
-    # --- rollouts -------------------------------------------------------------------------
-
-    async def _produce(self) -> None:
-        async with asyncio.TaskGroup() as workers:
-            for number in range(self.num_rollout_workers):
-                workers.create_task(self._rollouts(), name=f"pipeline-worker-{number}")
-        await self._queue.put(_END)
-
-    async def _rollouts(self) -> None:
-        while not self._stop.is_set():
-            taken = await self._stream.next()
-            if taken is None:
-                return
-            index, scenario = taken
-            self._pending.add(index)
-            waited = time.monotonic()
-            async with self._policy:
-                await self._policy.wait_for(self._fresh_enough)
-                sampled = self._step
-                self._admitted[sampled] += 1
-            idle_s = time.monotonic() - waited
-            self._in_use[sampled] += 1
-            started = time.monotonic()
-            outcome: _Sampled | _Failed
-            try:
-                group = await self.rollout_fn(self.model, scenario, self.config)
-            except Exception as error:  # a failing rollout is counted, not fatal (see collect)
-                outcome = _Failed(index, sampled, f"{type(error).__name__}: {error}")
-            else:  # a group that cannot be trained is the caller's bug: fatal, at once
-                outcome = self._stamp(index, scenario, group, sampled)
-            finally:
-                self._in_use[sampled] -= 1
-            rollout_s = time.monotonic() - started
-            put = time.monotonic()
-            await self._queue.put(outcome)
-            put_s = time.monotonic() - put
-            clock = self._clock
-            clock.rollout_s += rollout_s
-            clock.idle_s += idle_s + put_s
-            clock.put_wait_s += put_s
-            clock.tokens += outcome.tokens if isinstance(outcome, _Sampled) else 0
-
-    def _fresh_enough(self) -> bool:
-        """A rollout started now would be young enough for the update it will join.
-
-        ART waits only while the served step is already too old for the next update. But a
-        group started while the batches it could join are already spoken for waits in the
-        queue for a later update and goes stale there (with `max_steps_off_policy=0`, every
-        group started between a batch being collected and its update ending). So a rollout
-        starts only if the update it would join is within the bound of the served step,
-        counting the groups admitted ahead of it in batches of `max_batch_size`: those in
-        flight, queued or collected and still young enough to be trained. Groups already too
-        old to train will be discarded and take no place, so a straggler never holds the
-        others back. Discards make this an estimate; the bound itself is enforced when a
-        batch is collected."""
-        bound = self.max_steps_off_policy
-        if self._stop.is_set() or bound is None:
-            return True
-        next_update = self._training_to
-        ahead = sum(n for step, n in self._admitted.items() if step >= next_update - bound)
-        joins = next_update + ahead // self.max_batch_size
-        return joins - self._step <= bound
-
-    async def _release(self, sampled: list[int]) -> None:
-        """Admitted groups left the batches to come (discarded, or their update started):
-        rollouts waiting for room may start."""
-        async with self._policy:
-            self._admitted.subtract(sampled)
-            for step in sampled:
-                if self._admitted[step] <= 0:
-                    del self._admitted[step]
-            self._policy.notify_all()
-
-    def _stamp(self, index: int, scenario: Any, group: Any, sampled: int) -> _Sampled | _Failed:
-        if not isinstance(group, TrajectoryGroup):
-            raise InvalidInputError(
-                f"rollout_fn returned {type(group).__name__} for scenario {index}; it must return "
-                "a TrajectoryGroup (make_group_rollout_fn builds one from single rollouts)"
-            )
-        if not group.trajectories:
-            first = group.exceptions[0] if group.exceptions else None
-            return _Failed(
-                index, sampled, f"{first.type}: {first.message}" if first else "no rollouts"
-            )
-        check_training_groups([group], self._base_config)  # a Choice without logprobs: fail now
-        metadata = scenario.get("metadata") if isinstance(scenario, Mapping) else None
-        if isinstance(metadata, Mapping):  # as ART: scenario_id, and scenario_{key} for others
-            for key, value in metadata.items():
-                if isinstance(key, str) and (value is None or isinstance(value, str | int | float)):
-                    group.metadata[key if key == "scenario_id" else f"scenario_{key}"] = value
-        group.metadata[STREAM_INDEX_KEY] = index
-        group.metadata[INITIAL_STEP_KEY] = sampled
-        group.metadata[FINAL_STEP_KEY] = self._step
-        return _Sampled(index, group, group_tokens([group]))
-
     # --- training -------------------------------------------------------------------------
 
     async def _train_loop(self, producer: asyncio.Task[None]) -> None:
@@ -396,15 +302,15 @@ class PipelineTrainer:
         stop while a batch is being collected leaves its groups pending, untrained."""
         step_started = time.monotonic()
         while not self._stop.is_set():
-            if self._stop_at is not None and self._step >= self._stop_at:
+            if self._stop_at is not None and self._gate.step >= self._stop_at:
                 self._stop_at = None  # this leg is done: the next train() call starts a new one
                 return
-            step = self._step
-            batch, counts, ended = await self._collect(step)
+            step = self._gate.step
+            batch, counts, ended = await self._batches.collect(step)
             if self._stop.is_set():
                 return
             if batch:
-                rollouts = self._clock.take()
+                rollouts = self._workers.clock.take()
                 before = before_update(
                     collect_s=time.monotonic() - step_started,
                     rollouts=rollouts,
@@ -421,67 +327,6 @@ class PipelineTrainer:
                 self._stop_at = None
                 return
 
-    async def _collect(self, step: int) -> tuple[list[TrajectoryGroup], dict[str, int], bool]:
-        batch: list[TrajectoryGroup] = []
-        counts = dict.fromkeys(DISCARD_REASONS, 0)
-        failed_in_a_row: list[_Failed] = []
-        while len(batch) < self.max_batch_size:
-            if len(batch) >= self.min_batch_size and self._queue.empty():
-                break
-            item = await self._next_item()
-            if item is None:
-                break
-            if item is _END:
-                return batch, counts, True
-            if not isinstance(item, _Failed):
-                failed_in_a_row.clear()  # rollouts work; only a run of failures is fatal
-            reason = self._discard_reason(item, step)
-            if reason is None:
-                batch.append(item.group)
-                continue
-            await self._release(
-                [item.sampled if isinstance(item, _Failed) else sampled_step(item.group)]
-            )
-            counts[reason] += 1
-            self._pending.discard(item.index)
-            self._discarded[reason].add(item.index)
-            if isinstance(item, _Failed):
-                logger.warning("scenario %d: every rollout failed (%s)", item.index, item.error)
-                failed_in_a_row.append(item)
-                if len(failed_in_a_row) >= self.max_batch_size:
-                    raise TooManyExceptionsError(
-                        f"the rollouts of {len(failed_in_a_row)} scenarios in a row failed; "
-                        f"first: {failed_in_a_row[0].error}. Nothing of them was recorded: a "
-                        "resumed run samples them again"
-                    )
-        return batch, counts, False
-
-    def _discard_reason(self, item: _Sampled | _Failed, step: int) -> str | None:
-        if isinstance(item, _Failed):
-            return "errored"
-        bound = self.max_steps_off_policy
-        if bound is not None and step - sampled_step(item.group) > bound:
-            return "stale"
-        if not is_trainable_group(item.group):
-            return "zero_variance"
-        return None
-
-    async def _next_item(self) -> Any:
-        """The next queued item, or None once a stop is requested."""
-        if not self._queue.empty() or self._stop.is_set():
-            return None if self._stop.is_set() else self._queue.get_nowait()
-        getting = asyncio.ensure_future(self._queue.get())
-        stopping = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not getting.done():
-                getting.cancel()
-        if getting.done() and not getting.cancelled():
-            return getting.result()
-        return None
-
     async def _update(
         self,
         step: int,
@@ -495,15 +340,11 @@ class PipelineTrainer:
         self._pending.difference_update(flight.indices)
         self._in_flight = flight
         await self._save()  # the update's intent is durable before the update starts
-        async with self._policy:
-            self._training_to = step + 1
-        await self._release([sampled_step(group) for group in batch])
+        await self._gate.update_started(step, [sampled_step(group) for group in batch])
         started = time.monotonic()
         result = await self.model.train(batch, self._config_for(step), progress=False)
         train_s = time.monotonic() - started
-        async with self._policy:
-            self._step = self._training_to = result.step
-            self._policy.notify_all()
+        await self._gate.update_done(result.step)
         row = after_update(
             before,
             wall_s=time.monotonic() - step_started,
@@ -531,9 +372,9 @@ class PipelineTrainer:
             return
         steps = await self.backend.checkpoint_steps(self.model.run)
         keep = set(steps[-self.keep_last :]) if self.keep_last else set()
-        keep |= {self._step} | {s for s, n in self._in_use.items() if n > 0}
+        keep |= {self._gate.step} | {s for s, n in self._workers.in_use.items() if n > 0}
         if self._base_config.kl_penalty_coef > 0:
-            keep.add(self._config_for(self._step).kl_penalty_reference_step or 0)
+            keep.add(self._config_for(self._gate.step).kl_penalty_reference_step or 0)
         if self._evaluator is not None:
             keep |= self._evaluator.steps_in_use()
         if set(steps) - keep:
@@ -544,7 +385,7 @@ class PipelineTrainer:
     def _snapshot(self) -> PipelineRecord:
         evaluator = self._evaluator
         return PipelineRecord(
-            step=self._step,
+            step=self._gate.step,
             offset=self._stream.position,
             pending=self._pending,
             discarded=self._discarded,

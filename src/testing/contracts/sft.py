@@ -18,9 +18,10 @@ import pytest
 from openai import AsyncOpenAI
 
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation, conversation_from
 from ...core.errors import InvalidInputError, UnsupportedCapability
 from ...core.identity import ModelSpec
-from ...core.sft import Conversation, TrainSFTConfig, conversation_from, supervised
+from ...core.sft import TrainSFTConfig, supervised
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     Capability,

@@ -365,6 +365,36 @@ class TrainingBackendContract(SupervisedFineTuningContract):
         assert latest.logprob == pytest.approx(step2.logprob, abs=1e-3)
         assert (step2.tokens, round(step2.logprob, 3)) != (step0.tokens, round(step0.logprob, 3))
 
+    def test_the_endpoint_answers_while_a_train_call_is_open(
+        self, backend: TrainingBackend, spec: ModelSpec
+    ) -> None:
+        """No stop-the-world: with a train call started and not finished (its first metrics
+        received, the rest not yet asked for), requests for the step it trains from are
+        answered, by that step's weights. A backend that locked serving while training
+        would leave the request waiting for the call, which waits for this test."""
+        if Capability.INFERENCE not in backend.capabilities:
+            pytest.skip("backend lacks capability 'inference'")
+
+        async def scenario(
+            b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
+        ) -> tuple[Greedy, Greedy, int]:
+            assert endpoint is not None
+            before = await _greedy(endpoint, s.run.inference_name(0))
+            groups = await rollout_groups(endpoint, s.run.inference_name(0))
+            training = b.train(s.run, groups, self.config(learning_rate=self.learning_signal_lr))
+            await anext(training)  # the call is open: more metrics or its end are still due
+            during = await asyncio.wait_for(
+                _greedy(endpoint, s.run.inference_name(0)), SERVE_WHILE_TRAINING_S
+            )
+            async for _m in training:
+                pass
+            return before, during, await b.get_step(s.run)
+
+        before, during, step = run_scenario(backend, spec, scenario)
+        assert step == 1
+        assert during.tokens == before.tokens
+        assert during.logprob == pytest.approx(before.logprob, abs=1e-3)
+
     def test_rewarding_a_completion_raises_its_probability(
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
@@ -427,6 +457,9 @@ PROMPT: list[Any] = [{"role": "user", "content": "What is two plus two?"}]
 class Greedy:
     tokens: list[int]
     logprob: float
+
+
+SERVE_WHILE_TRAINING_S = 120.0
 
 
 def openai_client_for(endpoint: InferenceEndpoint) -> AsyncOpenAI:

@@ -2,9 +2,10 @@
 
 Its "weights" are a per-token preference table updated by the same group-relative advantages
 a real backend uses, so tests can see a learning signal without torch. Its supervised
-fine-tuning reads the trained assistant messages' characters as tokens and raises their
-preference along the gradient of `softplus(-w)`, the loss it reports, so the loss falls as a
-real model's would on data it can memorise.
+fine-tuning reads the trained assistant messages' characters as tokens and descends the loss
+it reports, the batch's mean of `softplus(-SFT_LOGIT_SCALE * w)` over them, so the loss falls
+as a real model's would on data it can memorise, at the learning rates a network takes (an
+entry acts like a weight with a fan-in of SFT_LOGIT_SCALE).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import TYPE_CHECKING
 from ...core.advantages import group_advantages
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
+from ...core.conversations import Conversation
 from ...core.errors import InvalidInputError, NotRegisteredError
 from ...core.identity import ModelSpec, RunRef
-from ...core.sft import Conversation, TrainSFTConfig
+from ...core.sft import TrainSFTConfig
 from ...core.sft import step_metrics as sft_metrics
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
@@ -32,6 +34,7 @@ from ...ports.training_backend import (
 )
 
 Weights = dict[int, float]
+SFT_LOGIT_SCALE = 100.0
 
 
 class InMemoryBackend(BackendTrainEntry):
@@ -150,13 +153,16 @@ class InMemoryBackend(BackendTrainEntry):
                 tokens = [token for index in batch.items for token in targets[index]]
                 if not tokens:
                     continue
-                loss = sum(math.log1p(math.exp(-weights.get(t, 0.0))) for t in tokens)
-                norm = 0.0
-                for token in tokens:
-                    pull = 1.0 / (1.0 + math.exp(weights.get(token, 0.0))) / len(tokens)
+                logits = {t: SFT_LOGIT_SCALE * weights.get(t, 0.0) for t in tokens}
+                loss = sum(_softplus(-logits[t]) for t in tokens) / len(tokens)
+                gradient: dict[int, float] = {}
+                for token in tokens:  # d loss / d w, summed over the token's occurrences
+                    pull = SFT_LOGIT_SCALE * _sigmoid(-logits[token]) / len(tokens)
+                    gradient[token] = gradient.get(token, 0.0) + pull
+                for token, pull in gradient.items():
                     weights[token] = weights.get(token, 0.0) + batch.learning_rate * pull
-                    norm += pull * pull
-                samples.append((loss / len(tokens), math.sqrt(norm), batch.learning_rate))
+                norm = math.sqrt(sum(pull * pull for pull in gradient.values()))
+                samples.append((loss, norm, batch.learning_rate))
                 await asyncio.sleep(0)
             metrics = [
                 sft_metrics(
@@ -197,6 +203,14 @@ class InMemoryBackend(BackendTrainEntry):
 
     async def close(self) -> None:
         self.closed = True
+
+
+def _softplus(x: float) -> float:
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 def _text(conversation: Conversation, index: int) -> str:

@@ -7,10 +7,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from ...core.errors import BackendError, InvalidInputError
-from ._chat import ChatTokenizer
+from .chat import ChatTokenizer
 from .engine import UnknownModelError
 
 W = TypeVar("W")
+
+MAX_SAMPLES_PER_REQUEST = 256
 
 
 class ServedNames(Generic[W]):
@@ -19,6 +21,14 @@ class ServedNames(Generic[W]):
     _served: dict[str, W]
     _aliases: dict[str, str]
     _chat: ChatTokenizer | None
+    _closed: bool
+
+    def _admit(self, n: int) -> None:
+        """Refuse a sampling request before any work: `n` out of range, or a closed engine."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES_PER_REQUEST:
+            raise InvalidInputError(f"n must be in 1..{MAX_SAMPLES_PER_REQUEST}, got {n!r}")
+        if self._closed:
+            raise BackendError(f"the {type(self).__name__} was closed")
 
     def is_served(self, name: str) -> bool:
         return name in self._served or name in self._aliases

@@ -1,0 +1,35 @@
+"""`arthex trajectories` shows a captured run: its calls as the conversations they form."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
+from arthex.core.identity import RunRef
+from arthex.core.trajectories import TrajectoryGroup
+from tests._chat_script import ChatScript
+from tests.e2e.test_cli import arthex_cli
+from tests.unit.test_capture_samples import captured, weather_reply
+
+pytestmark = pytest.mark.e2e
+
+
+def test_trajectories_prints_a_captured_run(tmp_path: Path) -> None:
+    kept = captured(ChatScript(weather_reply))
+    rewritten = captured(ChatScript(weather_reply), rewrite=True)
+    rewritten.metadata["capture_incomplete"] = True
+    store = ParquetTrajectoryStore(str(tmp_path))
+    asyncio.run(
+        store.write(RunRef("proj", "captured"), "train", 0, [TrajectoryGroup([kept, rewritten])])
+    )
+
+    shown = arthex_cli("trajectories", "proj/captured", "--base-path", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("captured: 3 calls") == 2
+    assert "incomplete" in shown.stdout and "conversation 1:" in shown.stdout
+    assert 'get_weather({"city": "Paris"})' in shown.stdout
+    assert "tool[call_0]: sunny, 21C" in shown.stdout
+    assert "assistant: sunny" in shown.stdout
