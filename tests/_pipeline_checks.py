@@ -17,10 +17,10 @@ from typing import Any
 import attrs
 
 from arthex.core.identity import RunRef
-from arthex.core.model import TrainableModel
 from arthex.core.pipeline import RolloutFn
 from arthex.core.pipeline.measures import INITIAL_STEP_KEY, STREAM_INDEX_KEY
 from arthex.core.pipeline_record import PipelineRecord
+from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
 from arthex.ports.metrics_reporter import MetricsHistory
 from arthex.ports.pipeline_state import PipelineStateStore

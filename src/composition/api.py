@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel as PydanticModel
 
 from ..core import model as core
-from ..core import pipeline
+from ..core import pipeline, trainable
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
 from ..ports.pipeline_state import PipelineStateStore
 from ..ports.run_lease import RunLeases
@@ -106,7 +106,7 @@ class Model(core.Model):
         self.entity = entity
 
 
-class TrainableModel(core.TrainableModel, Model):
+class TrainableModel(trainable.TrainableModel, Model):
     """A model a backend trains: construct it, then `await model.register(backend)`. It is an
     `arthex.Model` too, as in ART (the core's `__init__` reaches `Model.__init__` with the
     ports already built, so nothing is built twice).
@@ -164,7 +164,7 @@ class PipelineTrainer(pipeline.PipelineTrainer):
 
     def __init__(
         self,
-        model: core.TrainableModel,
+        model: trainable.TrainableModel,
         backend: TrainingBackend,
         rollout_fn: pipeline.RolloutFn,
         scenarios: Iterable[Any] | AsyncIterable[Any],

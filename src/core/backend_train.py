@@ -22,7 +22,8 @@ from .identity import RunRef
 from .trajectories import TrajectoryGroup
 
 if TYPE_CHECKING:
-    from .model import TrainableModel, TrainResult
+    from .model import TrainResult
+    from .trainable import TrainableModel
 
 # ART option -> the TrainConfig field it sets (same meaning).
 _SAME = {

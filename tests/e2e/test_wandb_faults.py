@@ -20,7 +20,7 @@ from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.adapters.wandb_reporter import RUN_RECORD, WandbReporter, WandbUnavailableError
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
-from arthex.core.model import TrainableModel
+from arthex.core.trainable import TrainableModel
 from arthex.testing.builders import make_group
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.wandb_offline import (

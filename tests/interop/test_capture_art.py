@@ -1,15 +1,14 @@
 """Captured runs across the two projects: ART's own reader reads what arthex captured, and
 arthex reads (and trains from) what ART captured.
 
-ART's code runs in its own Python 3.12 venv, in a subprocess: `$ARTHEX_INTEROP_PYTHON`, or
-/work/artvenv/bin/python where that exists. Without either the tests skip, saying why.
+ART's code runs in its own Python >= 3.12 venv (the interop suite's `art_interpreter`
+fixture builds it, or fails saying what to install), in a subprocess.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -27,16 +26,9 @@ from tests.unit.test_capture_samples import captured, weather_reply
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def art_python() -> str:
-    for candidate in (os.environ.get("ARTHEX_INTEROP_PYTHON"), "/work/artvenv/bin/python"):
-        if candidate and Path(candidate).exists():
-            return candidate
-    pytest.skip("no Python with openpipe-art 0.5.23: set ARTHEX_INTEROP_PYTHON")
-
-
-def run_art(script: str, *args: str) -> Any:
+def run_art(python: Path, script: str, *args: str) -> Any:
     done = subprocess.run(
-        [art_python(), "-c", textwrap.dedent(script), *args],
+        [str(python), "-c", textwrap.dedent(script), *args],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
@@ -84,7 +76,7 @@ def write(root: Path, group: TrajectoryGroup) -> Path:
     return Path(asyncio.run(store.write(RunRef("interop", "captured"), "train", 0, [group])))
 
 
-def test_art_reads_a_run_arthex_captured(tmp_path: Path) -> None:
+def test_art_reads_a_run_arthex_captured(tmp_path: Path, art_interpreter: Path) -> None:
     done = captured(ChatScript(weather_reply))
     done.metadata["scenario"] = "weather"
     rewritten = captured(ChatScript(weather_reply), rewrite=True)
@@ -95,7 +87,7 @@ def test_art_reads_a_run_arthex_captured(tmp_path: Path) -> None:
     group = TrajectoryGroup([done, rewritten], exceptions=[crashed], metadata={"g": "1"})
     path = write(tmp_path / "art", group)
 
-    (art_group,) = run_art(READ_WITH_ART, str(path))
+    (art_group,) = run_art(art_interpreter, READ_WITH_ART, str(path))
     assert art_group["exceptions"] and art_group["metadata"] == {"g": "1"}
     for ours, theirs in zip(group.trajectories, art_group["trajectories"], strict=True):
         assert theirs["reward"] == ours.reward and theirs["metadata"] == ours.metadata
@@ -159,9 +151,9 @@ WRITE_WITH_ART = """
 """
 
 
-def test_arthex_reads_and_trains_a_run_art_captured(tmp_path: Path) -> None:
+def test_arthex_reads_and_trains_a_run_art_captured(tmp_path: Path, art_interpreter: Path) -> None:
     path = tmp_path / "0000.parquet"
-    run_art(WRITE_WITH_ART, str(path))
+    run_art(art_interpreter, WRITE_WITH_ART, str(path))
     (group,) = read_part(path)
     first, second = group.trajectories
     assert (first.reward, first.metadata, first.metrics) == (
@@ -191,7 +183,7 @@ def test_arthex_reads_and_trains_a_run_art_captured(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     again = write(tmp_path / "art", group)
-    (art_group,) = run_art(READ_WITH_ART, str(again))
+    (art_group,) = run_art(art_interpreter, READ_WITH_ART, str(again))
     assert [c["token_ids"] for c in art_group["trajectories"][0]["calls"]] == [
         [[10, 11]],
         [[12, 13]],

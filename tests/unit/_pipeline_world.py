@@ -21,9 +21,9 @@ import attrs
 from arthex.core.config import TrainConfig
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
-from arthex.core.model import TrainableModel
 from arthex.core.pipeline import PipelineTrainer, RolloutFn, make_group_rollout_fn
 from arthex.core.pipeline_record import PipelineRecord
+from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
 from arthex.testing.fakes.backend import InMemoryBackend

@@ -18,9 +18,9 @@ from arthex.core.errors import (
     TooManyExceptionsError,
     UnsupportedCapability,
 )
-from arthex.core.model import TrainableModel
 from arthex.core.pipeline import PipelineTrainer, make_group_rollout_fn
 from arthex.core.pipeline.measures import INITIAL_STEP_KEY, STREAM_INDEX_KEY
+from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
 

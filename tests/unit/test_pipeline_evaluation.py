@@ -9,8 +9,8 @@ from typing import Any
 import attrs
 import pytest
 
-from arthex.core.model import TrainableModel
 from arthex.core.pipeline.evaluation import DONE_KEY
+from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 
 from ._pipeline_world import RUN, Script, TurnsBackend, World, check_run

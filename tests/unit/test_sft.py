@@ -11,8 +11,8 @@ import pytest
 
 from arthex.core.conversations import conversation_from, conversations_from
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
-from arthex.core.model import TrainableModel
 from arthex.core.sft import TrainSFTConfig, create_lr_schedule, sft_key
+from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
 from arthex.testing.fakes.backend import InMemoryBackend

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..model import TrainableModel
+from ..trainable import TrainableModel
 from .resume import has_value
 from .rollouts import EvalFn, eval_groups
 

@@ -30,8 +30,8 @@ import attrs
 from ..config import TrainConfig
 from ..errors import BackendError, CorruptDataError
 from ..metrics import STEP_NUM_SCENARIOS, summarize
-from ..model import TrainableModel
 from ..pipeline_record import PipelineRecord
+from ..trainable import TrainableModel
 from .measures import after_update, group_tokens, stream_index
 
 logger = logging.getLogger("arthex")

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 from ..errors import InvalidInputError
-from ..model import TrainableModel
+from ..trainable import TrainableModel
 from ..trajectories import Trajectory, TrajectoryGroup, trajectory_group
 
 ScenarioT = TypeVar("ScenarioT")

@@ -37,8 +37,8 @@ from ...ports.training_backend import Capability, TrainingBackend
 from ..config import LOSSES, TrainConfig
 from ..errors import InvalidInputError, NotRegisteredError
 from ..metrics import summarize
-from ..model import TrainableModel
 from ..pipeline_record import DISCARD_REASONS, InFlight, PipelineRecord
+from ..trainable import TrainableModel
 from ..trajectories import TrajectoryGroup
 from .batches import BatchCollector
 from .evaluation import Evaluator

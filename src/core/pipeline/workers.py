@@ -14,7 +14,7 @@ import attrs
 
 from ..config import TrainConfig
 from ..errors import InvalidInputError
-from ..model import TrainableModel
+from ..trainable import TrainableModel
 from ..trajectories import TrajectoryGroup
 from ..validation import check_training_groups
 from .measures import (

@@ -1,0 +1,393 @@
+"""TrainableModel: a model a backend trains. `register` (taking the run's lease), `train` (one
+RL update: the batch at step N, the update, its metrics at N+1), the policies that read the
+ledger (the learning-rate multiplier, which checkpoints to keep) and `delete_checkpoints`.
+Supervised fine-tuning and export are in `fine_tuning`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from pydantic import BaseModel as PydanticModel
+
+from ..ports.metrics_reporter import (
+    MetricsHistory,
+    MetricsReporter,
+)
+from ..ports.run_lease import HeldLease, RunLeases
+from ..ports.training_backend import (
+    Capability,
+    InferenceEndpoint,
+    StepMetricsSource,
+    TrainingBackend,
+)
+from ..ports.trajectory_store import TrajectoryStore
+from .capture.endpoints import register_endpoint
+from .capture.training import training_groups
+from .config import TrainConfig
+from .errors import (
+    BackendError,
+    InvalidInputError,
+    NotRegisteredError,
+)
+from .fine_tuning import FineTuning
+from .identity import ModelSpec
+from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
+from .metrics import (
+    MetricsRow,
+)
+from .model import TrainResult, config_json
+from .progress import ProgressLine
+from .retention import BestStep, Direction, RetentionDecision, decide
+from .training_row import (
+    GRADIENT_STEPS_KEY,
+    TRAINER_SECONDS_KEY,
+    PendingBatch,
+    training_values,
+)
+from .trajectories import TrajectoryGroup
+from .validation import check_finite_values, check_training_groups
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+    from ..ports.run_state import RunStateStore
+
+logger = logging.getLogger("arthex")
+
+
+class TrainableModel(FineTuning):
+    """A model trained by a backend: `register`, then `train`, `log`, `delete_checkpoints`."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        project: str,
+        base_model: str,
+        store: TrajectoryStore,
+        history: MetricsHistory,
+        mirrors: Sequence[MetricsReporter] = (),
+        base_path: str = ".art",
+        config: Mapping[str, Any] | PydanticModel | None = None,
+        state: RunStateStore | None = None,
+        run_name: str | None = None,
+        leases: RunLeases | None = None,
+    ) -> None:
+        super().__init__(
+            name=name,
+            project=project,
+            store=store,
+            history=history,
+            mirrors=mirrors,
+            base_path=base_path,
+            config=config,
+            state=state,
+            run_name=run_name,
+        )
+        self._leases = leases
+        self._lease: HeldLease | None = None
+        if not isinstance(base_model, str) or not base_model:
+            raise InvalidInputError(
+                f"base_model must be a model id or directory, got {base_model!r}"
+            )
+        self.base_model = base_model
+        self._backend: TrainingBackend | None = None
+        self._endpoint: InferenceEndpoint | None = None
+        self._client: AsyncOpenAI | None = None
+        self._step: int | None = None
+        self._train_lock = asyncio.Lock()
+        self._pending: PendingBatch | None = None
+        self._pinned: set[int] = set()
+
+    @property
+    def trainable(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        """Close the cached inference client, give the run's lease back, then close the
+        reporters (not the backend: it may serve other models; close it yourself)."""
+        await self._close_client()
+        await self._release_lease()
+        await super().close()
+
+    def spec(self) -> ModelSpec:
+        return ModelSpec(
+            run=self.run,
+            base_model=self.base_model,
+            trainable=True,
+            base_path=self.base_path,
+            config=config_json(self.config),
+        )
+
+    @property
+    def backend(self) -> TrainingBackend:
+        if self._backend is None:
+            raise NotRegisteredError(
+                f"model {self.run} has no backend yet; call `await model.register(backend)` first"
+            )
+        return self._backend
+
+    async def register(self, backend: TrainingBackend) -> None:
+        """Hand the model to a backend: it prepares training and serving for it.
+
+        With a backend whose checkpoints other processes see (`Capability.ONE_TRAINER`), the
+        run's lease is taken first, before anything is written: a second trainer on the run
+        gets RunBusyError naming the first. The lease is held until `close`."""
+        spec = self.spec()
+        took = await self._take_lease(backend)
+        try:
+            endpoint = await backend.register(spec)
+            await self._store.write_model_spec(spec)
+        except BaseException:
+            if took:
+                await self._release_lease()
+            raise
+        self._backend = backend
+        self._endpoint = endpoint
+        await self._close_client()
+        if endpoint is not None:
+            self.inference_base_url = endpoint.base_url
+            self.inference_api_key = endpoint.api_key
+        if endpoint is not None:
+            register_endpoint(endpoint.base_url)  # capture scopes watch it from now on
+        self._step = await backend.get_step(self.run)
+        async with self._train_lock:
+            await self._repair_training_row(self._step)
+
+    async def _take_lease(self, backend: TrainingBackend) -> bool:
+        """Take the run's lease if this backend needs one and it is not held yet; True when
+        this call took it."""
+        if self._leases is None or self._lease is not None:
+            return False
+        if Capability.ONE_TRAINER not in backend.capabilities:
+            return False
+        self._lease = await self._leases.acquire(self.run)
+        return True
+
+    async def _release_lease(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            await lease.release()
+
+    async def _repair_training_row(self, step: int) -> None:
+        """Rebuild the training row of `step` when a crash (or a failed append) lost it after
+        the backend had saved the checkpoint: the update is durable, so its metrics must be
+        too. Only the newest step can be missing its row, and only backends that keep each
+        step's metrics with its checkpoint can supply it."""
+        backend = self.backend
+        if step < 1 or not isinstance(backend, StepMetricsSource):
+            return
+        index = await self._history_index()
+        if index.has_value(GRADIENT_STEPS_KEY, step):
+            return
+        samples = await backend.step_metrics(self.run, step)
+        if samples is None:
+            return
+        logger.warning("rebuilding the lost training row of %s at step %d", self.run, step)
+        values = training_values(samples, {TRAINER_SECONDS_KEY: None})
+        values.update(await self._running_totals(values))
+        await self._report(MetricsRow(step=step, values=values))
+
+    async def get_step(self) -> int:
+        """The newest durable checkpoint's step, as the backend knows it."""
+        self._step = await self.backend.get_step(self.run)
+        return self._step
+
+    def get_inference_name(self, step: int | None = None) -> str:
+        """`{run_name}@{step}`; with no step, the latest step this model knows of."""
+        if step is None:
+            step = self._step if self._step is not None else 0
+        return self.run.inference_name(step)
+
+    def _served_name(self) -> str | None:
+        return self.get_inference_name() if self._endpoint is not None else None
+
+    def openai_client(self) -> AsyncOpenAI:
+        """An `openai.AsyncOpenAI` for the backend's endpoint (cached per registration)."""
+        if self._endpoint is None:
+            raise NotRegisteredError(
+                f"model {self.run} has no inference endpoint: register it with a backend that "
+                "serves (e.g. LocalBackend) first"
+            )
+        if self._client is None:
+            from openai import AsyncOpenAI  # the client class, not only the types
+
+            self._client = AsyncOpenAI(
+                base_url=self._endpoint.base_url, api_key=self._endpoint.api_key, timeout=1200.0
+            )
+        return self._client
+
+    async def train(
+        self,
+        trajectory_groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        *,
+        verbose: bool = False,
+        progress: bool | None = None,
+        log_groups: bool = True,
+    ) -> TrainResult:
+        """One RL update: log the groups at step N, train, record the metrics at N+1.
+
+        `progress` shows a line per gradient step on a terminal (None: only when stderr is a
+        terminal; False: never). `log_groups=False` skips logging the groups at N: for groups
+        already logged there (read back with `logged_groups` to finish an update a crash
+        interrupted), so they are not stored twice."""
+        return await self._train(trajectory_groups, config, log_groups, verbose, progress)
+
+    async def train_for_backend(
+        self,
+        backend: object,
+        trajectory_groups: Iterable[TrajectoryGroup],
+        config: TrainConfig,
+        *,
+        verbose: bool = False,
+    ) -> TrainResult:
+        """ART's `backend.train(model, groups, ...)`: train and record the metrics at N+1, but
+        leave logging the groups to the script, as ART does (see `log_pairing`)."""
+        if backend is not self.backend:
+            raise InvalidInputError(
+                f"model {self.run} is registered with {type(self.backend).__name__}, not with "
+                f"the {type(backend).__name__} asked to train it; call train on its own backend"
+            )
+        return await self._train(trajectory_groups, config, False, verbose, None)
+
+    async def _train(
+        self,
+        trajectory_groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None,
+        log_groups: bool,
+        verbose: bool,
+        progress: bool | None,
+    ) -> TrainResult:
+        backend = self.backend
+        config = config if config is not None else TrainConfig()
+        groups = check_training_groups(trajectory_groups, config)
+        check_finite_values(groups, training=True)
+        backend.capabilities.check(config, type(backend).__name__)  # before anything is written
+        async with self._train_lock:
+            step = await backend.get_step(self.run)
+            await self._repair_training_row(step)
+            if log_groups:
+                batch = self._pending
+                if batch is None or not batch.retried_by(step, groups):
+                    batch = self._pending = PendingBatch(step, list(groups))
+                await self._log(groups, "train", None, step, batch)
+                self._trained.logged_by_train(step, groups)
+            effective, extra = await self._apply_lr_policy(config)
+            if effective.kl_penalty_reference_step is not None:
+                self._pinned.add(effective.kl_penalty_reference_step)
+            self._record_config({"train": effective.to_json()})
+            started = time.monotonic()
+            bar = ProgressLine(
+                f"train step {step} -> {step + 1}: gradient step", None, enabled=progress
+            )
+            samples: list[dict[str, float]] = []
+            try:
+                trained = training_groups(groups, effective)
+                async for sample in backend.train(self.run, trained, effective):
+                    samples.append(dict(sample))
+                    loss = sample.get("loss/train", sample.get("loss"))
+                    bar.advance(note="" if loss is None else f"loss={loss:.4g}")
+            finally:
+                bar.close()
+            elapsed = time.monotonic() - started
+            new_step = await self._advanced_from(step)
+            values = training_values(samples, {**extra, TRAINER_SECONDS_KEY: elapsed})
+            values.update(await self._running_totals(values))
+            row = MetricsRow(step=new_step, values=values)
+            await self._report(row)
+            self._trained.trained(new_step, row.values)
+            self._pending = None
+            self._step = new_step
+            if verbose:
+                logger.info("trained step %d -> %d in %.1fs", step, new_step, elapsed)
+            return TrainResult(step=new_step, metrics=row.values)
+
+    async def _advanced_from(self, step: int) -> int:
+        new_step = await self.backend.get_step(self.run)
+        if new_step != step + 1:
+            raise BackendError(
+                f"{type(self.backend).__name__} reported step {new_step} after training step "
+                f"{step}; a train call must advance the step by exactly one"
+            )
+        return new_step
+
+    async def _apply_lr_policy(self, config: TrainConfig) -> tuple[TrainConfig, dict[str, float]]:
+        if not config.scale_learning_rate_by_reward_std_dev:
+            return config, {}
+        index = await self._history_index()  # first: catching up may drop stale policies
+        window = config.lr_multiplier_window
+        policy = self._lr_policies.get(window)
+        if policy is None:
+            policy = RewardStdDevPolicy(window)
+            index.subscribe(REWARD_STD_DEV_KEY, policy)
+            self._lr_policies[window] = policy
+        multiplier = policy.multiplier(config.min_lr_multiplier, config.max_lr_multiplier)
+        return (
+            config.with_learning_rate(config.learning_rate * multiplier),
+            {"loss/learning_rate_multiplier": multiplier},
+        )
+
+    async def _best_step(self, metric: str, direction: Direction) -> int | None:
+        index = await self._history_index()  # first: catching up may drop stale trackers
+        tracker = self._best_steps.get((metric, direction))
+        if tracker is None:
+            tracker = BestStep(direction)
+            index.subscribe(metric, tracker)
+            self._best_steps[(metric, direction)] = tracker
+        return tracker.step
+
+    async def delete_checkpoints(
+        self,
+        best_checkpoint_metric: str = "val/reward",
+        *,
+        direction: Direction = "max",
+        keep_last: int = 1,
+        pinned: Collection[int] = (),
+        dry_run: bool = False,
+    ) -> RetentionDecision:
+        """Keep the latest `keep_last` steps, the best step by `best_checkpoint_metric`
+        (`direction` "max" or "min"; ties go to the later step), pinned steps and KL reference
+        steps; delete the other checkpoints. When the metric was never logged nothing is
+        deleted and the decision says why. `dry_run` reports without deleting."""
+        backend = self.backend
+        latest = await backend.get_step(self.run)
+        best = await self._best_step(best_checkpoint_metric, direction)
+        existing = await backend.checkpoint_steps(self.run)
+        decision = decide(
+            best,
+            latest=latest,
+            metric=best_checkpoint_metric,
+            direction=direction,
+            keep_last=keep_last,
+            pinned=set(pinned) | self._pinned,
+        )
+        if decision is None:
+            reason = (
+                f"{best_checkpoint_metric!r} was never logged for {self.run}, so the best "
+                "checkpoint is unknown: nothing deleted"
+            )
+            logger.warning(reason)
+            return RetentionDecision(
+                keep=frozenset(existing),
+                best_step=None,
+                metric=best_checkpoint_metric,
+                reason=reason,
+                dry_run=dry_run,
+            )
+        remaining = frozenset(s for s in existing if s in decision.keep)
+        if dry_run:
+            return attrs.evolve(
+                decision,
+                keep=remaining,
+                deleted=tuple(s for s in existing if s not in decision.keep),
+                dry_run=True,
+            )
+        deleted = await backend.delete_checkpoint_files(self.run, decision.keep)
+        return attrs.evolve(decision, keep=remaining - set(deleted), deleted=tuple(sorted(deleted)))
