@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING
 import typer
 
 from ...adapters.layout import HISTORY, run_label
-from ...core.metrics import STEP_NUM_GROUPS_TRAINABLE
-from ...core.training_row import GRADIENT_STEPS_KEY
 from .common import (
     BASE_PATH_OPT,
     MODEL_ARG,
@@ -24,6 +22,7 @@ from .common import (
     one_line_errors,
     resolve_model,
 )
+from .ledger import Ledger
 from .tables import Column, print_table
 
 if TYPE_CHECKING:
@@ -36,7 +35,6 @@ DEFAULT_HISTORY_KEYS = (
     "loss/train",
     "loss/grad_norm",
 )
-ALL_EQUAL = "all rewards equal in every group"
 
 
 def choose_keys(available: Sequence[str], patterns: Sequence[str]) -> list[str]:
@@ -59,24 +57,6 @@ def _split_patterns(keys: Sequence[str] | None) -> list[str]:
 
 def _metric_keys(history: pl.DataFrame) -> list[str]:
     return [key for key in history.columns if key not in ("step", "recorded_at")]
-
-
-def untrained_steps(history: pl.DataFrame) -> dict[int, str]:
-    """Steps whose training row says no gradient step was taken, and why: the batch logged
-    at the step before had no group whose rewards differ, or it had nothing else to train."""
-    import polars as pl
-
-    if GRADIENT_STEPS_KEY not in history.columns:
-        return {}
-    steps = history.filter(pl.col(GRADIENT_STEPS_KEY) == 0)["step"].to_list()
-    trainable: dict[int, float] = {}
-    if STEP_NUM_GROUPS_TRAINABLE in history.columns:
-        counted = history.drop_nulls(STEP_NUM_GROUPS_TRAINABLE)
-        trainable = dict(zip(counted["step"], counted[STEP_NUM_GROUPS_TRAINABLE], strict=True))
-    return {
-        step: ALL_EQUAL if trainable.get(step - 1) == 0 else "no trainable tokens in the batch"
-        for step in sorted(set(steps))
-    }
 
 
 def history(
@@ -109,7 +89,7 @@ def history(
         if output not in ("table", "csv", "json"):
             raise UsageError(f"--format must be table, csv or json, got {output!r}")
         path = resolve_model(model, base_path, project, name)
-        frame = full = load_history(path)
+        frame = load_history(path)
         if frame.height == 0:
             raise UsageError(f"model {run_label(path)} has no history yet ({path / HISTORY})")
         available = [*_metric_keys(frame), "recorded_at"]
@@ -142,6 +122,6 @@ def history(
     print_table(out, columns, rows)
     if "loss/train" in chosen and shown.height:
         low, high = shown["step"].min(), shown["step"].max()
-        for step, why in untrained_steps(full).items():
+        for step, why in sorted(Ledger.of(path).nothing_trained().items()):
             if low <= step <= high:  # type: ignore[operator]
                 out.print(f"step {step}: no gradient step, nothing to train ({why})")

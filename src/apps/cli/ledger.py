@@ -16,9 +16,12 @@ import attrs
 from ...adapters.jsonl_history import read_rows
 from ...adapters.layout import HISTORY, run_label
 from ...core.history_index import HistoryIndex
-from ...core.metrics import MetricsRow
+from ...core.metrics import STEP_NUM_GROUPS_TRAINABLE, MetricsRow
 from ...core.retention import BestStep, Direction
+from ...core.training_row import GRADIENT_STEPS_KEY
 from .common import UsageError
+
+ALL_EQUAL = "all rewards equal in every group"
 
 
 @attrs.frozen
@@ -57,6 +60,16 @@ class Ledger:
         tracker = BestStep(direction)
         self.index.subscribe(metric, tracker)
         return tracker.step
+
+    def nothing_trained(self) -> dict[int, str]:
+        """Steps made by an update that took no gradient step, and why: the batch logged at
+        the step before had no group whose rewards differ, or nothing else to train on."""
+        counted = self.index.step_means(STEP_NUM_GROUPS_TRAINABLE)
+        return {
+            step: ALL_EQUAL if counted.get(step - 1) == 0 else "no trainable tokens in the batch"
+            for step, taken in self.step_means(GRADIENT_STEPS_KEY).items()
+            if taken == 0
+        }
 
     def last_step(self) -> int | None:
         return max((row.step for row in self.rows), default=None)

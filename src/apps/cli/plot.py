@@ -62,7 +62,7 @@ def plot_series(ledger: Ledger) -> Series:
     """
     series: Series = {panel: {} for panel in PANELS}
     # an update that took no gradient step has no loss to show, whatever its row says
-    untrained = {s for s, n in ledger.step_means(GRADIENT_STEPS_KEY).items() if n == 0}
+    untrained = ledger.nothing_trained()
     for key in ledger.metric_keys():
         found = _line_of(key)
         if found is None:
