@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 
 from ...core.errors import CorruptDataError
 from ..files import TEMP_PREFIX, fsync_dir, fsync_file, temp_path_for
-from .codec import FORMAT_VERSION, SCHEMA, VERSION_KEY, WRITE_OPTIONS, Batch
+from .encoding import Batch
 from .parts import (
     FOLDED_KEY,
     WRITES_KEY,
@@ -62,6 +62,7 @@ from .parts import (
     part_name,
     step_parts,
 )
+from .schema import FORMAT_VERSION, SCHEMA, VERSION_KEY, WRITE_OPTIONS
 
 __all__ = ["LOCK_FILE", "make_dirs", "write_local", "write_remote"]
 
