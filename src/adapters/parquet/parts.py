@@ -3,7 +3,7 @@
 Every group logged at (split, step) lives in the step file `{step:04d}.parquet`, the one name
 ART's loaders read. Earlier arthex versions wrote each further log at a step as an extra part
 `{step:04d}-1.parquet`, `-2`, ...; those are still read, after the step file, in their order.
-The first new write at such a step folds them into the step file (publish.py) and
+The first new write at such a step folds them into the step file (step_file.py) and
 records what it folded in the step file's footer, under `FOLDED_KEY`: a JSON list of each
 folded part's name, size and a hash of its last bytes. The parts are deleted right after the
 step file is replaced; if the writer dies in between, readers skip every part the step file
