@@ -24,19 +24,14 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from .compute import (
-    BaseModel,
-    LoraSettings,
-    TrainingRun,
-    UserError,
-    load_adapter,
-    save_adapter,
-)
+from .base_model import BaseModel, LoraSettings
+from .compute import TrainingRun
 from .sampling import sample
-from .store import RunStore, checkpoint_meta, iso
+from .store import RunStore, checkpoint_meta, iso, load_adapter, save_adapter
 from .wire import (
     HttpError,
     Reply,
+    UserError,
     adam_settings,
     check_adam_config,
     checkpoint_name,
