@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from arthex.adapters.parquet.codec import WRITE_OPTIONS, encode
+from arthex.adapters.parquet.encoding import encode
+from arthex.adapters.parquet.schema import WRITE_OPTIONS
 from arthex.core.trajectories import TrajectoryGroup
 
 

@@ -186,7 +186,7 @@ def _load_remote(
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from ..adapters.parquet.codec import SCHEMA
+    from ..adapters.parquet.schema import SCHEMA
     from ..adapters.parquet.store import list_parts as store_parts
 
     parts = store_parts(filesystem, f"{directory}/trajectories", split, steps)

@@ -136,13 +136,15 @@ class Killer:
 def install_hooks(killer: Killer) -> None:
     """Wrap the module attributes the backend looks up at call time; the code under test is
     unchanged, only a SIGKILL is added at one point."""
+    from arthex.adapters.local import checkpoint_io as checkpoint_io_module
     from arthex.adapters.local import checkpoints as checkpoints_module
     from arthex.adapters.local import packing
 
     checkpoints: Any = checkpoints_module  # its attributes are replaced below
+    tensors_io: Any = checkpoint_io_module
     killer.wrap(packing, "pack", "pack")
     killer.wrap(checkpoints, "publish", "before-publish")
-    killer.wrap(checkpoints, "save_optimizer", "save-optimizer")
+    killer.wrap(tensors_io, "save_optimizer", "save-optimizer")
     killer.wrap(checkpoints, "publish", "after-publish", after=True)
     deleting = False
     delete_steps = checkpoints.delete_steps

@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 import arthex
 from arthex.adapters.files import TEMP_PREFIX
 from arthex.adapters.jsonl_history import JsonlHistory
-from arthex.adapters.local import LocalBackend
+from arthex.adapters.local import LocalBackend, checkpoint_io
 from arthex.adapters.local import checkpoints as ckpt
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.config import TrainConfig
@@ -422,8 +422,8 @@ def test_disk_full_while_saving_a_checkpoint_keeps_the_step_and_recovers(
     injections: list[tuple[str, Callable[[], None], Callable[[], None]]] = [
         (
             "save",
-            lambda: monkeypatch.setattr(ckpt, "save_file", half_written_optimizer),
-            lambda: monkeypatch.setattr(ckpt, "save_file", real_save_file),
+            lambda: monkeypatch.setattr(checkpoint_io, "save_file", half_written_optimizer),
+            lambda: monkeypatch.setattr(checkpoint_io, "save_file", real_save_file),
         ),
         (
             "rename",

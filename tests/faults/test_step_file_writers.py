@@ -81,7 +81,7 @@ _KILLER = textwrap.dedent(
     """
     import asyncio, os, re, signal, sys
     import pyarrow.parquet as pq
-    from arthex.adapters.parquet import publish as parquet_publish
+    from arthex.adapters.parquet import local_disk
     from arthex.adapters.parquet.store import ParquetTrajectoryStore
     from arthex.core.identity import RunRef
     from arthex.testing.builders import make_group
@@ -108,9 +108,9 @@ _KILLER = textwrap.dedent(
     step_file = lambda src, dst: str(dst).endswith("0000.parquet")
     legacy = lambda path: re.fullmatch(r"[0-9]{4}-[0-9]+[.]parquet", os.path.basename(str(path)))
     if point == "encoding the new groups":
-        parquet_publish.write_part = counting(parquet_publish.write_part, 1)
+        local_disk.write_part = counting(local_disk.write_part, 1)
     elif point == "holding the lock, before the merge":
-        parquet_publish.merge = counting(parquet_publish.merge, 1)
+        local_disk.merge = counting(local_disk.merge, 1)
     elif point == "halfway through the merged file":
         pq.ParquetWriter.write_table = counting(pq.ParquetWriter.write_table, 2)
     elif point == "before the rename":
@@ -118,7 +118,7 @@ _KILLER = textwrap.dedent(
     elif point == "after the rename":
         os.replace = counting(os.replace, 1, after=True, only=step_file)
     elif point == "before the directory fsync":
-        parquet_publish.fsync_dir = counting(parquet_publish.fsync_dir, 1)
+        local_disk.fsync_dir = counting(local_disk.fsync_dir, 1)
     elif point == "after deleting one folded part":
         os.unlink = counting(os.unlink, 1, after=True, only=legacy)
     else:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from arthex.adapters.parquet.codec import VERSION_KEY
+from arthex.adapters.parquet.schema import VERSION_KEY
 from arthex.adapters.parquet.store import ParquetTrajectoryStore, read_part
 from arthex.core.capture import token_samples
 from arthex.core.errors import InvalidInputError

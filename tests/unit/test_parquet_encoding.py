@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from openai.types.chat.chat_completion import Choice
 
-from arthex.adapters.parquet import codec as parquet_layout
-from arthex.adapters.parquet.codec import encode, full_trajectory_json, trajectory_json
+from arthex.adapters.parquet import json_cells
+from arthex.adapters.parquet.encoding import encode
+from arthex.adapters.parquet.json_cells import full_trajectory_json, trajectory_json
 from arthex.adapters.parquet.store import ParquetTrajectoryStore, PartFile, resolve_root
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.identity import RunRef
@@ -71,7 +72,7 @@ def all_trajectories() -> list[Trajectory]:
 def test_direct_dump_is_the_models_dump(index: int) -> None:
     trajectory = all_trajectories()[index]
     assert trajectory_json(trajectory) == full_trajectory_json(trajectory)
-    assert parquet_layout._items_json(trajectory.messages_and_choices) is not None  # direct
+    assert json_cells._items_json(trajectory.messages_and_choices) is not None  # direct
 
 
 def test_non_finite_floats_everywhere_are_written_as_constants() -> None:
@@ -123,7 +124,7 @@ def test_tools_column_is_cut_from_the_same_dump() -> None:
     table = encode(rich_groups()).to_pylist()
     rich = all_trajectories()[0]
     assert table[0]["tools"] is not None
-    assert table[0]["tools"].encode() == parquet_layout._json(rich.tools)
+    assert table[0]["tools"].encode() == json_cells.json_bytes(rich.tools)
 
 
 # --- streaming in row groups ------------------------------------------------------------------

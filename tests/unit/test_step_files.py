@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from arthex.adapters.parquet.codec import AUTHORITATIVE, WRITE_OPTIONS, encode
+from arthex.adapters.parquet.encoding import encode
 from arthex.adapters.parquet.parts import FOLDED_KEY, WRITES_KEY
+from arthex.adapters.parquet.schema import AUTHORITATIVE, WRITE_OPTIONS
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.apps.loaders import list_parts, load_trajectories
 from arthex.core.errors import CorruptDataError

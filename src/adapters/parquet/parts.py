@@ -3,7 +3,7 @@
 Every group logged at (split, step) lives in the step file `{step:04d}.parquet`, the one name
 ART's loaders read. Earlier arthex versions wrote each further log at a step as an extra part
 `{step:04d}-1.parquet`, `-2`, ...; those are still read, after the step file, in their order.
-The first new write at such a step folds them into the step file (publish.py) and
+The first new write at such a step folds them into the step file (step_file.py) and
 records what it folded in the step file's footer, under `FOLDED_KEY`: a JSON list of each
 folded part's name, size and a hash of its last bytes. The parts are deleted right after the
 step file is replaced; if the writer dies in between, readers skip every part the step file
@@ -29,7 +29,7 @@ from ...core.errors import CorruptDataError, InvalidInputError
 from ...core.identity import validate_name
 from ...core.trajectories import TrajectoryGroup
 from ..files import TEMP_PREFIX
-from .codec import open_part, read_open_part
+from .decoding import open_part, read_open_part
 
 __all__ = [
     "FOLDED_KEY",

@@ -4,10 +4,11 @@ Layout: `{root}/{project}/models/{name}/trajectories/{split}/{step:04d}.parquet`
 group logged at (split, step), in write order. A second write at a step rewrites the file
 atomically as old + new under the split's lock, so nothing is ever lost and ART's loaders,
 which read only `NNNN.parquet`, see every trajectory (ART itself overwrote the file, losing
-the earlier batch). How a write is published and how concurrent writers are serialized, on
-disk and on object stores, is publish.py; part names, listing and the legacy `-N`
-parts of earlier arthex versions are parts.py; what a file holds (ART's v2 layout)
-is codec.py.
+the earlier batch). What a write does to the step file is step_file.py; how it is published
+and concurrent writers are serialized is local_disk.py and object_store.py; part names,
+listing and the legacy `-N` parts of earlier arthex versions are parts.py; what a file holds
+(ART's v2 layout) is schema.py, with groups made rows in encoding.py (their JSON cells in
+json_cells.py) and rows made groups again in decoding.py.
 
 The root is a local directory or any pyarrow filesystem URI:
 
@@ -37,27 +38,17 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ...core.errors import CorruptDataError, InvalidInputError, UnsupportedCapability
+from ...core.errors import InvalidInputError, UnsupportedCapability
 from ...core.identity import ModelSpec, RunRef, validate_name
 from ...core.trajectories import TrajectoryGroup
 from ..files import atomic_write_bytes
 from ..layout import RunLayout
-from .codec import (
-    BATCH_BYTES,
-    FORMAT_VERSION,
-    SCHEMA,
-    VERSION_KEY,
-    encode_batches,
-    read_part,
-)
+from .decoding import json_object, read_part
+from .encoding import BATCH_BYTES, encode_batches
+from .local_disk import make_dirs, write_local
+from .object_store import PREFIX_ONLY, make_remote_dirs, write_remote
 from .parts import PartFile, list_parts, parse_part_name, read_step
-from .publish import (
-    PREFIX_ONLY,
-    make_dirs,
-    make_remote_dirs,
-    write_local,
-    write_remote,
-)
+from .schema import FORMAT_VERSION, SCHEMA, VERSION_KEY
 
 if TYPE_CHECKING:
     from ...ports.trajectory_store import TrajectoryStore
@@ -147,13 +138,7 @@ class ParquetTrajectoryStore:
         data = await asyncio.to_thread(self._read_spec, path)
         if data is None:
             return None
-        try:
-            spec = json.loads(data)
-        except ValueError as error:
-            raise CorruptDataError(f"{path} is not JSON ({error})") from error
-        if not isinstance(spec, dict):
-            raise CorruptDataError(f"{path} holds {type(spec).__name__}, not a model spec")
-        return spec
+        return json_object(path, data, "a model spec")
 
     # --- where things are -------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ from typing import Any
 import attrs
 import torch
 
-from .compute import BaseModel, UserError
+from .base_model import BaseModel
+from .wire import UserError
 
 
 @attrs.frozen

@@ -18,7 +18,7 @@ DELETE training_runs/{id}/checkpoints/{kind}/{name}.
 
 Behaviour worth knowing: one base model per emulator (accepted under its directory path and an
 optional `model_name`); LoRA training only, AdamW only; losses cross_entropy,
-importance_sampling, ppo, cispo and dro (see `compute`); training, saving and sampling
+importance_sampling, ppo, cispo and dro (see `losses`); training, saving and sampling
 requests are promises resolved through `retrieve_future`, and the requests of one training run
 run in `seq_id` order, like the service's. Checkpoints live under `state_dir` (a temp folder by
 default), so an emulator restarted on the same folder still lists, serves and resumes them; live
@@ -44,7 +44,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BackendError, InvalidInputError, MissingExtraError
-from .wire import HttpError, Reply
+from .wire import HttpError, Reply, UserError
 
 if TYPE_CHECKING:
     from .service import TinkerService
@@ -123,7 +123,7 @@ class TinkerEmulator:
             from tinker.proto import tinker_public_pb2  # noqa: F401
         except ImportError as exc:
             raise MissingExtraError(exc.name or "tinker", "tinker") from exc
-        from .compute import BaseModel, UserError
+        from .base_model import BaseModel
         from .service import TinkerService
 
         if self.torch_threads is not None:

@@ -5,24 +5,32 @@
     root/runs/<quoted run id>/sampler_weights/<name>/       save_weights_for_sampler: adapter
 
 A checkpoint folder is complete once its `meta.json` exists (it is written last and the folder
-renamed into place), so a listing never shows half a checkpoint.
+renamed into place), so a listing never shows half a checkpoint. A checkpoint holds the adapter
+(`adapter.safetensors`), the optimizer state of a save_state (`optimizer.pt`) and `meta.json`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ...adapters.files import atomic_write_bytes
-from .compute import META_FILE, LoraSettings, folder_size
-from .wire import CHECKPOINT_NAME, HttpError
+from ...adapters.files import atomic_write_bytes, fsync_dir, temp_path_for
+from .base_model import LoraSettings
+from .wire import CHECKPOINT_NAME, HttpError, UserError
 
+if TYPE_CHECKING:
+    import torch
+
+ADAPTER_FILE = "adapter.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+META_FILE = "meta.json"
 KINDS = {"weights": "training", "sampler_weights": "sampler"}
 _PATH = re.compile(r"tinker://([^/]+)/([^/]+)/([^/]+)")
 
@@ -125,3 +133,46 @@ class RunStore:
         if segment not in KINDS or not CHECKPOINT_NAME.fullmatch(name) or not directory.is_dir():
             raise HttpError(404, f"no checkpoint {segment}/{name} in run {run_id}")
         shutil.rmtree(directory)
+
+
+# --- checkpoint folders -----------------------------------------------------------------
+
+
+def publish_dir(directory: Path, write: Callable[[Path], None], meta: Mapping[str, Any]) -> None:
+    """Fill a temp folder with `write(temp)` plus `meta.json`, then rename it into place."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    temp = temp_path_for(directory)
+    temp.mkdir()
+    try:
+        write(temp)
+        atomic_write_bytes(temp / META_FILE, json.dumps(dict(meta), sort_keys=True).encode())
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(temp, directory)
+        fsync_dir(directory.parent)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def load_adapter(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    path = directory / ADAPTER_FILE
+    if not path.is_file():
+        raise UserError(f"checkpoint {directory.name!r} holds no adapter weights")
+    return dict(load_file(str(path)))
+
+
+def save_adapter(
+    directory: Path, adapter: Mapping[str, torch.Tensor], meta: Mapping[str, Any]
+) -> None:
+    from safetensors.torch import save_file
+
+    def write(temp: Path) -> None:
+        save_file(dict(adapter), str(temp / ADAPTER_FILE))
+
+    publish_dir(directory, write, meta)
+
+
+def folder_size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())

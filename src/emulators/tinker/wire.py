@@ -17,11 +17,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:  # torch-heavy modules, imported where used so this one stays light
-    from .compute import AdamSettings, DatumIn
+    from .compute import AdamSettings
+    from .losses import DatumIn
     from .sampling import SampledRow, SampleSettings
 
 PROTO = "application/x-protobuf"
 CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+
+class UserError(Exception):
+    """The request was wrong (the SDK gets `category: user`); the message says how."""
 
 
 class HttpError(Exception):
@@ -107,7 +112,7 @@ def decode_forward_backward(body: bytes, headers: Mapping[str, str]) -> ForwardB
     import torch
     from tinker.proto import tinker_public_pb2 as pb
 
-    from .compute import DatumIn
+    from .losses import DatumIn
 
     if headers.get("content-encoding", "").lower() == "zstd":
         import zstandard

@@ -1,0 +1,159 @@
+"""The tinker emulator's samplers: sampling sessions on the base model or a saved adapter,
+snapshots of a training run's current weights, and `asample` on either.
+
+A sampler holds its adapter's weights (a copy), so a training run that trains on afterwards
+does not change what an earlier snapshot samples.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import attrs
+
+from .base_model import BaseModel, LoraSettings
+from .futures import Futures
+from .sampling import sample
+from .sessions import Sessions
+from .store import RunStore, checkpoint_meta, load_adapter, save_adapter
+from .training_runs import TrainingRuns
+from .wire import (
+    HttpError,
+    Reply,
+    UserError,
+    checkpoint_name,
+    encode_sample,
+    prompt_tokens,
+    sample_settings,
+)
+
+
+@attrs.define(eq=False)
+class Sampler:
+    sampler_id: str
+    base_model: str
+    model_path: str | None
+    lora: LoraSettings | None  # None: the base model
+    adapter: dict[str, Any]
+
+
+class SamplingSessions:
+    """The samplers of one emulator, by id."""
+
+    def __init__(
+        self,
+        base: BaseModel,
+        store: RunStore,
+        futures: Futures,
+        sessions: Sessions,
+        runs: TrainingRuns,
+    ) -> None:
+        self._base = base
+        self._store = store
+        self._futures = futures
+        self._sessions = sessions
+        self._runs = runs
+        self._lock = threading.Lock()
+        self._samplers: dict[str, Sampler] = {}
+
+    def create_sampling_session(self, body: dict[str, Any]) -> Reply:
+        self._sessions.require(body)
+        sampler = self._new_sampler(body.get("model_path"), body.get("base_model"))
+        self._add(sampler)
+        return Reply.json(
+            {"type": "create_sampling_session", "sampling_session_id": sampler.sampler_id}
+        )
+
+    def save_weights_for_sampler(self, body: dict[str, Any]) -> Reply:
+        run = self._runs.live(body.get("model_id"))
+        if body.get("path") is None:  # an ephemeral sampler of the current weights
+
+            def snapshot() -> Reply:
+                sampler = Sampler(
+                    sampler_id=str(uuid.uuid4()),
+                    base_model=run.base_model,
+                    model_path=None,
+                    lora=run.lora,
+                    adapter=run.trainer.adapter(),
+                )
+                self._add(sampler)
+                return Reply.json(
+                    {"type": "save_weights_for_sampler", "sampling_session_id": sampler.sampler_id}
+                )
+
+            return self._runs.queue(run, body.get("seq_id"), snapshot)
+        name = checkpoint_name(body.get("path"))
+        directory = self._store.checkpoint_dir(run.run_id, "sampler_weights", name)
+        path = f"tinker://{run.run_id}/sampler_weights/{name}"
+
+        def work() -> Reply:
+            if directory.exists():
+                raise UserError(f"sampler checkpoint {path} already exists; use a new name")
+            meta = {**checkpoint_meta(run.base_model, body), "lora": run.lora.to_json()}
+            save_adapter(directory, run.trainer.adapter(), meta)
+            return Reply.json({"type": "save_weights_for_sampler", "path": path})
+
+        return self._runs.queue(run, body.get("seq_id"), work)
+
+    def get_sampler(self, sampler_id: str) -> Reply:
+        sampler = self._samplers.get(sampler_id)
+        if sampler is None:
+            raise HttpError(404, f"unknown sampler {sampler_id!r}")
+        return Reply.json(
+            {
+                "sampler_id": sampler.sampler_id,
+                "base_model": sampler.base_model,
+                "model_path": sampler.model_path,
+            }
+        )
+
+    def asample(self, body: dict[str, Any]) -> Reply:
+        if body.get("sampling_session_id") is not None:
+            sampler = self._samplers.get(str(body["sampling_session_id"]))
+            if sampler is None:
+                raise HttpError(404, f"unknown sampling session {body['sampling_session_id']!r}")
+        else:
+            sampler = self._new_sampler(body.get("model_path"), body.get("base_model"))
+        for key in ("topk_prompt_logprobs", "prompt_alt_tokens_k"):
+            if int(body.get(key) or 0) > 0:
+                raise HttpError(400, f"the tinker emulator does not support {key}")
+        for key in ("target_prompt_logprobs", "record_stability_info"):
+            if body.get(key):
+                raise HttpError(400, f"the tinker emulator does not support {key}")
+        prompt = prompt_tokens(body.get("prompt"))
+        n = int(body.get("num_samples") or 1)
+        settings = sample_settings(body.get("sampling_params") or {})
+        topk = int(body.get("topk_sample_logprobs") or 0)
+        with_prompt = bool(body.get("prompt_logprobs"))
+        # The SDK asserts one id per sample in the promise, and stamps them on the sequences.
+        sequence_ids = [f"{sampler.sampler_id}:{body.get('seq_id')}:{i}" for i in range(n)]
+
+        def work() -> Reply:
+            module = self._base.sampler_module(sampler.lora, sampler.adapter)
+            rows, prompt_lps = sample(
+                self._base, module, prompt, n, settings, topk=topk, prompt_logprobs=with_prompt
+            )
+            last_n = body.get("prompt_logprobs_last_n")
+            return encode_sample(rows, prompt_lps, topk=topk, last_n=last_n)
+
+        request_id = self._futures.submit(work)
+        return Reply.json({"request_id": request_id, "sample_sequence_ids": sequence_ids})
+
+    def _new_sampler(self, model_path: object, base_model: object) -> Sampler:
+        sampler_id = str(uuid.uuid4())
+        if model_path is None:
+            self._runs.check_base(base_model)
+            return Sampler(sampler_id, str(base_model), None, None, {})
+        run_id, directory, _segment = self._store.existing(str(model_path))
+        run = self._runs.get(run_id)
+        try:
+            adapter = load_adapter(directory)
+        except Exception as exc:
+            raise HttpError(400, f"cannot read {model_path}: {exc}") from exc
+        return Sampler(sampler_id, run.base_model, str(model_path), run.lora, adapter)
+
+    def _add(self, sampler: Sampler) -> None:
+        with self._lock:
+            self._samplers[sampler.sampler_id] = sampler
