@@ -19,7 +19,6 @@ pytest.importorskip("fastapi")
 from safetensors.torch import load_file
 
 from arthex.adapters.local import LocalBackend
-from arthex.adapters.local.trainer import optimizer_tensors, trainable_state
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError, NotRegisteredError
 from arthex.core.identity import ModelSpec, RunRef
@@ -206,11 +205,10 @@ def test_restart_resumes_with_the_optimizer_state_bitwise(base_model: str, tmp_p
 
     async def third(b: LocalBackend, _: InferenceEndpoint) -> tuple[int, bool, bool]:
         step = await b.get_step(RUN)
-        trainer = b._runs[RUN].trainer  # the live optimizer, not a file
+        live, live_opt = b.training_tensors(RUN)  # the live optimizer, not a file
         saved_opt = load_file(str(checkpoint(resumed, 2) / "optimizer.safetensors"))
         saved_w = load_file(str(checkpoint(resumed, 2) / "model.safetensors"))
-        opt_equal = same_tensors(optimizer_tensors(trainer), saved_opt)
-        live = trainable_state(trainer)
+        opt_equal = same_tensors(live_opt, saved_opt)
         w_equal = same_tensors(live, {k: saved_w[k] for k in live})
         await train(b, batches[2])
         return step, opt_equal, w_equal
@@ -266,9 +264,9 @@ def test_lora_trains_saves_the_adapter_serves_and_resumes(base_model: str, tmp_p
         return await served(endpoint)
 
     async def two(b: LocalBackend, endpoint: InferenceEndpoint) -> tuple[int, bool, set[str]]:
-        trainer = b._runs[RUN].trainer
+        _, live_opt = b.training_tensors(RUN)
         saved = load_file(str(checkpoint(tmp_path, 1) / "optimizer.safetensors"))
-        equal = same_tensors(optimizer_tensors(trainer), saved)
+        equal = same_tensors(live_opt, saved)
         await train(b, synthetic_groups(2, 4, offset=1), TrainConfig(learning_rate=1e-2))
         return await b.get_step(RUN), equal, await served(endpoint)
 

@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
     from ..inference.engine import SamplingEngine
     from ..inference.server import InferenceServer
-    from .trainer import PolicyTrainer
+    from .distributed.world import World
+    from .trainer import TrainerSettings
+    from .trainer_protocol import Trainer
 
 EngineKind = Literal["auto", "torch", "vllm"]
 
@@ -66,7 +68,7 @@ class _Serving:
 class _Run:
     spec: ModelSpec
     model_dir: Path
-    trainer: PolicyTrainer
+    trainer: Trainer
     serving: _Serving
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
 
@@ -76,6 +78,12 @@ class LocalBackend:
 
     `path` overrides the model's `base_path` (runs live in `{base}/{project}/models/{name}`).
     `engine` picks the sampling engine ("auto": vLLM when importable with a GPU, else torch).
+
+    `world_size=N` trains each run on N rank processes with its model sharded by FSDP2 (GPUs
+    0..N-1 when there are that many, else the CPU); `devices=[...]` names this machine's rank
+    devices instead. A `world_size` above the local ranks adds ranks on other machines, which
+    meet this one at `master_addr:master_port` (or MASTER_ADDR/MASTER_PORT): see
+    docs/backends/local.md. Without either, training runs in this process.
     """
 
     def __init__(
@@ -92,7 +100,14 @@ class LocalBackend:
         api_key: str | None = None,
         adam_betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.1,
+        world_size: int | None = None,
+        devices: Sequence[str] | None = None,
+        master_addr: str | None = None,
+        master_port: int | None = None,
     ) -> None:
+        from .distributed.world import check_world_arguments
+
+        check_world_arguments(world_size, devices, master_port)
         self._path = path
         self._engine_kind: EngineKind = engine
         self._device = device
@@ -104,6 +119,8 @@ class LocalBackend:
         self._api_key = api_key
         self._adam_betas = adam_betas
         self._weight_decay = weight_decay
+        self._world_args = (world_size, tuple(devices) if devices is not None else None)
+        self._master = (master_addr, master_port)
         self._runs: dict[RunRef, _Run] = {}
         self._servings: list[_Serving] = []
         self._pins: dict[RunRef, Counter[int]] = {}
@@ -141,13 +158,13 @@ class LocalBackend:
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
         from . import checkpoints as ckpt
-        from .trainer import DEFAULT_LORA_TARGETS, PolicyTrainer, TrainerSettings
+        from .trainer import DEFAULT_LORA_TARGETS, TrainerSettings
 
         assert spec.base_model is not None
         model_dir = Path(self._path or spec.base_path) / spec.run.project / "models" / spec.run.name
         model_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temps(model_dir)
-        trainer = PolicyTrainer(
+        trainer = self._new_trainer(
             TrainerSettings(
                 base_model=spec.base_model,
                 device=self._device_name(),
@@ -160,18 +177,56 @@ class LocalBackend:
                 weight_decay=self._weight_decay,
             )
         )
-        latest = ckpt.latest_step(model_dir)
-        source = ckpt.step_dir(model_dir, latest) if latest is not None else None
-        await asyncio.to_thread(trainer.load, source)
-        if latest is None:
-            latest = 0
-            await asyncio.to_thread(
-                ckpt.publish, model_dir, 0, trainer.write_checkpoint, trainer.trainer_state()
-            )
-        serving = await self._serving_for(spec)
+        try:
+            latest = ckpt.latest_step(model_dir)
+            source = ckpt.step_dir(model_dir, latest) if latest is not None else None
+            await asyncio.to_thread(trainer.load, source)
+            if latest is None:
+                latest = 0
+                await asyncio.to_thread(
+                    ckpt.publish, model_dir, 0, trainer.write_checkpoint, trainer.trainer_state()
+                )
+            serving = await self._serving_for(spec)
+        except BaseException:
+            await asyncio.to_thread(trainer.close)
+            raise
         run = _Run(spec=spec, model_dir=model_dir, trainer=trainer, serving=serving)
         await self._serve(run, latest)
         return run
+
+    def _new_trainer(self, settings: TrainerSettings) -> Trainer:
+        """In this process, or a group of sharded rank processes when a world was asked for."""
+        world = self._world()
+        if world is None:
+            from .trainer import PolicyTrainer
+
+            return PolicyTrainer(settings)
+        if world.multi_node and self._runs:
+            raise InvalidInputError(
+                "a LocalBackend whose ranks span several machines trains one run (the other "
+                "machines start that run's ranks); create another backend, with its own "
+                "master_port, for another run"
+            )
+        from .distributed.trainer import DistributedTrainer
+
+        return DistributedTrainer(settings, world)
+
+    def _world(self) -> World | None:
+        from .distributed.world import plan_world
+
+        world_size, devices = self._world_args
+        if world_size is None and devices is None:
+            return None
+        import torch
+
+        return plan_world(
+            world_size=world_size,
+            devices=devices,
+            device=self._device,
+            master_addr=self._master[0],
+            master_port=self._master[1],
+            cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        )
 
     async def _serving_for(self, spec: ModelSpec) -> _Serving:
         """The engine of this base model, unless another run of the same name already uses
@@ -206,7 +261,10 @@ class LocalBackend:
         """Stop every server and engine and drop the trainers; the files stay."""
         self._closed = True
         servings, self._servings = self._servings, []
+        runs = list(self._runs.values())
         self._runs.clear()
+        for run in runs:
+            await asyncio.to_thread(run.trainer.close)
         for serving in servings:
             with contextlib.suppress(Exception):
                 await serving.server.stop()
@@ -377,11 +435,7 @@ class LocalBackend:
         """The run's live trainable weights and optimizer tensors, copied to the CPU and keyed
         like `model.safetensors` and `optimizer.safetensors`: a resumed run can then be checked
         against the checkpoint it claims to have loaded without reaching into private state."""
-        from .trainer import optimizer_tensors, trainable_state
-
-        trainer = self._require(run).trainer
-        weights = {name: value.cpu() for name, value in trainable_state(trainer).items()}
-        return weights, optimizer_tensors(trainer)
+        return self._require(run).trainer.training_tensors()
 
     # --- internals ----------------------------------------------------------------------
 

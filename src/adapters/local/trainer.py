@@ -34,6 +34,7 @@ from ...core.errors import CorruptDataError, InvalidInputError
 from . import checkpoints as ckpt
 from .loss import LossSettings, LossStats, next_token_logprobs, policy_loss
 from .packing import PackedBatch
+from .step_plan import WholeBatch, part_of
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = (
     "q_proj",
@@ -74,6 +75,7 @@ class PolicyTrainer:
         self.full_finetune = False
         self.max_length = 0
         self.pad_token_id = 0
+        self.split: WholeBatch = WholeBatch()
 
     # --- building -----------------------------------------------------------------------
 
@@ -82,19 +84,7 @@ class PolicyTrainer:
         state when there is one (a restart resumes exactly where the run stopped)."""
         state = ckpt.read_state(checkpoint) if checkpoint is not None else None
         base = self._base_model()
-        if state is not None:
-            full = state.get("mode") == "full"
-            wanted = self.settings.full_finetune
-            if wanted is not None and wanted != full:
-                raise InvalidInputError(
-                    f"the run's checkpoints in {checkpoint} were trained with "
-                    f"{'full fine-tuning' if full else 'LoRA'}, but the backend was created with "
-                    f"full_finetune={wanted}; use full_finetune={full} (or None) for this run"
-                )
-        elif self.settings.full_finetune is not None:
-            full = self.settings.full_finetune
-        else:
-            full = sum(p.numel() for p in base.parameters()) < FULL_FINETUNE_BELOW_PARAMS
+        full = self._choose_mode(state, base, checkpoint)
         self.full_finetune = full
         if full and base.dtype != torch.float32:
             base = base.float()  # full fine-tuning keeps float32 master weights
@@ -109,6 +99,23 @@ class PolicyTrainer:
         if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
             assert self.optimizer is not None
             ckpt.load_optimizer(self.optimizer, self.param_names, checkpoint)
+
+    def _choose_mode(self, state: dict[str, Any] | None, base: Any, where: Path | None) -> bool:
+        """Full fine-tuning (True) or LoRA: the checkpoint's mode, which the settings may not
+        contradict; without a checkpoint, the settings' or the size rule's."""
+        if state is not None:
+            full = state.get("mode") == "full"
+            wanted = self.settings.full_finetune
+            if wanted is not None and wanted != full:
+                raise InvalidInputError(
+                    f"the run's checkpoints in {where} were trained with "
+                    f"{'full fine-tuning' if full else 'LoRA'}, but the backend was created with "
+                    f"full_finetune={wanted}; use full_finetune={full} (or None) for this run"
+                )
+            return full
+        if self.settings.full_finetune is not None:
+            return self.settings.full_finetune
+        return bool(sum(p.numel() for p in base.parameters()) < FULL_FINETUNE_BELOW_PARAMS)
 
     def _base_model(self) -> Any:
         from transformers import AutoModelForCausalLM
@@ -185,20 +192,7 @@ class PolicyTrainer:
     # --- saving -------------------------------------------------------------------------
 
     def trainer_state(self) -> dict[str, Any]:
-        s = self.settings
-        lora = None
-        if not self.full_finetune:
-            lora = {
-                "rank": s.lora_rank,
-                "alpha": s.lora_alpha,
-                "targets": list(s.lora_target_modules),
-            }
-        return {
-            "base_model": s.base_model,
-            "mode": "full" if self.full_finetune else "lora",
-            "lora": lora,
-            "seed": s.seed,
-        }
+        return trainer_state(self.settings, self.full_finetune)
 
     def write_checkpoint(self, directory: Path) -> None:
         """The weights (or adapter) and the optimizer state, into an empty folder."""
@@ -211,6 +205,15 @@ class PolicyTrainer:
             if readme.exists():
                 readme.unlink()
         ckpt.save_optimizer(self.optimizer, self.param_names, directory)
+
+    def training_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The live trainable weights and optimizer tensors on the CPU, keyed like the
+        checkpoint files (see `trainable_state` and `optimizer_tensors`)."""
+        weights = {name: value.cpu() for name, value in trainable_state(self).items()}
+        return weights, optimizer_tensors(self)
+
+    def close(self) -> None:
+        """Nothing to release beyond memory (the sharded trainer's handle stops processes)."""
 
     # --- training -----------------------------------------------------------------------
 
@@ -230,25 +233,27 @@ class PolicyTrainer:
         assert self.optimizer is not None and self.model is not None
         settings = LossSettings.from_config(config)
         kl_on = settings.kl_coef > 0
-        ref = self._reference_logprobs(batch, reference) if kl_on else None
         rows = batch.num_rows
         per_step = config.grad_accumulation_sequences or rows
         chunks = [list(range(i, min(i + per_step, rows))) for i in range(0, rows, per_step)]
+        ref = self._reference_logprobs(batch, chunks, reference) if kl_on else None
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         device = torch.device(self.settings.device)
         for group in self.optimizer.param_groups:
             group["lr"] = config.learning_rate
         for chunk_rows in chunks:
-            chunk = batch.rows(chunk_rows)
-            normalizer = float(chunk.num_trainable_tokens)
+            normalizer = float(batch.rows(chunk_rows).num_trainable_tokens)
             self.optimizer.zero_grad(set_to_none=True)
             parts: list[LossStats] = []
-            for micro in self._micro_batches(len(chunk_rows), batch.seq_len):
-                part = chunk.rows(micro).to(device)
+            plan = self.split.plan(
+                chunk_rows, self._micro_rows(batch.seq_len), whole_micro_batches=kl_on
+            )
+            for micro in plan:
+                part = part_of(batch, micro, chunk_rows).to(device)
                 logits = self._logits(part)
                 ref_part = None
                 if ref is not None:
-                    ref_part = ref[[chunk_rows[i] for i in micro]].to(device)
+                    ref_part = ref[micro or chunk_rows[:1]].to(device)
                 loss, stats = policy_loss(
                     logits, part, settings, normalizer=normalizer, ref_logprobs=ref_part
                 )
@@ -256,12 +261,12 @@ class PolicyTrainer:
                 parts.append(stats)
                 del logits, loss
             limit = config.max_grad_norm if config.max_grad_norm is not None else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, limit)
+            grad_norm = self.split.clip_grad_norm(params, limit)
             self.optimizer.step()
-            metrics = LossStats.merge(parts, kl_on)
+            metrics = self.split.reduce(LossStats.combine(parts)).metrics(kl_on)
             metrics.update(
                 {
-                    "loss/grad_norm": float(grad_norm.item()),
+                    "loss/grad_norm": grad_norm,
                     "loss/learning_rate": config.learning_rate,
                     "data/step_num_tokens": normalizer,
                     "data/step_num_sequences": float(len(chunk_rows)),
@@ -271,10 +276,8 @@ class PolicyTrainer:
             )
             yield metrics
 
-    def _micro_batches(self, rows: int, seq_len: int) -> Iterator[list[int]]:
-        size = max(1, self.settings.micro_batch_tokens // max(seq_len, 1))
-        for start in range(0, rows, size):
-            yield list(range(start, min(start + size, rows)))
+    def _micro_rows(self, seq_len: int) -> int:
+        return max(1, self.settings.micro_batch_tokens // max(seq_len, 1))
 
     def _logits(self, batch: PackedBatch) -> torch.Tensor:
         out = self.model(
@@ -286,16 +289,24 @@ class PolicyTrainer:
         logits: torch.Tensor = out.logits
         return logits
 
-    def _reference_logprobs(self, batch: PackedBatch, reference: Path | None) -> torch.Tensor:
-        """Reference logprobs for every row, computed once before any update: the reference
-        weights are swapped in, used, and the trained weights put back."""
+    def _reference_logprobs(
+        self, batch: PackedBatch, chunks: list[list[int]], reference: Path | None
+    ) -> torch.Tensor:
+        """Reference logprobs for the rows this process trains (zeros elsewhere), computed
+        once before any update: the reference weights are swapped in, used, and the trained
+        weights put back."""
+        out = torch.zeros((batch.num_rows, max(batch.seq_len - 1, 0)))
         with torch.no_grad(), self._reference_weights(reference):
-            out = []
-            for micro in self._micro_batches(batch.num_rows, batch.seq_len):
-                part = batch.rows(micro).to(torch.device(self.settings.device))
-                _, new = next_token_logprobs(self._logits(part), part.tokens)
-                out.append(new.float().cpu())
-        return torch.cat(out) if out else torch.zeros((0, max(batch.seq_len - 1, 0)))
+            for chunk_rows in chunks:
+                plan = self.split.plan(
+                    chunk_rows, self._micro_rows(batch.seq_len), whole_micro_batches=True
+                )
+                for micro in plan:
+                    part = part_of(batch, micro, chunk_rows).to(torch.device(self.settings.device))
+                    _, new = next_token_logprobs(self._logits(part), part.tokens)
+                    if micro:
+                        out[micro] = new.float().cpu()
+        return out
 
     @contextlib.contextmanager
     def _reference_weights(self, reference: Path | None) -> Iterator[None]:
@@ -325,6 +336,23 @@ class PolicyTrainer:
                 for name, param in self.model.named_parameters():
                     if name in saved:
                         param.copy_(saved[name])
+
+
+def trainer_state(settings: TrainerSettings, full_finetune: bool) -> dict[str, Any]:
+    """What `trainer_state.json` records about how the run trains."""
+    lora = None
+    if not full_finetune:
+        lora = {
+            "rank": settings.lora_rank,
+            "alpha": settings.lora_alpha,
+            "targets": list(settings.lora_target_modules),
+        }
+    return {
+        "base_model": settings.base_model,
+        "mode": "full" if full_finetune else "lora",
+        "lora": lora,
+        "seed": settings.seed,
+    }
 
 
 def _padding_mask(batch: PackedBatch) -> torch.Tensor | None:
