@@ -437,6 +437,14 @@ class LocalBackend:
         against the checkpoint it claims to have loaded without reaching into private state."""
         return self._require(run).trainer.training_tensors()
 
+    def rank_processes(self, run: RunRef) -> dict[int, int]:
+        """This machine's trainer rank processes for the run (rank -> pid); empty when the run
+        trains in this process or its ranks are not running (for monitoring, and for tests
+        that stop a rank on purpose)."""
+        trainer: Any = self._require(run).trainer
+        supervisor = getattr(trainer, "supervisor", None)
+        return supervisor.rank_pids() if supervisor is not None else {}
+
     # --- internals ----------------------------------------------------------------------
 
     def _pin(self, run: RunRef, step: int | None, delta: int) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -33,11 +32,11 @@ from torch._C._distributed_c10d import TCPStore
 
 from ....core.errors import BackendError
 from .channel import Channel
+from .processes import RankProcess, kill_group, start_rank
 from .world import LOOPBACK, World, listen_socket
 
 SETTLE_S = 1.0
 STOP_GRACE_S = 10.0
-WORKER_MODULE = "arthex.adapters.local.distributed.worker"
 
 
 @attrs.frozen
@@ -78,7 +77,7 @@ class Supervisor:
         self._port = world.master_port
         self._generation = 0
         self._channel: Channel | None = None
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._procs: dict[int, RankProcess] = {}
         self._failure: RankFailure | None = None
         self._next_command = 0
         self._open: tuple[int, int] | None = None  # (command, replies read) still in flight
@@ -137,7 +136,7 @@ class Supervisor:
             use_libuv=False,
         )
 
-    def _spawn(self, rank: int, device: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, rank: int, device: str) -> RankProcess:
         world = self.world
         env = dict(os.environ)
         place = {
@@ -162,17 +161,10 @@ class Supervisor:
             # one machine: keep the ranks' own connections on loopback too
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
             env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # logs hold errors, not bars
+        env.setdefault("TQDM_DISABLE", "1")
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        log = self._log_path(rank)
-        with open(log, "ab") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: killed as a whole
-            )
+        return start_rank(env, self._log_path(rank))
 
     def _log_path(self, rank: int) -> Path:
         return self._log_dir / f"g{self._generation}-rank{rank}.log"
@@ -353,10 +345,7 @@ class Supervisor:
     def _kill_all(self) -> None:
         for proc in self._procs.values():
             if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill_group(proc.pid)
         for proc in self._procs.values():
             proc.wait()
         self._procs = {}
