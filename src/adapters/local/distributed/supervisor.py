@@ -83,6 +83,8 @@ class Supervisor:
         self._open: tuple[int, int] | None = None  # (command, replies read) still in flight
         self._beats: dict[int, tuple[int, float]] = {}
         self._beats_checked = 0.0
+        self._started = 0.0
+        self._joined = False
 
     @property
     def running(self) -> bool:
@@ -119,6 +121,8 @@ class Supervisor:
             self._next_command = 0
             self._open = None
             self._beats = {}
+            self._started = time.monotonic()
+            self._joined = False
             for local, device in enumerate(self.world.devices):
                 self._procs[local] = self._spawn(local, device)
 
@@ -238,6 +242,33 @@ class Supervisor:
         exited = any(proc.poll() is not None for proc in self._procs.values())
         if exited or channel.count("errors") > 0 or self._stale_ranks(channel):
             self._fail(channel)
+        late = self._missing_ranks(channel)
+        if late:
+            self._kill_all()
+            self._abort(channel)
+            self._failure = RankFailure(
+                late[0],
+                f"(with ranks {late}) never joined within {self.world.join_timeout_s:.0f} s",
+                f"start them on the other machines with MASTER_ADDR={self.world.master_addr} "
+                f"MASTER_PORT={self._port} WORLD_SIZE={self.world.size} RANK=<rank> "
+                "python -m arthex.adapters.local.distributed.worker",
+                None,
+            )
+            raise self._failure.error(self.world.size)
+
+    def _missing_ranks(self, channel: Channel) -> list[int]:
+        """Ranks on other machines that have not joined within the join timeout."""
+        if not self.world.multi_node or self._joined:
+            return []
+        if time.monotonic() - self._started < self.world.join_timeout_s:
+            return []
+        missing = [
+            rank
+            for rank in range(self.world.local_ranks, self.world.size)
+            if channel.count(f"joined/{rank}") == 0
+        ]
+        self._joined = not missing
+        return missing
 
     def _stale_ranks(self, channel: Channel) -> list[int]:
         """Ranks on other machines whose heartbeat stood still for too long (checked once a

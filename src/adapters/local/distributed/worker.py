@@ -33,6 +33,9 @@ STORE_LOST_S = 10.0
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 EXIT_ERROR = 1
 EXIT_ORPHANED = 3
+EXIT_ABORTED = 4  # the frontend ended the generation: non-zero, so a restarting launcher
+# (torchrun --max-restarts, a shell loop) starts the rank again for the next generation
+JOIN_TIMEOUT = timedelta(minutes=15)  # a rank started by hand may come before the frontend
 
 
 def main() -> None:
@@ -57,9 +60,11 @@ def serve_rank(
 
     if threads:
         torch.set_num_threads(threads)
-    root = connect(place.master_addr, place.master_port)
     if generation is None:
+        root = connect(place.master_addr, place.master_port, timeout=JOIN_TIMEOUT)
         generation = _newest_generation(root)
+    else:
+        root = connect(place.master_addr, place.master_port)
     channel = Channel(root, generation)
     if channel.count(f"joined/{place.rank}", 1) != 1:
         # Not reported under err/{rank}: that slot belongs to the rank already running.
@@ -77,10 +82,16 @@ def serve_rank(
 
 
 def _newest_generation(root: Any) -> int:
-    """The generation the frontend announced last (a rank started by hand joins it)."""
-    while not root.check(["generation"]):
+    """The generation the frontend announced last and has not ended (a rank started by hand,
+    or restarted by its launcher, joins it); exits when the frontend has closed."""
+    while True:
+        if root.check(["closed"]):
+            os._exit(0)
+        if root.check(["generation"]):
+            generation = int(root.get("generation"))
+            if not root.check([f"g{generation}/abort"]):
+                return generation
         time.sleep(0.2)
-    return int(root.get("generation"))
 
 
 def _serve(channel: Any, place: RankPlace) -> None:
@@ -93,7 +104,7 @@ def _serve(channel: Any, place: RankPlace) -> None:
 
     def idle() -> None:
         if channel.has("abort"):
-            os._exit(0)
+            os._exit(EXIT_ABORTED)
 
     config = channel.wait_json("config", idle)
     device = place.device or _default_device(config["backend"], place.local_rank)
@@ -249,7 +260,7 @@ class _Heartbeat(threading.Thread):
             try:
                 channel.count(f"hb/{self.place.rank}", 1)
                 if channel.has("abort"):
-                    os._exit(0)
+                    os._exit(EXIT_ABORTED)
                 last_ok = time.monotonic()
             except Exception:
                 if time.monotonic() - last_ok > STORE_LOST_S:

@@ -24,6 +24,7 @@ CommBackend = Literal["gloo", "nccl"]
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_HEARTBEAT_TIMEOUT_S = 15.0
+DEFAULT_JOIN_TIMEOUT_S = 600.0
 # Standard torch.distributed variables first; the ARTHEX_ ones win, so a launcher that sets
 # the standard ones to its own rendezvous (torchrun) can still point ranks at the frontend.
 _ENV_PREFIXES = ("ARTHEX_", "")
@@ -38,6 +39,7 @@ class World:
     master_addr: str = LOOPBACK
     master_port: int = 0  # 0: a free port, chosen when the store starts (one machine only)
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S  # for ranks on other machines
 
     @property
     def local_ranks(self) -> int:
