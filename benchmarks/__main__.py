@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("policies", "trainer", "inference", "logging", "s3")
+BENCHMARKS = ("policies", "trainer", "inference", "logging", "s3", "distributed")
 
 
 def main(argv: list[str]) -> None:

@@ -90,13 +90,24 @@ async def train_until_hit(
 
 
 @pytest.mark.parametrize(
-    ("hit", "says"),
-    [(signal.SIGKILL, "was killed by SIGKILL"), (signal.SIGINT, "KeyboardInterrupt")],
-    ids=["killed", "raised"],
+    ("hit", "says", "forked"),
+    [
+        (signal.SIGKILL, "was killed by SIGKILL", True),
+        (signal.SIGINT, "KeyboardInterrupt", False),
+    ],
+    ids=["killed-forked-rank", "raised-in-fresh-rank"],
 )
 def test_a_failing_rank_ends_the_call_and_the_next_call_resumes(
-    base_model: str, tmp_path: Path, hit: signal.Signals, says: str
+    base_model: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    hit: signal.Signals,
+    says: str,
+    forked: bool,
 ) -> None:
+    if not forked:  # ranks as fresh interpreters instead of forks of the zygote
+        monkeypatch.setenv("ARTHEX_RANK_ZYGOTE", "0")
+
     async def scenario() -> tuple[int, BackendError | None, float, list[int], list[str], int]:
         b = LocalBackend(full_finetune=True, world_size=2)
         try:

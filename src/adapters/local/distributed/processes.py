@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
@@ -51,8 +52,13 @@ def kill_group(pid: int) -> None:
 
 def start_rank(env: Mapping[str, str], log: Path) -> RankProcess:
     """A rank with this environment, its output appended to `log`."""
-    if sys.platform == "linux" and os.environ.get("ARTHEX_RANK_ZYGOTE", "1") != "0":
-        return _zygote().spawn(env, log)
+    global _FORKING
+    if _FORKING and sys.platform == "linux" and os.environ.get("ARTHEX_RANK_ZYGOTE") != "0":
+        try:
+            return _zygote().spawn(env, log)
+        except BackendError as exc:
+            _FORKING = False  # not again in this process: each rank starts fresh from here on
+            warnings.warn(f"{exc}; starting ranks as fresh interpreters", stacklevel=2)
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE],
@@ -166,11 +172,11 @@ class Zygote:
         tail = self._log.read_text(errors="replace")[-1000:] if self._log.exists() else ""
         return BackendError(
             f"the process that starts this machine's trainer ranks died: {why}. Its output: "
-            f"{tail or '(none)'}. Set ARTHEX_RANK_ZYGOTE=0 to start each rank as a fresh "
-            "interpreter instead"
+            f"{tail or '(none)'}"
         )
 
 
+_FORKING = True
 _ZYGOTE: Zygote | None = None
 _ZYGOTE_LOCK = threading.Lock()
 

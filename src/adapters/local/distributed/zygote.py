@@ -19,6 +19,12 @@ from typing import Any
 
 def main() -> None:
     _preload()
+    import torch
+
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        # a forked child could not use the GPU; the frontend starts fresh interpreters instead
+        sys.stderr.write("CUDA was initialised while importing; ranks cannot be forked\n")
+        sys.exit(2)
     out = sys.stdout
     children: set[int] = set()
     _say(out, {"ready": True})
