@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +151,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             kill_group(self._proc.pid)
             self._proc.wait()
+        shutil.rmtree(self._log.parent, ignore_errors=True)
 
     def _read(self, stream: IO[bytes]) -> None:
         for line in stream:

@@ -85,12 +85,15 @@ def _newest_generation(root: Any) -> int:
     """The generation the frontend announced last and has not ended (a rank started by hand,
     or restarted by its launcher, joins it); exits when the frontend has closed."""
     while True:
-        if root.check(["closed"]):
+        try:
+            if root.check(["closed"]):
+                os._exit(0)
+            if root.check(["generation"]):
+                generation = int(root.get("generation"))
+                if not root.check([f"g{generation}/abort"]):
+                    return generation
+        except Exception:  # the frontend's store is gone: there is nothing left to join
             os._exit(0)
-        if root.check(["generation"]):
-            generation = int(root.get("generation"))
-            if not root.check([f"g{generation}/abort"]):
-                return generation
         time.sleep(0.2)
 
 
