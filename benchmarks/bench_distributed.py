@@ -1,25 +1,32 @@
-"""Sharded training: step time on 1 and N ranks against one process, and the communication share.
+"""Sharded training: step time on 1 and N ranks, and the communication share of a step.
 
-One optimizer step over an RL-shaped batch (the trainer benchmark's workload), full fine-tuning:
+One optimizer step over an RL-shaped batch (the trainer benchmark's workload: 32 rollouts of
+32-200 tokens after a 48-token prompt), full fine-tuning, on:
 
-- `one process`: PolicyTrainer in this process, with every core (or the GPU);
-- `FSDP2, 1 rank`: the sharded trainer alone in its own process (what FSDP2's hooks cost
-  when there is nothing to share);
-- `FSDP2, N ranks`: N rank processes on gloo (CPU, each with cores/N threads) or NCCL (one
-  GPU each), rows split as LocalBackend splits them.
+- `one process`: PolicyTrainer in this process;
+- `FSDP2, 1 rank`: the sharded trainer alone in its own process (FSDP2's hooks with nothing
+  to share);
+- `FSDP2, N ranks`: N rank processes on gloo (CPU) or NCCL (one GPU each), rows split as
+  LocalBackend splits them.
 
-The step time is rank 0's wall time for `train`, all ranks starting together after a barrier;
-the best of the rounds is reported, and the median ratio against one process. The
-communication share is measured on one further step with torch's profiler on rank 0: the time
-during which an all-gather, reduce-scatter or all-reduce was in flight (gloo's own ops on CPU,
-NCCL kernels on GPU), over that step's wall time. On CPU it includes the wait for the slower
-rank, so it is an upper bound on what the wire costs.
+Every process gets `--threads` torch threads (default 1), so on CPU N ranks use N times the
+cores of one process: the ratio says how well the work divides, not that sharding makes one
+core faster. The paths stay alive side by side and take turns, round by round (an idle group
+waits on a pipe), so a shared machine's load hits every path alike; the step time is rank 0's
+wall time for `train`, all ranks released together; the table shows the best round and the
+median of per-round ratios against one process.
 
-Then the whole `LocalBackend.train` call with and without ranks (packing, the command to the
-ranks, the step, gathering the checkpoint to rank 0, writing it, serving it).
+The communication share is measured on one further step with torch's profiler on rank 0: the
+time during which a collective was in flight (gloo's own spans of all-gather, reduce-scatter
+and all-reduce on CPU; NCCL's kernels on GPU), over that step's wall time. On CPU it includes
+waiting for the slower rank, so it bounds what the wire costs from above.
 
-    python -m benchmarks distributed            # CPU, 2 ranks
-    python -m benchmarks.bench_distributed --device cuda --ranks 4
+Then the whole `LocalBackend.train` call with and without ranks, taking turns the same way
+(packing, the command to the ranks, the step, gathering the checkpoint to rank 0, writing it,
+loading it into the inference engine).
+
+    python -m benchmarks distributed                 # CPU, 2 ranks, 1 thread each
+    python -m benchmarks.bench_distributed --device cuda --ranks 4 --models 3M,20M
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -47,191 +55,216 @@ from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
 
 from ._table import print_table
-from .bench_trainer import TINY, Workload, make_groups
-from .bench_trainer import vocab_size as vocab_of
+from .bench_trainer import TINY, make_groups, vocab_size
 
 RUN = RunRef("bench", "sharded")
-# gloo's and NCCL's own spans of each collective (recorded where the work runs), and NCCL's
-# GPU kernels
+CONFIG = TrainConfig(learning_rate=1e-5)  # one optimizer step over the whole batch
+# gloo's and NCCL's own spans of each collective (recorded where the work runs), NCCL's kernels
 COMM_PREFIXES = ("gloo:", "nccl:", "nccldevkernel", "ncclkernel")
 
 
-def config_for(work: Workload) -> TrainConfig:
-    return TrainConfig(learning_rate=1e-5)  # one optimizer step over the whole batch
+def build_batch(model_dir: str, trainer: PolicyTrainer) -> PackedBatch:
+    groups = make_groups(TINY, vocab_size(model_dir))
+    return pack(groups, CONFIG, max_length=trainer.max_length, pad_token_id=trainer.pad_token_id)
 
 
-def build_batch(model_dir: str, work: Workload, trainer: PolicyTrainer) -> PackedBatch:
-    groups = make_groups(work, vocab_of(model_dir))
-    return pack(
-        groups, config_for(work), max_length=trainer.max_length, pad_token_id=trainer.pad_token_id
-    )
+def timed_step(trainer: PolicyTrainer, batch: PackedBatch, device: str) -> float:
+    started = time.perf_counter()
+    for _ in trainer.train(batch, CONFIG, reference=None):
+        pass
+    _sync(device)
+    return time.perf_counter() - started
 
 
-# --- one process -----------------------------------------------------------------------------
-
-
-def single_process(model_dir: str, work: Workload, device: str, rounds: int) -> list[float]:
-    torch.set_num_threads(os.cpu_count() or 1)
-    trainer = PolicyTrainer(
-        TrainerSettings(base_model=model_dir, device=device, full_finetune=True)
-    )
-    trainer.load(None)
-    batch = build_batch(model_dir, work, trainer)
-    times = []
-    for _ in range(rounds + 1):
-        started = time.perf_counter()
-        for _ in trainer.train(batch, config_for(work), reference=None):
-            pass
-        _sync(device)
-        times.append(time.perf_counter() - started)
-    return times[1:]  # the first is warm-up
-
-
-# --- ranks -----------------------------------------------------------------------------------
+# --- a group of ranks, driven over pipes ---------------------------------------------------
 
 
 def _rank_main(
-    rank: int, size: int, port: int, model_dir: str, device: str, rounds: int, out: str
+    rank: int, size: int, port: int, model_dir: str, device: str, threads: int, pipe: Connection
 ) -> None:
     from arthex.adapters.local.distributed.sharded import ShardedTrainer
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(threads)
     if device == "cuda":
         device = f"cuda:{rank}"
         torch.cuda.set_device(device)
-    else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
     dist.init_process_group(
         "nccl" if device.startswith("cuda") else "gloo", rank=rank, world_size=size
     )
-    trainer = ShardedTrainer(
-        TrainerSettings(base_model=model_dir, device=device, full_finetune=True), rank, size
-    )
+    settings = TrainerSettings(base_model=model_dir, device=device, full_finetune=True)
+    trainer = ShardedTrainer(settings, rank, size)
     trainer.load(None)
-    work = TINY
-    batch = build_batch(model_dir, work, trainer)
-    config = config_for(work)
-
-    def step() -> float:
+    batch = build_batch(model_dir, trainer)
+    timed_step(trainer, batch, device)  # warm-up
+    pipe.send("ready")
+    while True:
+        command = pipe.recv()
+        if command == "stop":
+            break
         dist.barrier()
-        started = time.perf_counter()
-        for _ in trainer.train(batch, config, reference=None):
-            pass
-        _sync(device)
-        return time.perf_counter() - started
-
-    times = [step() for _ in range(rounds + 1)][1:]
-    comm, profiled = _profiled_step(step, rank, device)
-    if rank == 0:
-        Path(out).write_text(json.dumps({"times": times, "comm": comm, "profiled": profiled}))
+        if command == "step":
+            pipe.send(timed_step(trainer, batch, device))
+        else:
+            pipe.send(_profiled_step(trainer, batch, device, rank))
     dist.destroy_process_group()
 
 
-def _profiled_step(step: Any, rank: int, device: str) -> tuple[float, float]:
-    """(seconds a collective was in flight, the step's seconds) on rank 0."""
+def _profiled_step(
+    trainer: PolicyTrainer, batch: PackedBatch, device: str, rank: int
+) -> tuple[float, float]:
+    """(seconds a collective was in flight, the step's seconds), measured on rank 0."""
     from torch.profiler import ProfilerActivity, profile
 
     if rank != 0:
-        step()
-        return 0.0, 0.0
+        return 0.0, timed_step(trainer, batch, device)
     activities = [ProfilerActivity.CPU]
     if device.startswith("cuda"):
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
-        seconds = step()
-    spans: list[tuple[float, float]] = []
-    for event in prof.events():
-        if event.name.lower().startswith(COMM_PREFIXES):
-            spans.append((event.time_range.start, event.time_range.end))
+        seconds = timed_step(trainer, batch, device)
+    spans = [
+        (event.time_range.start, event.time_range.end)
+        for event in prof.events()
+        if event.name.lower().startswith(COMM_PREFIXES)
+    ]
     return _union(spans) / 1e6, seconds
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
-    """Total length covered by the spans (overlapping collectives count once)."""
+    """Total length the spans cover (overlapping collectives count once)."""
     total, end = 0.0, float("-inf")
     for start, stop in sorted(spans):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
     return total
 
 
-def ranks(model_dir: str, size: int, device: str, rounds: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "rank0.json"
+class RankGroup:
+    """`size` rank processes that step when told to."""
+
+    def __init__(self, size: int, model_dir: str, device: str, threads: int) -> None:
         context = multiprocessing.get_context("spawn")
         port = _free_port()
-        procs = [
-            context.Process(
-                target=_rank_main, args=(rank, size, port, model_dir, device, rounds, str(out))
+        self.pipes: list[Connection] = []
+        self.procs = []
+        for rank in range(size):
+            mine, theirs = context.Pipe()
+            proc = context.Process(
+                target=_rank_main, args=(rank, size, port, model_dir, device, threads, theirs)
             )
-            for rank in range(size)
-        ]
-        for proc in procs:
             proc.start()
-        for proc in procs:
+            self.pipes.append(mine)
+            self.procs.append(proc)
+        for pipe in self.pipes:
+            if pipe.recv() != "ready":
+                raise RuntimeError("a rank did not start")
+
+    def ask(self, command: str) -> Any:
+        for pipe in self.pipes:
+            pipe.send(command)
+        answers = [pipe.recv() for pipe in self.pipes]
+        return answers[0]
+
+    def close(self) -> None:
+        for pipe in self.pipes:
+            pipe.send("stop")
+        for proc in self.procs:
             proc.join()
-        if any(proc.exitcode != 0 for proc in procs):
-            raise RuntimeError(f"a rank failed: exit codes {[p.exitcode for p in procs]}")
-        result: dict[str, Any] = json.loads(out.read_text())
-        return result
+
+
+# --- the step ------------------------------------------------------------------------------
+
+
+def steps(model_dir: str, size: int, device: str, threads: int, rounds: int) -> dict[str, Any]:
+    torch.set_num_threads(threads)
+    here = "cuda:0" if device == "cuda" else "cpu"
+    trainer = PolicyTrainer(TrainerSettings(base_model=model_dir, device=here, full_finetune=True))
+    trainer.load(None)
+    batch = build_batch(model_dir, trainer)
+    timed_step(trainer, batch, here)
+    groups = {
+        1: RankGroup(1, model_dir, device, threads),
+        size: RankGroup(size, model_dir, device, threads),
+    }
+    times: dict[str, list[float]] = {"one process": [], **{_ranks(n): [] for n in groups}}
+    try:
+        for r in range(rounds):
+            order = [("one process", None), *((_ranks(n), g) for n, g in groups.items())]
+            for name, group in order if r % 2 == 0 else order[::-1]:
+                times[name].append(
+                    timed_step(trainer, batch, here) if group is None else group.ask("step")
+                )
+        shares = {_ranks(n): group.ask("profile") for n, group in groups.items()}
+    finally:
+        for group in groups.values():
+            group.close()
+    return {"times": times, "shares": shares}
 
 
 # --- the whole call ------------------------------------------------------------------------
 
 
-def backend_calls(model_dir: str, world: int | None, device: str, rounds: int) -> list[float]:
-    async def main() -> list[float]:
-        with tempfile.TemporaryDirectory() as root:
-            backend = LocalBackend(
-                root, engine="torch", full_finetune=True, world_size=world, device=device
-            )
-            try:
+def backend_calls(model_dir: str, size: int, device: str, rounds: int) -> dict[str, list[float]]:
+    async def main(root: str) -> dict[str, list[float]]:
+        made = {
+            "one process": LocalBackend(root + "/solo", engine="torch", full_finetune=True),
+            _ranks(size): LocalBackend(
+                root + "/ranks", engine="torch", full_finetune=True, world_size=size, device=device
+            ),
+        }
+        groups = make_groups(TINY, vocab_size(model_dir))
+        times: dict[str, list[float]] = {name: [] for name in made}
+        try:
+            for backend in made.values():
                 await backend.register(ModelSpec(run=RUN, base_model=model_dir, base_path=root))
-                groups = make_groups(TINY, vocab_of(model_dir))
-                times = []
-                for _ in range(rounds + 1):
+            for r in range(rounds + 1):
+                order = list(made.items())
+                for name, backend in order if r % 2 == 0 else order[::-1]:
                     started = time.perf_counter()
-                    async for _ in backend.train(RUN, groups, config_for(TINY)):
+                    async for _ in backend.train(RUN, groups, CONFIG):
                         pass
-                    times.append(time.perf_counter() - started)
-                    step = await backend.get_step(RUN)
-                    await backend.delete_checkpoint_files(RUN, [step])
-                return times[1:]
-            finally:
+                    if r:  # the first round is warm-up
+                        times[name].append(time.perf_counter() - started)
+                    await backend.delete_checkpoint_files(RUN, [await backend.get_step(RUN)])
+            return times
+        finally:
+            for backend in made.values():
                 await backend.close()
 
-    return asyncio.run(main())
+    with tempfile.TemporaryDirectory() as root:
+        return asyncio.run(main(root))
 
 
 # --- report --------------------------------------------------------------------------------
 
 
-def measure(model_dir: str, label: str, size: int, device: str, rounds: int) -> list[list[object]]:
-    base = single_process(model_dir, TINY, "cuda:0" if device == "cuda" else "cpu", rounds)
-    one = ranks(model_dir, 1, device, rounds)
-    many = ranks(model_dir, size, device, rounds)
-    rows: list[list[object]] = [[label, "one process", min(base) * 1e3, 1.0, 1.0, "-"]]
-    for name, result in (("FSDP2, 1 rank", one), (f"FSDP2, {size} ranks", many)):
-        times = result["times"]
-        share = result["comm"] / result["profiled"] if result["profiled"] else 0.0
-        paired = statistics.median(b / t for b, t in zip(base, times, strict=False))
-        rows.append([label, name, min(times) * 1e3, min(base) / min(times), paired, f"{share:.0%}"])
-    solo = backend_calls(model_dir, None, device, rounds)
-    sharded = backend_calls(model_dir, size, device, rounds)
-    rows.append([label, "LocalBackend.train, one process", min(solo) * 1e3, 1.0, 1.0, "-"])
-    rows.append(
-        [
-            label,
-            f"LocalBackend.train, {size} ranks",
-            min(sharded) * 1e3,
-            min(solo) / min(sharded),
-            statistics.median(a / b for a, b in zip(solo, sharded, strict=True)),
-            "-",
-        ]
-    )
+def measure(
+    model_dir: str, label: str, size: int, device: str, threads: int, rounds: int
+) -> list[list[object]]:
+    measured = steps(model_dir, size, device, threads, rounds)
+    times, shares = measured["times"], measured["shares"]
+    base = times["one process"]
+    rows: list[list[object]] = []
+    for name, seconds in times.items():
+        share = "-"
+        if name in shares:
+            comm, total = shares[name]
+            share = f"{comm / total:.0%}"
+        label_name = name if name == "one process" else f"FSDP2, {name}"
+        rows.append([label, label_name, *_ratios(base, seconds), share])
+    calls = backend_calls(model_dir, size, device, rounds)
+    for name, seconds in calls.items():
+        rows.append(
+            [label, f"LocalBackend.train, {name}", *_ratios(calls["one process"], seconds), "-"]
+        )
     return rows
+
+
+def _ratios(base: list[float], seconds: list[float]) -> list[object]:
+    paired = statistics.median(b / s for b, s in zip(base, seconds, strict=True))
+    return [min(seconds) * 1e3, statistics.median(seconds) * 1e3, paired]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -240,26 +273,29 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_distributed")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--models", default="3M", help="comma-separated sizes: tiny, 3M, 20M")
     args = parser.parse_args(argv if argv is not None else [])
+    os.environ["ARTHEX_THREADS"] = str(args.threads)  # LocalBackend's ranks, like the others
     rows: list[list[object]] = []
     with tempfile.TemporaryDirectory() as scratch:
         for size_name in args.models.split(","):
             model_dir = tiny_model(Path(scratch) / size_name, size=size_name)
-            rows += measure(model_dir, size_name, args.ranks, args.device, args.rounds)
+            rows += measure(
+                model_dir, size_name, args.ranks, args.device, args.threads, args.rounds
+            )
     print_table(
-        f"Sharded training step ({args.device}, {os.cpu_count()} cores, workload {TINY.name})",
-        [
-            "model",
-            "path",
-            "best ms",
-            "speed-up (best)",
-            "speed-up (median of rounds)",
-            "comm share",
-        ],
+        f"Sharded training, one optimizer step ({args.device}, {os.cpu_count()} cores, "
+        f"{args.threads} torch threads per process, {args.rounds} rounds taking turns)",
+        ["model", "path", "best ms", "median ms", "speed-up (median of rounds)", "comm share"],
         rows,
     )
+    print(json.dumps({"load_average": os.getloadavg()}))
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" + ("s" if n > 1 else "")
 
 
 def _sync(device: str) -> None:

@@ -158,9 +158,10 @@ class Supervisor:
                 "ARTHEX_DEVICE": device,
                 "ARTHEX_GENERATION": str(self._generation),
                 "ARTHEX_PARENT_PID": str(os.getpid()),
-                "ARTHEX_THREADS": str(max(1, (os.cpu_count() or 1) // world.local_ranks)),
             }
         )
+        # CPU ranks share the cores, unless the frontend's environment says otherwise
+        env.setdefault("ARTHEX_THREADS", str(max(1, (os.cpu_count() or 1) // world.local_ranks)))
         if world.master_addr == LOOPBACK and sys.platform == "linux":
             # one machine: keep the ranks' own connections on loopback too
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
