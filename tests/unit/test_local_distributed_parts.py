@@ -21,6 +21,7 @@ from arthex.adapters.local.distributed.channel import (  # noqa: E402
 from arthex.adapters.local.distributed.sharded import RankShare  # noqa: E402
 from arthex.adapters.local.distributed.world import (  # noqa: E402
     World,
+    WorldRequest,
     check_world_arguments,
     plan_world,
     rank_place,
@@ -44,6 +45,7 @@ def plan(**kwargs: object) -> World | None:
 
 def test_no_world_arguments_means_one_process() -> None:
     assert plan() is None
+    assert WorldRequest().plan(device=None) is None
 
 
 def test_world_size_uses_that_many_gpus_when_there_are_enough() -> None:
@@ -91,7 +93,7 @@ def test_world_size_must_be_a_positive_number(size: int) -> None:
 
 def test_a_string_is_not_a_device_list() -> None:
     with pytest.raises(InvalidInputError, match="the string 'cuda:0'"):
-        check_world_arguments(None, "cuda:0", None)
+        WorldRequest(devices="cuda:0")
 
 
 def test_world_size_below_the_local_devices_is_refused() -> None:

@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 
     from ..inference.engine import SamplingEngine
     from ..inference.server import InferenceServer
-    from .distributed.world import World
-    from .trainer import TrainerSettings
     from .trainer_protocol import Trainer
 
 EngineKind = Literal["auto", "torch", "vllm"]
@@ -105,9 +103,9 @@ class LocalBackend:
         master_addr: str | None = None,
         master_port: int | None = None,
     ) -> None:
-        from .distributed.world import check_world_arguments
+        from .distributed.world import WorldRequest
 
-        check_world_arguments(world_size, devices, master_port)
+        self._world = WorldRequest(world_size, devices, master_addr, master_port)
         self._path = path
         self._engine_kind: EngineKind = engine
         self._device = device
@@ -119,8 +117,6 @@ class LocalBackend:
         self._api_key = api_key
         self._adam_betas = adam_betas
         self._weight_decay = weight_decay
-        self._world_args = (world_size, tuple(devices) if devices is not None else None)
-        self._master = (master_addr, master_port)
         self._runs: dict[RunRef, _Run] = {}
         self._servings: list[_Serving] = []
         self._pins: dict[RunRef, Counter[int]] = {}
@@ -159,24 +155,24 @@ class LocalBackend:
     async def _open_run(self, spec: ModelSpec) -> _Run:
         from . import checkpoints as ckpt
         from .trainer import DEFAULT_LORA_TARGETS, TrainerSettings
+        from .trainer_protocol import make_trainer
 
         assert spec.base_model is not None
         model_dir = Path(self._path or spec.base_path) / spec.run.project / "models" / spec.run.name
         model_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temps(model_dir)
-        trainer = self._new_trainer(
-            TrainerSettings(
-                base_model=spec.base_model,
-                device=self._device_name(),
-                full_finetune=self._full_finetune,
-                lora_rank=self._lora_rank,
-                lora_alpha=self._lora_alpha,
-                lora_target_modules=self._lora_targets or DEFAULT_LORA_TARGETS,
-                seed=self._seed,
-                adam_betas=self._adam_betas,
-                weight_decay=self._weight_decay,
-            )
+        settings = TrainerSettings(
+            base_model=spec.base_model,
+            device=self._device_name(),
+            full_finetune=self._full_finetune,
+            lora_rank=self._lora_rank,
+            lora_alpha=self._lora_alpha,
+            lora_target_modules=self._lora_targets or DEFAULT_LORA_TARGETS,
+            seed=self._seed,
+            adam_betas=self._adam_betas,
+            weight_decay=self._weight_decay,
         )
+        trainer = make_trainer(settings, self._world.plan(self._device), runs_open=len(self._runs))
         try:
             latest = ckpt.latest_step(model_dir)
             source = ckpt.step_dir(model_dir, latest) if latest is not None else None
@@ -193,40 +189,6 @@ class LocalBackend:
         run = _Run(spec=spec, model_dir=model_dir, trainer=trainer, serving=serving)
         await self._serve(run, latest)
         return run
-
-    def _new_trainer(self, settings: TrainerSettings) -> Trainer:
-        """In this process, or a group of sharded rank processes when a world was asked for."""
-        world = self._world()
-        if world is None:
-            from .trainer import PolicyTrainer
-
-            return PolicyTrainer(settings)
-        if world.multi_node and self._runs:
-            raise InvalidInputError(
-                "a LocalBackend whose ranks span several machines trains one run (the other "
-                "machines start that run's ranks); create another backend, with its own "
-                "master_port, for another run"
-            )
-        from .distributed.trainer import DistributedTrainer
-
-        return DistributedTrainer(settings, world)
-
-    def _world(self) -> World | None:
-        from .distributed.world import plan_world
-
-        world_size, devices = self._world_args
-        if world_size is None and devices is None:
-            return None
-        import torch
-
-        return plan_world(
-            world_size=world_size,
-            devices=devices,
-            device=self._device,
-            master_addr=self._master[0],
-            master_port=self._master[1],
-            cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        )
 
     async def _serving_for(self, spec: ModelSpec) -> _Serving:
         """The engine of this base model, unless another run of the same name already uses

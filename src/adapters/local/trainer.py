@@ -316,26 +316,33 @@ class PolicyTrainer:
             return
         saved = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         try:
-            if self.full_finetune:
-                if reference is None:
-                    weights = self._base_model().state_dict()
-                else:
-                    weights = ckpt.load_weights(reference / ckpt.WEIGHTS_FILE)
-                self.model.load_state_dict(weights)
-            else:
-                from peft.utils import set_peft_model_state_dict
-
-                assert reference is not None
-                adapter = reference / ADAPTER_WEIGHTS_FILE
-                if not adapter.is_file():
-                    raise CorruptDataError(f"the KL reference {reference} has no {adapter.name}")
-                set_peft_model_state_dict(self.model, ckpt.load_weights(adapter))
+            self._load_reference(reference)
             yield
         finally:
-            with torch.no_grad():
-                for name, param in self.model.named_parameters():
-                    if name in saved:
-                        param.copy_(saved[name])
+            self._restore(saved)
+
+    def _load_reference(self, reference: Path | None) -> None:
+        """The KL reference's trainable weights into the model (the base weights when None)."""
+        if self.full_finetune:
+            if reference is None:
+                weights = self._base_model().state_dict()
+            else:
+                weights = ckpt.load_weights(reference / ckpt.WEIGHTS_FILE)
+            self.model.load_state_dict(weights)
+        else:
+            from peft.utils import set_peft_model_state_dict
+
+            assert reference is not None
+            adapter = reference / ADAPTER_WEIGHTS_FILE
+            if not adapter.is_file():
+                raise CorruptDataError(f"the KL reference {reference} has no {adapter.name}")
+            set_peft_model_state_dict(self.model, ckpt.load_weights(adapter))
+
+    def _restore(self, saved: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for name, param in self.model.named_parameters():
+                if name in saved:
+                    param.copy_(saved[name])
 
 
 def trainer_state(settings: TrainerSettings, full_finetune: bool) -> dict[str, Any]:

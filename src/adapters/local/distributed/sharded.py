@@ -28,9 +28,7 @@ know how many ranks wrote it.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,22 +185,12 @@ class ShardedTrainer(PolicyTrainer):
 
     # --- KL reference -------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _reference_weights(self, reference: Path | None) -> Iterator[None]:
-        if reference is None and not self.full_finetune:
-            with self.model.disable_adapter():
-                yield
-            return
-        saved = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
-        try:
-            sharded_state.scatter_reference(self, reference)
-            yield
-        finally:
-            self._reshard()
-            with torch.no_grad():
-                for name, param in self.model.named_parameters():
-                    if name in saved:
-                        param.copy_(saved[name])
+    def _load_reference(self, reference: Path | None) -> None:
+        sharded_state.scatter_reference(self, reference)
+
+    def _restore(self, saved: dict[str, torch.Tensor]) -> None:
+        self._reshard()
+        super()._restore(saved)
 
 
 __all__ = ["RankShare", "ShardedTrainer"]

@@ -55,6 +55,45 @@ class World:
         return "nccl" if self.devices[0].startswith("cuda") else "gloo"
 
 
+def _device_tuple(devices: Sequence[str] | None) -> tuple[str, ...] | None:
+    if devices is None:
+        return None
+    if isinstance(devices, str):
+        raise InvalidInputError(
+            f"devices must be a list of device names, one rank each, got the string {devices!r}"
+        )
+    return tuple(str(d) for d in devices)
+
+
+@attrs.frozen
+class WorldRequest:
+    """A LocalBackend's world arguments, checked at construction (before torch is imported)
+    and planned into a World when a run registers."""
+
+    world_size: int | None = None
+    devices: tuple[str, ...] | None = attrs.field(default=None, converter=_device_tuple)
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        check_world_arguments(self.world_size, self.devices, self.master_port)
+
+    def plan(self, device: str | None) -> World | None:
+        """The world on this machine's GPUs (None: train in the frontend's process)."""
+        if self.world_size is None and self.devices is None:
+            return None
+        import torch
+
+        return plan_world(
+            world_size=self.world_size,
+            devices=self.devices,
+            device=device,
+            master_addr=self.master_addr,
+            master_port=self.master_port,
+            cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        )
+
+
 def check_world_arguments(
     world_size: int | None, devices: Sequence[str] | None, master_port: int | None
 ) -> None:
@@ -62,10 +101,6 @@ def check_world_arguments(
     if world_size is not None and (isinstance(world_size, bool) or world_size < 1):
         raise InvalidInputError(f"world_size must be a whole number >= 1, got {world_size!r}")
     if devices is not None:
-        if isinstance(devices, str):
-            raise InvalidInputError(
-                f"devices must be a list of device names, one rank each, got the string {devices!r}"
-            )
         local = tuple(str(d) for d in devices)
         if not local:
             raise InvalidInputError("devices is empty; list one device per local rank")
