@@ -17,7 +17,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -271,3 +271,27 @@ def test_a_rank_started_elsewhere_joins_and_trains_like_a_local_one(
     )
     assert here.keys() == there.keys()
     assert all(float((here[k] - there[k]).abs().max()) <= TOLERANCE for k in here)
+
+
+def test_a_caller_that_stops_reading_leaves_the_ranks_on_the_checkpoint(
+    base_model: str, tmp_path: Path
+) -> None:
+    """The backend reloads the trainer after an abandoned call; the ranks finish the steps
+    nobody reads, then load the newest checkpoint, so memory never drifts from disk."""
+
+    async def body(b: LocalBackend) -> tuple[int, list[str], int]:
+        steps = b.train(
+            RUN,
+            synthetic_groups(2, 4),
+            TrainConfig(learning_rate=1e-3, grad_accumulation_sequences=1),
+        )
+        await steps.__anext__()
+        assert isinstance(steps, AsyncGenerator)
+        await steps.aclose()
+        step = await b.get_step(RUN)
+        differing = live_matches_files(b, step_dir(tmp_path, step))
+        await train_all(b, CALLS[:1])
+        return step, differing, await b.get_step(RUN)
+
+    result = run_with(LocalBackend(full_finetune=True, world_size=2), base_model, tmp_path, body)
+    assert result == (0, [], 1)

@@ -18,7 +18,6 @@ and the next `start` begins a new generation from scratch.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -27,42 +26,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import attrs
 from torch._C._distributed_c10d import TCPStore
 
 from ....core.errors import BackendError
 from .channel import Channel
+from .failures import Evidence, RankFailure, culprit, log_tail, never_joined, signal_text
 from .processes import RankProcess, kill_group, start_rank
 from .world import LOOPBACK, World, listen_socket
 
 SETTLE_S = 1.0
 STOP_GRACE_S = 10.0
-
-
-@attrs.frozen
-class RankFailure:
-    rank: int
-    what: str
-    last_error: str
-    log: Path | None
-
-    def error(self, size: int) -> BackendError:
-        where = f"; its log: {self.log}" if self.log is not None else ""
-        last = f": {self.last_error}" if self.last_error else ""
-        return BackendError(
-            f"trainer rank {self.rank} of {size} {self.what}{last}. Every rank has been stopped; "
-            "the run keeps its newest complete checkpoint, and the next train call starts the "
-            f"ranks again from it{where}"
-        )
-
-
-@attrs.define
-class _Evidence:
-    """One rank's side of a failure, with how much it is to blame (lower: more)."""
-
-    blame: int
-    when: float
-    failure: RankFailure
 
 
 class Supervisor:
@@ -95,10 +68,6 @@ class Supervisor:
         """The current generation ended with a rank failure (until the next `start`)."""
         return self._failure is not None
 
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.world.master_addr, self._port
-
     def rank_pids(self) -> dict[int, int]:
         """The local rank processes of the current generation (rank -> pid)."""
         return {rank: proc.pid for rank, proc in self._procs.items()}
@@ -123,8 +92,15 @@ class Supervisor:
             self._beats = {}
             self._started = time.monotonic()
             self._joined = False
-            for local, device in enumerate(self.world.devices):
-                self._procs[local] = self._spawn(local, device)
+            try:
+                for local, device in enumerate(self.world.devices):
+                    self._procs[local] = self._spawn(local, device)
+            except BaseException:
+                # half a world would wait for the missing ranks forever
+                self._kill_all()
+                self._abort(channel)
+                self._channel = None
+                raise
 
     def _host_store(self) -> Any:
         sock = listen_socket(self.world.master_addr, self.world.master_port)
@@ -247,14 +223,7 @@ class Supervisor:
         if late:
             self._kill_all()
             self._abort(channel)
-            self._failure = RankFailure(
-                late[0],
-                f"(with ranks {late}) never joined within {self.world.join_timeout_s:.0f} s",
-                f"start them on the other machines with MASTER_ADDR={self.world.master_addr} "
-                f"MASTER_PORT={self._port} WORLD_SIZE={self.world.size} RANK=<rank> "
-                "python -m arthex.adapters.local.distributed.worker",
-                None,
-            )
+            self._failure = never_joined(late, self.world, self._port)
             raise self._failure.error(self.world.size)
 
     def _missing_ranks(self, channel: Channel) -> list[int]:
@@ -297,11 +266,12 @@ class Supervisor:
         evidence = self._evidence(channel)
         self._kill_all()
         self._abort(channel)
-        self._failure = min(evidence, key=lambda e: (e.blame, e.when, e.failure.rank)).failure
+        self._failure = culprit(evidence)
         raise self._failure.error(self.world.size)
 
-    def _evidence(self, channel: Channel) -> list[_Evidence]:
-        found: list[_Evidence] = []
+    def _evidence(self, channel: Channel) -> list[Evidence]:
+        """Every rank's side of the failure: its report, its exit, its heartbeat."""
+        found: list[Evidence] = []
         reported: set[int] = set()
         for rank in range(self.world.size):
             key = f"err/{rank}"
@@ -311,7 +281,7 @@ class Supervisor:
                 log = self._log_path(rank) if rank in self._procs else None
                 where = f" on {report.get('host')} (pid {report.get('pid')})"
                 failure = RankFailure(rank, "failed" + where, str(report.get("error")), log)
-                found.append(_Evidence(4 if report.get("peer") else 1, report["time"], failure))
+                found.append(Evidence(4 if report.get("peer") else 1, report["time"], failure))
         now = time.time()
         for rank, proc in self._procs.items():
             code = proc.poll()
@@ -320,20 +290,20 @@ class Supervisor:
             log = self._log_path(rank)
             if code < 0:
                 found.append(
-                    _Evidence(0, now, RankFailure(rank, _signal_text(-code), _tail(log), log))
+                    Evidence(0, now, RankFailure(rank, signal_text(-code), log_tail(log), log))
                 )
             else:
                 what = f"exited with status {code} (pid {proc.pid})"
-                found.append(_Evidence(2, now, RankFailure(rank, what, _tail(log), log)))
+                found.append(Evidence(2, now, RankFailure(rank, what, log_tail(log), log)))
         for rank in self._stale_ranks_now(channel):
             what = (
                 f"stopped answering: no heartbeat for {self.world.heartbeat_timeout_s:.0f} s "
                 "(is its machine or the network down?)"
             )
-            found.append(_Evidence(3, now, RankFailure(rank, what, "", None)))
+            found.append(Evidence(3, now, RankFailure(rank, what, "", None)))
         if not found:
             found.append(
-                _Evidence(5, now, RankFailure(0, "stopped for an unknown reason", "", None))
+                Evidence(5, now, RankFailure(0, "stopped for an unknown reason", "", None))
             )
         return found
 
@@ -349,7 +319,8 @@ class Supervisor:
             channel = self._channel
             if channel is None:
                 return
-            if self._failure is None:
+            if self._failure is None and self._open is None:
+                # (a command still running is not waited for: its caller has left)
                 try:
                     self._graceful_stop(channel)
                 except BackendError:
@@ -357,6 +328,7 @@ class Supervisor:
             self._kill_all()
             self._abort(channel)
             self._channel = None
+            self._open = None
 
     def _graceful_stop(self, channel: Channel) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
@@ -366,7 +338,6 @@ class Supervisor:
             if time.monotonic() > deadline:
                 raise BackendError("the trainer ranks did not stop in time; they were killed")
 
-        self._drain(channel)
         n = self._next_command
         self._next_command += 1
         channel.put_json(f"cmd/{n}", {"op": "stop", "args": {}})
@@ -395,27 +366,3 @@ class Supervisor:
             if self._store is not None:
                 self._store.set("closed", "1")
                 self._store = None
-
-
-def _signal_text(number: int) -> str:
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        name = f"signal {number}"
-    text = f"was killed by {name}"
-    if number == signal.SIGKILL:
-        text += " (the kernel's out-of-memory killer also ends processes this way: see dmesg)"
-    return text
-
-
-def _tail(log: Path, lines: int = 3) -> str:
-    """The last lines a rank wrote (its last error, or what it was doing)."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 8192))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    kept = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
-    return " | ".join(kept[-lines:])[-600:]
