@@ -295,3 +295,24 @@ def test_a_caller_that_stops_reading_leaves_the_ranks_on_the_checkpoint(
 
     result = run_with(LocalBackend(full_finetune=True, world_size=2), base_model, tmp_path, body)
     assert result == (0, [], 1)
+
+
+def test_ranks_resolve_a_relative_model_path_from_the_frontends_directory(
+    base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks forked by a helper started elsewhere still work where the frontend works now."""
+    (tmp_path / "first").mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    run_with(LocalBackend(world_size=2, full_finetune=True), base_model, tmp_path / "a", train_one)
+    (tmp_path / "second").mkdir()
+    monkeypatch.chdir(tmp_path / "second")
+    tiny_model("here")
+    step = run_with(
+        LocalBackend(world_size=2, full_finetune=True), "here", tmp_path / "b", train_one
+    )
+    assert step == 1
+
+
+async def train_one(b: LocalBackend) -> int:
+    await train_all(b, CALLS[:1])
+    return await b.get_step(RUN)

@@ -117,10 +117,13 @@ class Zygote:
 
     def spawn(self, env: Mapping[str, str], log: Path) -> ForkedRank:
         with self._lock:
-            request = json.dumps({"env": dict(env), "log": str(log)}) + "\n"
+            # the zygote keeps the directory it started in; a rank works in the frontend's
+            # current one, as a fresh process would (relative model paths resolve the same)
+            request = {"env": dict(env), "log": str(log), "cwd": os.getcwd()}
+            line = json.dumps(request) + "\n"
             before = len(self._spawned)
             try:
-                self._requests.write(request.encode())
+                self._requests.write(line.encode())
                 self._requests.flush()
             except OSError as exc:
                 raise self._dead(f"its pipe broke ({exc})") from exc

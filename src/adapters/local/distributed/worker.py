@@ -113,7 +113,15 @@ def _serve(channel: Any, place: RankPlace) -> None:
     device = place.device or _default_device(config["backend"], place.local_rank)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    settings = TrainerSettings(**{**config["settings"], "device": device})
+    sent = config["settings"]  # JSON turned the tuples into lists
+    settings = TrainerSettings(
+        **{
+            **sent,
+            "device": device,
+            "lora_target_modules": tuple(sent["lora_target_modules"]),
+            "adam_betas": tuple(sent["adam_betas"]),
+        }
+    )
     dist.init_process_group(
         config["backend"],
         store=PrefixStore("pg/", channel.store),

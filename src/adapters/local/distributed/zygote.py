@@ -1,6 +1,7 @@
 """The zygote: imports what a rank needs once, then forks ranks on request (see processes.py).
 
-Protocol, one JSON object per line. In (stdin): {"env": {...}, "log": path} starts a rank.
+Protocol, one JSON object per line. In (stdin): {"env": {...}, "log": path, "cwd": path}
+starts a rank there.
 Out (stdout): {"ready": true} once the imports are done, {"spawned": pid} for each request
 in order, {"exited": pid, "code": status} when a rank ends (negative: killed by that signal).
 When stdin closes, every rank still running is killed and reaped, and the zygote exits.
@@ -40,7 +41,7 @@ def main() -> None:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 request = json.loads(line)
-                pid = _fork_rank(request["env"], request["log"])
+                pid = _fork_rank(request["env"], request["log"], request["cwd"])
                 children.add(pid)
                 _say(out, {"spawned": pid})
         _reap(out, children)
@@ -71,12 +72,13 @@ def _preload() -> None:
         pass  # full fine-tuning needs no peft
 
 
-def _fork_rank(env: dict[str, str], log: str) -> int:
+def _fork_rank(env: dict[str, str], log: str, cwd: str) -> int:
     pid = os.fork()
     if pid:
         return pid
     try:  # the child: a rank; it never returns into the loop above
         os.setsid()
+        os.chdir(cwd)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
