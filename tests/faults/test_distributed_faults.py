@@ -105,7 +105,7 @@ def test_a_failing_rank_ends_the_call_and_the_next_call_resumes(
     says: str,
     forked: bool,
 ) -> None:
-    if not forked:  # ranks as fresh interpreters instead of forks of the zygote
+    if not forked:  # the first generation's ranks as fresh interpreters, not zygote forks
         monkeypatch.setenv("ARTHEX_RANK_ZYGOTE", "0")
 
     async def scenario() -> tuple[int, BackendError | None, float, list[int], list[str], int]:
@@ -115,6 +115,7 @@ def test_a_failing_rank_ends_the_call_and_the_next_call_resumes(
             async for _ in b.train(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
                 pass
             ranks = b.rank_processes(RUN)
+            monkeypatch.delenv("ARTHEX_RANK_ZYGOTE", raising=False)  # the restart forks
             seen, error, took = await train_until_hit(b, hit, rank=1)
             assert b.rank_processes(RUN) == {}, "the failed generation is forgotten"
             lost = [pid for pid in ranks.values() if not reaped(pid)]
@@ -144,8 +145,9 @@ def test_a_failing_rank_ends_the_call_and_the_next_call_resumes(
 
 
 def test_a_remote_rank_that_stops_answering_is_named_by_its_heartbeat(
-    base_model: str, tmp_path: Path
+    base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("ARTHEX_RANK_HEARTBEAT_TIMEOUT", "4")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
@@ -190,7 +192,7 @@ def test_a_remote_rank_that_stops_answering_is_named_by_its_heartbeat(
         node.kill()
         node.wait()
     assert error is not None and seen < 8
-    assert "trainer rank 1 of 2 stopped answering" in str(error), str(error)
+    assert "trainer rank 1 of 2 stopped answering: no heartbeat for 4 s" in str(error), str(error)
     assert took < DEADLINE_S
 
 

@@ -116,6 +116,14 @@ def test_the_meeting_point_comes_from_arguments_or_the_environment() -> None:
     assert (from_env.master_addr, from_env.master_port) == ("node0", 29600)
 
 
+def test_the_heartbeat_timeout_of_remote_ranks_can_be_set() -> None:
+    env = {"MASTER_ADDR": "node0", "MASTER_PORT": "29600", "ARTHEX_RANK_HEARTBEAT_TIMEOUT": "4.5"}
+    world = plan(world_size=2, devices=["cpu"], environ=env)
+    assert world is not None and world.heartbeat_timeout_s == 4.5
+    with pytest.raises(InvalidInputError, match="ARTHEX_RANK_HEARTBEAT_TIMEOUT='0'"):
+        plan(world_size=2, devices=["cpu"], environ={**env, "ARTHEX_RANK_HEARTBEAT_TIMEOUT": "0"})
+
+
 @pytest.mark.parametrize("port", ["0", "70000", "http"])
 def test_a_bad_master_port_is_refused(port: str) -> None:
     env = {"MASTER_ADDR": "node0", "MASTER_PORT": port}

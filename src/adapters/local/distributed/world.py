@@ -161,7 +161,13 @@ def plan_world(
             "for the other nodes: pass master_addr= and master_port= (or set MASTER_ADDR and "
             "MASTER_PORT), an address and port of this machine the other nodes can reach"
         )
-    return World(size=size, devices=local, master_addr=addr, master_port=_port(port_text))
+    return World(
+        size=size,
+        devices=local,
+        master_addr=addr,
+        master_port=_port(port_text),
+        heartbeat_timeout_s=_seconds(env, "ARTHEX_RANK_HEARTBEAT_TIMEOUT"),
+    )
 
 
 def _check_devices(devices: tuple[str, ...]) -> None:
@@ -224,6 +230,20 @@ def _env(environ: Mapping[str, str], name: str) -> str:
         if value:
             return value
     return ""
+
+
+def _seconds(environ: Mapping[str, str], name: str) -> float:
+    """A timeout from the environment (seconds > 0), or the default."""
+    text = environ.get(name)
+    if not text:
+        return DEFAULT_HEARTBEAT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InvalidInputError(f"{name}={text!r} must be a number of seconds > 0")
+    return value
 
 
 def _port(text: str) -> int:
