@@ -14,6 +14,7 @@ BENCHMARKS = (
     "s3",
     "pipeline",
     "server_memory",
+    "distributed",
 )
 
 

@@ -163,7 +163,7 @@ def step_plan(
 def measure(
     model_dir: str, work: Workload, device: str, rounds: int, root: Path
 ) -> list[list[object]]:
-    tokenizer_vocab = _vocab(model_dir)
+    tokenizer_vocab = vocab_size(model_dir)
     groups = make_groups(work, tokenizer_vocab)
     rows = work.groups * work.group_size
     config = TrainConfig(
@@ -267,7 +267,7 @@ def measure(
     return table
 
 
-def _vocab(model_dir: str) -> int:
+def vocab_size(model_dir: str) -> int:
     from transformers import AutoConfig
 
     return int(AutoConfig.from_pretrained(model_dir).vocab_size)

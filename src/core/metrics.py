@@ -244,10 +244,15 @@ def merge_metrics(
 
 
 def _same(value: Any, computed: float) -> bool:
+    """The same fact: equal up to float rounding (a caller's mean summed in another order
+    differs in the last bits), NaN for NaN."""
     try:
-        return float(value) == computed
+        number = float(value)
     except (TypeError, ValueError):
         return False
+    if math.isnan(number) or math.isnan(computed):
+        return math.isnan(number) and math.isnan(computed)
+    return math.isclose(number, computed, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def summarize(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, float]:

@@ -9,6 +9,7 @@ from arthex.core.metrics import (
     MetricsRow,
     aggregate_training_metrics,
     cumulative_key,
+    merge_metrics,
     qualify_key,
     summarize,
 )
@@ -136,6 +137,20 @@ def test_a_trajectory_or_group_metric_may_not_change_a_computed_key() -> None:
     assert summarize([counting], "val")["val/group/data/x"] == 1.0
     same_value = TrajectoryGroup([traj(1.0, **{"reward": 1.0}), traj(0.0, **{"reward": 0.0})])
     assert summarize([same_value], "val")["val/reward"] == 0.5  # the same fact: allowed
+
+
+def test_a_caller_mean_summed_in_another_order_is_the_same_fact() -> None:
+    # from a judged run: the caller's mean, summed in its own order, differs from arthex's in
+    # the last bit; a value 1e-6 away is another fact
+    computed = {"val/reward": 0.0662037037037037}
+    row = merge_metrics(computed, ("caller", {"val/reward": 0.06620370370370371}))
+    assert row["val/reward"] == 0.0662037037037037  # arthex's value is the one written
+    with pytest.raises(InvalidInputError, match="'val/reward'"):
+        merge_metrics(computed, ("caller", {"val/reward": 0.0662047037037037}))
+    nan = {"val/x": math.nan}
+    assert math.isnan(merge_metrics(nan, ("caller", {"val/x": math.nan}))["val/x"])
+    with pytest.raises(InvalidInputError, match="'val/x'"):
+        merge_metrics(nan, ("caller", {"val/x": 0.0}))
 
 
 def test_trajectory_group_and_caller_metrics_follow_one_qualification_rule() -> None:

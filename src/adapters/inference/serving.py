@@ -148,6 +148,9 @@ class RunTable(Generic[R]):
     def __contains__(self, run: object) -> bool:
         return run in self._runs
 
+    def __len__(self) -> int:
+        return len(self._runs)
+
     def require(self, run: RunRef) -> R:
         if self.closed:
             raise BackendError(
@@ -163,6 +166,9 @@ class RunTable(Generic[R]):
             )
         return state
 
-    def close(self) -> None:
+    def close(self) -> list[R]:
+        """Forget every run; returns them, for the owner to release what they hold."""
         self.closed = True
+        runs = list(self._runs.values())
         self._runs.clear()
+        return runs

@@ -19,7 +19,7 @@ import warnings
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -38,6 +38,7 @@ from ...core.validation import check_training_groups
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
+    Capability,
     ExportFormat,
     InferenceEndpoint,
     ModelExporter,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
     from ..inference.chat import ChatTokenizer
     from ..inference.engine import ServingEngine
-    from .trainer import PolicyTrainer
+    from .trainer_protocol import Trainer
 
 EngineKind = Literal["auto", "torch", "vllm"]
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ logger = logging.getLogger(__name__)
 class _Run:
     spec: ModelSpec
     model_dir: Path
-    trainer: PolicyTrainer
+    trainer: Trainer
     serving: Serving
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     chat: ChatTokenizer | None = None  # the tokenizer SFT renders targets with, when used
@@ -80,6 +81,12 @@ class LocalBackend(BackendTrainEntry):
     `in_process` is accepted for ART scripts: this backend always trains and serves in the
     calling process (training on a worker thread); `in_process=False`, which asks ART for a
     separate service process, gets a warning.
+
+    `world_size=N` trains each run on N rank processes with its model sharded by FSDP2 (GPUs
+    0..N-1 when there are that many, else the CPU); `devices=[...]` names this machine's rank
+    devices instead. A `world_size` above the local ranks adds ranks on other machines, which
+    meet this one at `master_addr:master_port` (or MASTER_ADDR/MASTER_PORT): see
+    docs/backends/local.md. Without either, training runs in this process.
     """
 
     def __init__(
@@ -96,8 +103,15 @@ class LocalBackend(BackendTrainEntry):
         api_key: str | None = None,
         adam_betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.1,
+        world_size: int | None = None,
+        devices: Sequence[str] | None = None,
+        master_addr: str | None = None,
+        master_port: int | None = None,
         in_process: bool | None = None,
     ) -> None:
+        from .distributed.world import WorldRequest
+
+        self._world = WorldRequest(world_size, devices, master_addr, master_port)
         if in_process is False:
             warnings.warn(
                 "LocalBackend(in_process=False): arthex's LocalBackend always runs in this "
@@ -123,6 +137,8 @@ class LocalBackend(BackendTrainEntry):
 
     @property
     def capabilities(self) -> BackendCapabilities:
+        if self._world.requested:  # sharded ranks run RL steps; SFT trains in one process
+            return BackendCapabilities(ALL_CAPABILITIES.names - {Capability.SFT})
         return ALL_CAPABILITIES
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -156,41 +172,45 @@ class LocalBackend(BackendTrainEntry):
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
         from . import checkpoints as ckpt
-        from .trainer import DEFAULT_LORA_TARGETS, PolicyTrainer, TrainerSettings
+        from .trainer import DEFAULT_LORA_TARGETS, TrainerSettings
+        from .trainer_protocol import make_trainer
 
         assert spec.base_model is not None
         model_dir = RunLayout.of(self._path or spec.base_path, spec.run).dir
         model_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temps(model_dir)
-        trainer = PolicyTrainer(
-            TrainerSettings(
-                base_model=spec.base_model,
-                device=self._device_name(),
-                full_finetune=self._full_finetune,
-                lora_rank=self._lora_rank,
-                lora_alpha=self._lora_alpha,
-                lora_target_modules=self._lora_targets or DEFAULT_LORA_TARGETS,
-                seed=self._seed,
-                adam_betas=self._adam_betas,
-                weight_decay=self._weight_decay,
-            )
+        settings = TrainerSettings(
+            base_model=spec.base_model,
+            device=self._device_name(),
+            full_finetune=self._full_finetune,
+            lora_rank=self._lora_rank,
+            lora_alpha=self._lora_alpha,
+            lora_target_modules=self._lora_targets or DEFAULT_LORA_TARGETS,
+            seed=self._seed,
+            adam_betas=self._adam_betas,
+            weight_decay=self._weight_decay,
         )
-        latest = ckpt.latest_step(model_dir)
-        source = ckpt.step_dir(model_dir, latest) if latest is not None else None
-        await asyncio.to_thread(trainer.load, source)
-        if trainer.fresh_optimizer_for is not None:
-            logger.warning(
-                "%s continues from the LoRA adapter in %s, which holds no optimizer state (ART "
-                "does not save it): the weights are resumed, the optimizer starts fresh",
-                spec.run,
-                trainer.fresh_optimizer_for,
-            )
-        if latest is None:
-            latest = 0
-            await asyncio.to_thread(
-                ckpt.publish, model_dir, 0, trainer.write_checkpoint, trainer.trainer_state()
-            )
-        serving = await self._serving_for(spec)
+        trainer = make_trainer(settings, self._world.plan(self._device), runs_open=len(self._runs))
+        try:
+            latest = ckpt.latest_step(model_dir)
+            source = ckpt.step_dir(model_dir, latest) if latest is not None else None
+            await asyncio.to_thread(trainer.load, source)
+            if trainer.fresh_optimizer_for is not None:
+                logger.warning(
+                    "%s continues from the LoRA adapter in %s, which holds no optimizer state "
+                    "(ART does not save it): the weights are resumed, the optimizer starts fresh",
+                    spec.run,
+                    trainer.fresh_optimizer_for,
+                )
+            if latest is None:
+                latest = 0
+                await asyncio.to_thread(
+                    ckpt.publish, model_dir, 0, trainer.write_checkpoint, trainer.trainer_state()
+                )
+            serving = await self._serving_for(spec)
+        except BaseException:
+            await asyncio.to_thread(trainer.close)
+            raise
         run = _Run(spec=spec, model_dir=model_dir, trainer=trainer, serving=serving)
         await self._serve(run, latest)
         return run
@@ -210,7 +230,8 @@ class LocalBackend(BackendTrainEntry):
 
     async def close(self) -> None:
         """Stop every server and engine and drop the trainers; the files stay."""
-        self._runs.close()
+        for run in self._runs.close():
+            await asyncio.to_thread(run.trainer.close)
         await self._pool.close()
 
     async def __aenter__(self) -> LocalBackend:
@@ -332,7 +353,14 @@ class LocalBackend(BackendTrainEntry):
         from ..inference.sft_tokens import prepare
         from . import checkpoints as ckpt
         from .sft import sft_steps
+        from .trainer import PolicyTrainer
 
+        self.capabilities.require(
+            Capability.SFT,
+            "LocalBackend(world_size=...)",
+            "supervised fine-tuning runs in one process: use a LocalBackend without "
+            "world_size/devices for train_sft",
+        )
         state = self._require(run)
         config.plan(len(conversations))  # bad input fails before the run's lock is awaited
         async with state.lock:
@@ -341,6 +369,7 @@ class LocalBackend(BackendTrainEntry):
             data = await asyncio.to_thread(
                 prepare, chat, conversations, config, state.trainer.max_length
             )
+            assert isinstance(state.trainer, PolicyTrainer)  # capabilities refused the others
             steps = sft_steps(state.trainer, data, config)
             async with contextlib.aclosing(self._update(state, step, steps)) as updates:
                 async for metrics in updates:
@@ -451,11 +480,15 @@ class LocalBackend(BackendTrainEntry):
         """The run's live trainable weights and optimizer tensors, copied to the CPU and keyed
         like `model.safetensors` and `optimizer.safetensors`: a resumed run can then be checked
         against the checkpoint it claims to have loaded without reaching into private state."""
-        from .trainer import optimizer_tensors, trainable_state
+        return self._require(run).trainer.training_tensors()
 
-        trainer = self._require(run).trainer
-        weights = {name: value.cpu() for name, value in trainable_state(trainer).items()}
-        return weights, optimizer_tensors(trainer)
+    def rank_processes(self, run: RunRef) -> dict[int, int]:
+        """This machine's trainer rank processes for the run (rank -> pid); empty when the run
+        trains in this process or its ranks are not running (for monitoring, and for tests
+        that stop a rank on purpose)."""
+        trainer: Any = self._require(run).trainer
+        supervisor = getattr(trainer, "supervisor", None)
+        return supervisor.rank_pids() if supervisor is not None else {}
 
     # --- internals ----------------------------------------------------------------------
 

@@ -47,7 +47,12 @@ def save_optimizer(
 ) -> None:
     """The optimizer state keyed by parameter name: tensors in safetensors, the rest (param
     group hyper-parameters, non-tensor state) in a JSON sidecar."""
-    state = optimizer.state_dict()
+    save_optimizer_state(optimizer.state_dict(), param_names, directory)
+
+
+def save_optimizer_state(state: Mapping[str, Any], param_names: list[str], directory: Path) -> None:
+    """`save_optimizer` for a state_dict already in hand (e.g. gathered from sharded ranks),
+    whose parameters are numbered like `param_names`."""
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for index, values in state["state"].items():
@@ -71,6 +76,12 @@ def load_optimizer(
     optimizer: torch.optim.Optimizer, param_names: list[str], directory: Path
 ) -> None:
     """Restore what `save_optimizer` wrote into an optimizer built over the same names."""
+    optimizer.load_state_dict(read_optimizer_state(param_names, directory))
+
+
+def read_optimizer_state(param_names: list[str], directory: Path) -> dict[str, Any]:
+    """What `save_optimizer` wrote, as a state_dict whose parameters are numbered like
+    `param_names` (checked: the names must be the saved ones, in order)."""
     meta_path = directory / OPTIMIZER_META_FILE
     try:
         meta = json.loads(meta_path.read_text())
@@ -99,7 +110,7 @@ def load_optimizer(
             entry["betas"] = tuple(entry["betas"])
         entry["params"] = [index[name] for name in group["params"]]
         groups.append(entry)
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    return {"state": state, "param_groups": groups}
 
 
 def _jsonable(value: Any) -> Any:

@@ -51,18 +51,31 @@ class LossStats:
 
     @staticmethod
     def merge(parts: Sequence[LossStats], kl_on: bool) -> dict[str, float]:
-        tokens = sum(p.tokens for p in parts)
-        ratios = torch.cat([p.ratios for p in parts]) if parts else torch.zeros(0)
+        return LossStats.combine(parts).metrics(kl_on)
+
+    @staticmethod
+    def combine(parts: Sequence[LossStats]) -> LossStats:
+        """One LossStats for several micro-batches (or several ranks): sums, and every ratio."""
+        return LossStats(
+            loss=sum(p.loss for p in parts),
+            tokens=sum(p.tokens for p in parts),
+            entropy_sum=sum(p.entropy_sum for p in parts),
+            ratios=torch.cat([p.ratios for p in parts]) if parts else torch.zeros(0),
+            clipped=sum(p.clipped for p in parts),
+            kl_sum=sum(p.kl_sum for p in parts),
+        )
+
+    def metrics(self, kl_on: bool) -> dict[str, float]:
+        """The optimizer step's loss metrics from its combined stats."""
+        tokens = self.tokens
         metrics = {
-            "loss/train": sum(p.loss for p in parts),
-            "loss/entropy": sum(p.entropy_sum for p in parts) / tokens if tokens else 0.0,
-            "loss/clipped_token_fraction": sum(p.clipped for p in parts) / tokens
-            if tokens
-            else 0.0,
-            **_ratio_stats(ratios),
+            "loss/train": self.loss,
+            "loss/entropy": self.entropy_sum / tokens if tokens else 0.0,
+            "loss/clipped_token_fraction": self.clipped / tokens if tokens else 0.0,
+            **_ratio_stats(self.ratios),
         }
         if kl_on:
-            metrics["loss/kl_policy_ref"] = sum(p.kl_sum for p in parts) / tokens if tokens else 0.0
+            metrics["loss/kl_policy_ref"] = self.kl_sum / tokens if tokens else 0.0
         return metrics
 
 

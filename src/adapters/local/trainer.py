@@ -35,6 +35,7 @@ from . import checkpoint_io
 from . import checkpoints as ckpt
 from .loss import LossSettings, LossStats, next_token_logprobs, policy_loss
 from .packing import PackedBatch
+from .step_plan import WholeBatch, part_of
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = (
     "q_proj",
@@ -78,6 +79,7 @@ class PolicyTrainer:
         self.fresh_optimizer_for: Path | None = None
         """The checkpoint loaded without optimizer state (a foreign adapter), if any."""
         self.optimizer_mode: str | None = None  # "rl" or "sft": whose moments Adam holds
+        self.split: WholeBatch = WholeBatch()
 
     # --- building -----------------------------------------------------------------------
 
@@ -90,27 +92,7 @@ class PolicyTrainer:
         state = ckpt.read_state(checkpoint) if checkpoint is not None and not foreign else None
         self.fresh_optimizer_for = checkpoint if foreign else None
         base = self._base_model()
-        if foreign:
-            if self.settings.full_finetune is True:
-                raise InvalidInputError(
-                    f"the run's newest checkpoint {checkpoint} is a LoRA adapter, but the backend "
-                    "was created with full_finetune=True; use full_finetune=None (or False) to "
-                    "continue this run"
-                )
-            full = False
-        elif state is not None:
-            full = state.get("mode") == "full"
-            wanted = self.settings.full_finetune
-            if wanted is not None and wanted != full:
-                raise InvalidInputError(
-                    f"the run's checkpoints in {checkpoint} were trained with "
-                    f"{'full fine-tuning' if full else 'LoRA'}, but the backend was created with "
-                    f"full_finetune={wanted}; use full_finetune={full} (or None) for this run"
-                )
-        elif self.settings.full_finetune is not None:
-            full = self.settings.full_finetune
-        else:
-            full = sum(p.numel() for p in base.parameters()) < FULL_FINETUNE_BELOW_PARAMS
+        full = self._choose_mode(state, base, checkpoint, foreign=foreign)
         self.full_finetune = full
         if full and base.dtype != torch.float32:
             base = base.float()  # full fine-tuning keeps float32 master weights
@@ -126,6 +108,34 @@ class PolicyTrainer:
         if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
             assert self.optimizer is not None
             checkpoint_io.load_optimizer(self.optimizer, self.param_names, checkpoint)
+
+    def _choose_mode(
+        self, state: dict[str, Any] | None, base: Any, where: Path | None, *, foreign: bool
+    ) -> bool:
+        """Full fine-tuning (True) or LoRA: the checkpoint's mode, which the settings may not
+        contradict (a foreign adapter is LoRA); without a checkpoint, the settings' or the size
+        rule's."""
+        if foreign:
+            if self.settings.full_finetune is True:
+                raise InvalidInputError(
+                    f"the run's newest checkpoint {where} is a LoRA adapter, but the backend "
+                    "was created with full_finetune=True; use full_finetune=None (or False) to "
+                    "continue this run"
+                )
+            return False
+        if state is not None:
+            full = state.get("mode") == "full"
+            wanted = self.settings.full_finetune
+            if wanted is not None and wanted != full:
+                raise InvalidInputError(
+                    f"the run's checkpoints in {where} were trained with "
+                    f"{'full fine-tuning' if full else 'LoRA'}, but the backend was created with "
+                    f"full_finetune={wanted}; use full_finetune={full} (or None) for this run"
+                )
+            return full
+        if self.settings.full_finetune is not None:
+            return self.settings.full_finetune
+        return bool(sum(p.numel() for p in base.parameters()) < FULL_FINETUNE_BELOW_PARAMS)
 
     def _base_model(self) -> Any:
         from transformers import AutoModelForCausalLM
@@ -215,24 +225,20 @@ class PolicyTrainer:
     # --- saving -------------------------------------------------------------------------
 
     def trainer_state(self) -> dict[str, Any]:
-        s = self.settings
         lora = None
         if not self.full_finetune:
             # the adapter's own settings: a run continued from an adapter keeps its shape
             config = getattr(self.model, "peft_config", {}).get("default")
-            targets = getattr(config, "target_modules", None) or s.lora_target_modules
-            lora = {
-                "rank": getattr(config, "r", s.lora_rank),
-                "alpha": getattr(config, "lora_alpha", s.lora_alpha),
-                "targets": sorted(targets) if isinstance(targets, set) else list(targets),
-            }
-        return {
-            "base_model": s.base_model,
-            "mode": "full" if self.full_finetune else "lora",
-            "lora": lora,
-            "seed": s.seed,
-            "optimizer_mode": self.optimizer_mode,
-        }
+            if config is not None:
+                targets = config.target_modules or self.settings.lora_target_modules
+                lora = {
+                    "rank": config.r,
+                    "alpha": config.lora_alpha,
+                    "targets": sorted(targets) if isinstance(targets, set) else list(targets),
+                }
+        return trainer_state(
+            self.settings, self.full_finetune, lora=lora, optimizer_mode=self.optimizer_mode
+        )
 
     def write_checkpoint(self, directory: Path) -> None:
         """The weights (or adapter) and the optimizer state, into an empty folder."""
@@ -245,6 +251,15 @@ class PolicyTrainer:
             if readme.exists():
                 readme.unlink()
         checkpoint_io.save_optimizer(self.optimizer, self.param_names, directory)
+
+    def training_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The live trainable weights and optimizer tensors on the CPU, keyed like the
+        checkpoint files (see `trainable_state` and `optimizer_tensors`)."""
+        weights = {name: value.cpu() for name, value in trainable_state(self).items()}
+        return weights, optimizer_tensors(self)
+
+    def close(self) -> None:
+        """Nothing to release beyond memory (the sharded trainer's handle stops processes)."""
 
     # --- training -----------------------------------------------------------------------
 
@@ -265,25 +280,27 @@ class PolicyTrainer:
         self.use_optimizer_for("rl")
         settings = LossSettings.from_config(config)
         kl_on = settings.kl_coef > 0
-        ref = self._reference_logprobs(batch, reference) if kl_on else None
         rows = batch.num_rows
         per_step = config.grad_accumulation_sequences or rows
         chunks = [list(range(i, min(i + per_step, rows))) for i in range(0, rows, per_step)]
+        ref = self._reference_logprobs(batch, chunks, reference) if kl_on else None
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         device = torch.device(self.settings.device)
         for group in self.optimizer.param_groups:
             group["lr"] = config.learning_rate
         for chunk_rows in chunks:
-            chunk = batch.rows(chunk_rows)
-            normalizer = float(chunk.num_trainable_tokens)
+            normalizer = float(batch.rows(chunk_rows).num_trainable_tokens)
             self.optimizer.zero_grad(set_to_none=True)
             parts: list[LossStats] = []
-            for micro in self._micro_batches(len(chunk_rows), batch.seq_len):
-                part = chunk.rows(micro).to(device)
+            plan = self.split.plan(
+                chunk_rows, self._micro_rows(batch.seq_len), whole_micro_batches=kl_on
+            )
+            for micro in plan:
+                part = part_of(batch, micro, chunk_rows).to(device)
                 logits = self._logits(part)
                 ref_part = None
                 if ref is not None:
-                    ref_part = ref[[chunk_rows[i] for i in micro]].to(device)
+                    ref_part = ref[micro or chunk_rows[:1]].to(device)
                 loss, stats = policy_loss(
                     logits, part, settings, normalizer=normalizer, ref_logprobs=ref_part
                 )
@@ -291,12 +308,12 @@ class PolicyTrainer:
                 parts.append(stats)
                 del logits, loss
             limit = config.max_grad_norm if config.max_grad_norm is not None else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, limit)
+            grad_norm = self.split.clip_grad_norm(params, limit)
             self.optimizer.step()
-            metrics = LossStats.merge(parts, kl_on)
+            metrics = self.split.reduce(LossStats.combine(parts)).metrics(kl_on)
             metrics.update(
                 {
-                    "loss/grad_norm": float(grad_norm.item()),
+                    "loss/grad_norm": grad_norm,
                     "loss/learning_rate": config.learning_rate,
                     "data/step_num_tokens": normalizer,
                     "data/step_num_sequences": float(len(chunk_rows)),
@@ -306,10 +323,8 @@ class PolicyTrainer:
             )
             yield metrics
 
-    def _micro_batches(self, rows: int, seq_len: int) -> Iterator[list[int]]:
-        size = max(1, self.settings.micro_batch_tokens // max(seq_len, 1))
-        for start in range(0, rows, size):
-            yield list(range(start, min(start + size, rows)))
+    def _micro_rows(self, seq_len: int) -> int:
+        return max(1, self.settings.micro_batch_tokens // max(seq_len, 1))
 
     def _logits(self, batch: PackedBatch) -> torch.Tensor:
         out = self.model(
@@ -321,16 +336,24 @@ class PolicyTrainer:
         logits: torch.Tensor = out.logits
         return logits
 
-    def _reference_logprobs(self, batch: PackedBatch, reference: Path | None) -> torch.Tensor:
-        """Reference logprobs for every row, computed once before any update: the reference
-        weights are swapped in, used, and the trained weights put back."""
+    def _reference_logprobs(
+        self, batch: PackedBatch, chunks: list[list[int]], reference: Path | None
+    ) -> torch.Tensor:
+        """Reference logprobs for the rows this process trains (zeros elsewhere), computed
+        once before any update: the reference weights are swapped in, used, and the trained
+        weights put back."""
+        out = torch.zeros((batch.num_rows, max(batch.seq_len - 1, 0)))
         with torch.no_grad(), self._reference_weights(reference):
-            out = []
-            for micro in self._micro_batches(batch.num_rows, batch.seq_len):
-                part = batch.rows(micro).to(torch.device(self.settings.device))
-                _, new = next_token_logprobs(self._logits(part), part.tokens)
-                out.append(new.float().cpu())
-        return torch.cat(out) if out else torch.zeros((0, max(batch.seq_len - 1, 0)))
+            for chunk_rows in chunks:
+                plan = self.split.plan(
+                    chunk_rows, self._micro_rows(batch.seq_len), whole_micro_batches=True
+                )
+                for micro in plan:
+                    part = part_of(batch, micro, chunk_rows).to(torch.device(self.settings.device))
+                    _, new = next_token_logprobs(self._logits(part), part.tokens)
+                    if micro:
+                        out[micro] = new.float().cpu()
+        return out
 
     @contextlib.contextmanager
     def _reference_weights(self, reference: Path | None) -> Iterator[None]:
@@ -340,26 +363,57 @@ class PolicyTrainer:
             return
         saved = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         try:
-            if self.full_finetune:
-                if reference is None:
-                    weights = self._base_model().state_dict()
-                else:
-                    weights = checkpoint_io.load_weights(reference / ckpt.WEIGHTS_FILE)
-                self.model.load_state_dict(weights)
-            else:
-                from peft.utils import set_peft_model_state_dict
-
-                assert reference is not None
-                adapter = reference / ADAPTER_WEIGHTS_FILE
-                if not adapter.is_file():
-                    raise CorruptDataError(f"the KL reference {reference} has no {adapter.name}")
-                set_peft_model_state_dict(self.model, checkpoint_io.load_weights(adapter))
+            self._load_reference(reference)
             yield
         finally:
-            with torch.no_grad():
-                for name, param in self.model.named_parameters():
-                    if name in saved:
-                        param.copy_(saved[name])
+            self._restore(saved)
+
+    def _load_reference(self, reference: Path | None) -> None:
+        """The KL reference's trainable weights into the model (the base weights when None)."""
+        if self.full_finetune:
+            if reference is None:
+                weights = self._base_model().state_dict()
+            else:
+                weights = checkpoint_io.load_weights(reference / ckpt.WEIGHTS_FILE)
+            self.model.load_state_dict(weights)
+        else:
+            from peft.utils import set_peft_model_state_dict
+
+            assert reference is not None
+            adapter = reference / ADAPTER_WEIGHTS_FILE
+            if not adapter.is_file():
+                raise CorruptDataError(f"the KL reference {reference} has no {adapter.name}")
+            set_peft_model_state_dict(self.model, checkpoint_io.load_weights(adapter))
+
+    def _restore(self, saved: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for name, param in self.model.named_parameters():
+                if name in saved:
+                    param.copy_(saved[name])
+
+
+def trainer_state(
+    settings: TrainerSettings,
+    full_finetune: bool,
+    *,
+    lora: dict[str, Any] | None = None,
+    optimizer_mode: str | None = None,
+) -> dict[str, Any]:
+    """What `trainer_state.json` records about how the run trains (`lora`: the adapter's own
+    shape when it differs from the settings', as for an adapter continued from elsewhere)."""
+    if not full_finetune and lora is None:
+        lora = {
+            "rank": settings.lora_rank,
+            "alpha": settings.lora_alpha,
+            "targets": list(settings.lora_target_modules),
+        }
+    return {
+        "base_model": settings.base_model,
+        "mode": "full" if full_finetune else "lora",
+        "lora": lora,
+        "seed": settings.seed,
+        "optimizer_mode": optimizer_mode,
+    }
 
 
 def _padding_mask(batch: PackedBatch) -> torch.Tensor | None:

@@ -1,0 +1,119 @@
+"""DistributedTrainer: what the backend drives when a run trains on several ranks.
+
+It has the PolicyTrainer's shape (load, train, write_checkpoint, ...), so the backend's flow
+is the same for one process or many, and turns each call into a command for the ranks
+(supervisor.py). The frontend keeps the inference engine: ranks only train, and checkpoints
+reach the engine through the run's folder, as they do with one process.
+
+After a rank failure the ranks are gone, and `load` (which the backend calls to put the
+trainer back on the newest checkpoint) only remembers the checkpoint: the ranks start again,
+and load it, at the next call that needs them. So the failing call ends quickly with the
+rank's error, and a failure that repeats at start-up is reported by the next call instead of
+hiding the first one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from ....core.config import TrainConfig
+from .. import checkpoint_io
+from .. import checkpoints as ckpt
+from ..packing import PackedBatch
+from ..trainer import TrainerSettings, trainer_state
+from .channel import encode_batch
+from .supervisor import Supervisor
+from .world import World
+
+
+class DistributedTrainer:
+    """The frontend's handle on one run's rank group."""
+
+    def __init__(self, settings: TrainerSettings, world: World) -> None:
+        self.settings = settings
+        self.world = world
+        self.full_finetune = False
+        self.max_length = 0
+        self.pad_token_id = 0
+        self.fresh_optimizer_for: Path | None = None
+        self._source: Path | None = None
+        self._loaded = False
+        self._log_dir = Path(tempfile.mkdtemp(prefix="arthex-ranks-"))
+        config = {"settings": attrs.asdict(settings)}
+        self.supervisor = Supervisor(world, config, self._log_dir)
+
+    # --- the PolicyTrainer shape ----------------------------------------------------------
+
+    def load(self, checkpoint: Path | None) -> None:
+        foreign = checkpoint is not None and ckpt.foreign_adapter(checkpoint)
+        self.fresh_optimizer_for = checkpoint if foreign else None
+        self._source = checkpoint
+        self._loaded = False
+        if not self.supervisor.failed:
+            self._ready()
+
+    def train(
+        self,
+        batch: PackedBatch,
+        config: TrainConfig,
+        *,
+        reference: Path | None,
+        extra_metrics: dict[str, float] | None = None,
+    ) -> Iterator[dict[str, float]]:
+        self._ready()
+        args = {
+            "config": attrs.asdict(config),
+            "reference": str(reference) if reference is not None else None,
+            "extra": dict(extra_metrics or {}),
+        }
+        for kind, data in self.supervisor.call("train", args, blob=encode_batch(batch)):
+            if kind == "step":
+                yield {str(k): float(v) for k, v in data.items()}
+
+    def write_checkpoint(self, directory: Path) -> None:
+        """Rank 0 writes the gathered state into `directory` (it runs on this machine)."""
+        self._ready()
+        self.supervisor.run("save", {"directory": str(directory)})
+
+    def trainer_state(self) -> dict[str, Any]:
+        return trainer_state(self.settings, self.full_finetune)
+
+    def training_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The ranks' live state, gathered by rank 0 into a scratch folder and read back."""
+        from safetensors.torch import load_file
+
+        self._ready()
+        scratch = Path(tempfile.mkdtemp(prefix="arthex-tensors-"))
+        try:
+            self.supervisor.run("tensors", {"directory": str(scratch)})
+            weights = checkpoint_io.load_weights(scratch / ckpt.WEIGHTS_FILE)
+            optimizer: dict[str, torch.Tensor] = load_file(str(scratch / ckpt.OPTIMIZER_FILE))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return weights, optimizer
+
+    def close(self) -> None:
+        self.supervisor.close()
+        shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _ready(self) -> None:
+        """Ranks running and holding the checkpoint last asked for."""
+        if not self.supervisor.running:
+            self._loaded = False
+            self.supervisor.start()
+        if not self._loaded:
+            source = str(self._source) if self._source is not None else None
+            result = self.supervisor.run("load", {"checkpoint": source})
+            self.full_finetune = bool(result["full_finetune"])
+            self.max_length = int(result["max_length"])
+            self.pad_token_id = int(result["pad_token_id"])
+            self._loaded = True
