@@ -37,8 +37,10 @@ typecheck: setup
 unit: setup
 	$(BIN)/pytest -q tests/unit
 
+# Test files are spread over one worker per core (at most 4); the tests of one file share a
+# worker, so a file's module fixtures are built once.
 test: lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 bench: setup
 	$(BIN)/python -m benchmarks
