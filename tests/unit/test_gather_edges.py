@@ -250,7 +250,7 @@ def test_a_group_that_raised_is_kept_as_its_exception() -> None:
 
 def test_a_batch_over_its_budget_gives_the_whole_message() -> None:
     with pytest.raises(TooManyExceptionsError) as caught:
-        batches([ready(1, 1), ready(1)], batch_size=2, max_batch_exceptions=0.25)
+        batches([ready(2, 1)], batch_size=1, max_batch_exceptions=0.25)
     assert str(caught.value) == (
         "1 of 3 rollouts in a batch failed, more than max_batch_exceptions=0.25; first: "
         "ValueError: bad 0 (group 0)\nValueError: bad 0"
