@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 
 from .errors import InvalidInputError, TooManyExceptionsError
 from .gather import check_budget, first_error, too_many, warn_completion_tokens_flag
@@ -35,7 +35,7 @@ async def trajectory_group_batches(
     pbar_desc: str | None = "batches",
     pbar_total_completion_tokens: bool = False,
     progress: bool | None = None,
-) -> AsyncIterator[list[TrajectoryGroup]]:
+) -> AsyncGenerator[list[TrajectoryGroup], None]:
     """Yield lists of `batch_size` groups in the order they finish (the last may be short).
 
     At most `batch_size * max_concurrent_batches` groups run at once, so rollouts for the

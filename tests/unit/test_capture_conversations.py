@@ -16,7 +16,7 @@ from arthex.testing.builders import make_choice
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SYSTEM = {"role": "system", "content": "You check the weather."}
 USER = {"role": "user", "content": "Paris?"}
-CALL = {
+CALL: dict[str, Any] = {
     "id": "call_1",
     "type": "function",
     "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "C"}'},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import warnings
-from collections.abc import AsyncIterator, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 import pytest
@@ -46,7 +46,8 @@ def batches(groups: Any, **options: Any) -> list[list[TrajectoryGroup]]:
     async def main() -> list[list[TrajectoryGroup]]:
         return [batch async for batch in trajectory_group_batches(groups, **options)]
 
-    return run(main())
+    result: list[list[TrajectoryGroup]] = run(main())
+    return result
 
 
 # --- gather_trajectory_groups ---------------------------------------------------------------
@@ -302,7 +303,7 @@ def test_skipped_and_abandoned_groups_are_closed_without_running() -> None:
     later = [Closing(), Closing(fail=True)]
 
     async def main() -> None:
-        stream: AsyncIterator[list[TrajectoryGroup]] = trajectory_group_batches(
+        stream = trajectory_group_batches(
             [*skipped, ready(1), *later], batch_size=1, max_concurrent_batches=1, skip_batches=2
         )
         await anext(stream)

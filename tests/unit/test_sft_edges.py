@@ -161,7 +161,7 @@ def test_the_progress_line_shows_each_gradient_steps_loss(
     backend = Scripted([{"loss/train": 0.123456}, {"loss/grad_norm": 1.0}])
     samples = asyncio.run(
         collect_updates(
-            backend,  # type: ignore[arg-type]
+            backend,
             RunRef("p", "m"),
             [],
             TrainSFTConfig(),

@@ -45,6 +45,7 @@ class DistributedTrainer:
         self.fresh_optimizer_for: Path | None = None
         self._source: Path | None = None
         self._loaded = False
+        self._trained = False
         self._log_dir = Path(tempfile.mkdtemp(prefix="arthex-ranks-"))
         config = {"settings": attrs.asdict(settings)}
         self.supervisor = Supervisor(world, config, self._log_dir)
@@ -68,6 +69,7 @@ class DistributedTrainer:
         extra_metrics: dict[str, float] | None = None,
     ) -> Iterator[dict[str, float]]:
         self._ready()
+        self._trained = True
         args = {
             "config": attrs.asdict(config),
             "reference": str(reference) if reference is not None else None,
@@ -83,7 +85,12 @@ class DistributedTrainer:
         self.supervisor.run("save", {"directory": str(directory)})
 
     def trainer_state(self) -> dict[str, Any]:
-        return trainer_state(self.settings, self.full_finetune)
+        # ranks only run RL steps: Adam's moments, once there are any, are RL's (a later
+        # single-process SFT call then starts its optimizer afresh, as after any RL step)
+        trained = self._source is not None or self._trained
+        return trainer_state(
+            self.settings, self.full_finetune, optimizer_mode="rl" if trained else None
+        )
 
     def training_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The ranks' live state, gathered by rank 0 into a scratch folder and read back."""
