@@ -316,3 +316,50 @@ def test_ranks_resolve_a_relative_model_path_from_the_frontends_directory(
 async def train_one(b: LocalBackend) -> int:
     await train_all(b, CALLS[:1])
     return await b.get_step(RUN)
+
+
+# --- an SFT warm start, then ranks ----------------------------------------------------------
+
+
+def test_an_sft_checkpoint_continues_on_ranks_like_in_one_process(
+    base_model: str, tmp_path: Path
+) -> None:
+    """SFT runs in one process; ranks refuse it before writing anything, and continue its
+    checkpoint as one process does: Adam starts afresh when the objective turns to RL."""
+    from arthex.core.conversations import conversation_from
+    from arthex.core.errors import UnsupportedCapability
+    from arthex.core.sft import TrainSFTConfig
+    from arthex.testing.contracts.sft import SFT_DATA
+
+    data = [
+        conversation_from([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+        for q, a in SFT_DATA
+    ]
+
+    async def sft(b: LocalBackend) -> None:
+        config = TrainSFTConfig(learning_rate=1e-3, batch_size=3, epochs=1)
+        async for _ in b.train_sft(RUN, data, config):
+            pass
+
+    async def refused(b: LocalBackend) -> None:
+        before = sorted(p.name for p in step_dir(two, 0).parent.iterdir())
+        with pytest.raises(UnsupportedCapability, match="sft"):
+            await sft(b)
+        assert sorted(p.name for p in step_dir(two, 0).parent.iterdir()) == before
+
+    async def rl(b: LocalBackend) -> list[dict[str, float]]:
+        return await train_all(b, CALLS[:1])
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    for root in (one, two):
+        run_with(LocalBackend(full_finetune=True), base_model, root, sft)
+    solo = run_with(LocalBackend(full_finetune=True), base_model, one, rl)
+    run_with(LocalBackend(full_finetune=True, world_size=2), base_model, two, refused)
+    ranks = run_with(LocalBackend(full_finetune=True, world_size=2), base_model, two, rl)
+    for step, (a, b) in enumerate(zip(solo, ranks, strict=True)):
+        far = {k: (a[k], b[k]) for k in a if abs(a[k] - b[k]) > TOLERANCE}
+        assert not far, f"optimizer step {step}: {far}"
+    final_one, final_two = tensors(step_dir(one, 2)), tensors(step_dir(two, 2))
+    assert final_one.keys() == final_two.keys() and final_one
+    worst = max(float((final_one[k] - final_two[k]).abs().max()) for k in final_one)
+    assert worst <= TOLERANCE, f"weights and optimizer state differ by up to {worst}"
