@@ -314,7 +314,13 @@ def test_prune_deletes_nothing_when_the_metric_was_never_logged(base: Path, tmp_
         ["prune", "proj/agent", "--base-path", str(copy), "--metric", "val/rewrd", "--yes"],
         ["prune", "--base-path", str(copy), "--yes"],
     )
-    assert_one_line_error(typo, "'val/rewrd' was never logged", "nothing deleted", "val/reward")
+    assert_one_line_error(
+        typo,
+        "'val/rewrd' was never logged",
+        "nothing deleted",
+        "pass --metric, one of: ",
+        "val/reward",
+    )
     assert_one_line_error(unnamed, "3 models under", "name one")
     assert checkpoints(copy) == ["0000", "0001", "0002", "0003"]
 

@@ -341,6 +341,10 @@ def test_a_request_costs_at_most_its_body_once(fresh_server: ServerProcess) -> N
         (["--max-body-bytes", "١٢"], "--max-body-bytes", "module"),
         (["--log-level", "loud"], "--log-level", "cli"),
         (["--port", "99999"], "--port", "module"),
+        # paths the server could not create its state or audit log under ({tmp} holds a file)
+        (["--state-dir", "{tmp}/a-file/state"], "--state-dir", "cli"),
+        (["--audit-log", "{tmp}/a-file/audit.jsonl"], "--audit-log", "module"),
+        (["--audit-log", "{tmp}"], "--audit-log", "cli"),
     ],
 )
 def test_bad_options_stop_the_server_at_start_with_one_line(
@@ -348,6 +352,8 @@ def test_bad_options_stop_the_server_at_start_with_one_line(
 ) -> None:
     keys = tmp_path / "keys.txt"
     keys.write_text("".join(f"{t}:{k}\n" for t, k in make_keys(1).items()))
+    (tmp_path / "a-file").write_text("not a folder\n")
+    args = [arg.format(tmp=tmp_path) for arg in args]
     command = (
         [sys.executable, "-m", "arthex.apps.server"]
         if entry == "module"

@@ -123,6 +123,16 @@ def test_the_docs_say_how_prune_picks_a_model_as_its_help_does(
     assert ONLY_ONE in " ".join(out.split())
 
 
+def test_the_readme_and_the_cli_page_name_every_command_there_is() -> None:
+    registered = set(command().list_commands(None))
+    assert registered == set(COMMANDS)
+    table = (ROOT / "docs" / "cli.md").read_text().split("## Naming a model", 1)[0]
+    assert set(re.findall(r"^\| `arthex (\w+)`", table, re.MULTILINE)) == registered
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    listed = readme.split("`arthex -h` lists the other commands: ", 1)[1].split(")", 1)[0]
+    assert set(re.findall(r"`(\w+)`", listed)) | {"plot"} == registered
+
+
 def test_the_demo_help_names_the_demos_own_step_counts(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(["demo", "-h"], capsys)
     assert f"Default: {DEFAULT_STEPS} ({SFT_RL_STEPS} with --sft)" in " ".join(out.split())

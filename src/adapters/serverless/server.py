@@ -11,7 +11,9 @@ warnings.warn(
     "arthex.adapters.serverless.server moved to arthex.apps.server.main; "
     "import from there (this path goes away in the next release)",
     DeprecationWarning,
-    stacklevel=2,
+    # run as `python -m`, the warning is this module's own (its caller is runpy, whose
+    # warnings Python hides by default)
+    stacklevel=1 if __name__ == "__main__" else 2,
 )
 
 if __name__ == "__main__":

@@ -97,9 +97,10 @@ def prune(
         )
         if decision is None:
             logged = ", ".join(k for k in ledger.metric_keys() if k.endswith(("reward", "loss")))
+            hint = f"pass --metric, one of: {logged}" if logged else "no reward or loss is logged"
             raise UsageError(
                 f"{metric!r} was never logged for {run_label(path)}, so the best checkpoint is "
-                f"unknown: nothing deleted (logged: {logged or 'no rewards or losses'})"
+                f"unknown: nothing deleted; {hint}"
             )
         doomed = ckpt.unkept(path, decision.keep)
         folders = sorted({*found.steps, *ckpt.step_folders(path)})

@@ -141,13 +141,15 @@ def parse_values(values: dict[str, Any]) -> ServeOptions:
     """The checked ServeOptions of the command line's values; InvalidInputError naming the
     option of a bad one."""
     from ..server.limits import BOUNDS, ServerLimits
-    from ..server.options import ServeOptions
+    from ..server.options import ServeOptions, check_paths
 
     limits = ServerLimits(**{field: values.pop(field) for field in BOUNDS})
     allowed = values.pop("allow_base_model")
-    return ServeOptions(
+    options = ServeOptions(
         **values, allow_base_model=tuple(allowed) if allowed else None, limits=limits
     )
+    check_paths(options)
+    return options
 
 
 def serve(**values: Any) -> None:

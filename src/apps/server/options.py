@@ -29,6 +29,7 @@ __all__ = [
     "ServeOptions",
     "admin_keys_of",
     "audit_of",
+    "check_paths",
     "integer",
     "number",
     "port",
@@ -115,6 +116,35 @@ class ServeOptions:
     audit_max_bytes: int = attrs.field(default=DEFAULT_AUDIT_MAX_BYTES, validator=_audit_max_bytes)
     audit_backups: int = attrs.field(default=DEFAULT_AUDIT_BACKUPS, validator=_audit_backups)
     limits: ServerLimits = attrs.field(factory=ServerLimits)
+
+
+def _creatable_directory(path: Path, option: str, value: str) -> None:
+    """Refuse, without creating anything, a folder that cannot exist or take files: the
+    folder or its nearest existing parent must be a directory this process may write in."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        problem = "is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = "is not writable"
+    else:
+        return
+    raise InvalidInputError(
+        f"{option} {value!r}: {str(existing)!r} {problem}; pass a path under a folder you may "
+        "write in"
+    )
+
+
+def check_paths(options: ServeOptions) -> None:
+    """The state directory and the audit log can be made: checked with the other options,
+    before anything is created, instead of failing the server's startup with a traceback."""
+    _creatable_directory(Path(options.state_dir), "--state-dir", options.state_dir)
+    if options.audit_log is not None and options.audit_log != AUDIT_OFF:
+        audit = Path(options.audit_log)
+        if audit.is_dir():
+            raise InvalidInputError(
+                f"--audit-log {options.audit_log!r} is a directory; pass a file path or 'off'"
+            )
+        _creatable_directory(audit.parent, "--audit-log", options.audit_log)
 
 
 def audit_of(options: ServeOptions) -> AuditLog | None:
