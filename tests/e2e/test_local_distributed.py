@@ -13,7 +13,9 @@ FSDP2, against the single-process trainer as the oracle.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,8 +32,11 @@ from safetensors.torch import load_file  # noqa: E402
 
 from arthex.adapters.local import LocalBackend  # noqa: E402
 from arthex.core.config import TrainConfig  # noqa: E402
+from arthex.core.conversations import conversation_from  # noqa: E402
 from arthex.core.identity import ModelSpec, RunRef  # noqa: E402
+from arthex.core.sft import TrainSFTConfig  # noqa: E402
 from arthex.core.trajectories import TrajectoryGroup  # noqa: E402
+from arthex.testing.contracts.sft import SFT_DATA  # noqa: E402
 from arthex.testing.contracts.training_backend import synthetic_groups  # noqa: E402
 from arthex.testing.tiny_model import tiny_model  # noqa: E402
 
@@ -316,6 +321,79 @@ def test_ranks_resolve_a_relative_model_path_from_the_frontends_directory(
 async def train_one(b: LocalBackend) -> int:
     await train_all(b, CALLS[:1])
     return await b.get_step(RUN)
+
+
+# --- what a run carries in from the single-process trainer ----------------------------------
+
+
+def state_file(root: Path, step: int) -> dict[str, Any]:
+    return dict(json.loads((step_dir(root, step) / "trainer_state.json").read_text()))
+
+
+def adam_steps(folder: Path) -> set[float]:
+    moments = load_file(str(folder / "optimizer.safetensors"))
+    return {float(v.item()) for k, v in moments.items() if k.endswith(".step")}
+
+
+def test_ranks_continuing_a_fine_tuned_run_start_adam_afresh_like_one_process(
+    base_model: str, tmp_path: Path
+) -> None:
+    """SFT leaves its own moments (and weight decay 0) in the checkpoint; RL on ranks starts
+    the optimizer afresh, as one process does, so both give the same step."""
+    data = [
+        conversation_from([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+        for q, a in SFT_DATA
+    ]
+
+    async def fine_tune(b: LocalBackend) -> None:
+        async for _m in b.train_sft(RUN, data, TrainSFTConfig(learning_rate=1e-3, batch_size=3)):
+            pass
+
+    run_with(LocalBackend(full_finetune=True), base_model, tmp_path / "one", fine_tune)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    assert state_file(tmp_path / "two", 1)["optimizer_mode"] == "sft"
+    for root, backend in [
+        (tmp_path / "one", LocalBackend(full_finetune=True)),
+        (tmp_path / "two", LocalBackend(full_finetune=True, world_size=2)),
+    ]:
+        run_with(backend, base_model, root, lambda b: train_all(b, CALLS[:1]))
+    solo, ranks = step_dir(tmp_path / "one", 2), step_dir(tmp_path / "two", 2)
+    assert adam_steps(solo) == adam_steps(ranks) == {2.0}  # one RL call: two fresh Adam steps
+    assert state_file(tmp_path / "two", 2)["optimizer_mode"] == "rl"
+    decay = [
+        g["weight_decay"]
+        for g in json.loads((ranks / "optimizer.json").read_text())["param_groups"]
+    ]
+    assert decay == [0.1, 0.0]  # the backend's weight decay is back on the matrices
+    a, b = tensors(solo), tensors(ranks)
+    assert a.keys() == b.keys()
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst <= TOLERANCE, f"weights and optimizer state differ by up to {worst}"
+
+
+def test_ranks_record_the_shape_of_the_adapter_they_continue(
+    base_model: str, tmp_path: Path
+) -> None:
+    """A LoRA run keeps its adapter's rank and alpha when a backend with other LoRA settings
+    continues it; trainer_state.json says what the adapter files say."""
+
+    async def nothing(b: LocalBackend) -> None:
+        return None
+
+    run_with(
+        LocalBackend(full_finetune=False, lora_rank=4, lora_alpha=8), base_model, tmp_path, nothing
+    )
+    run_with(
+        LocalBackend(full_finetune=False, world_size=2),
+        base_model,
+        tmp_path,
+        lambda b: train_all(b, CALLS[:1]),
+    )
+    adapter = json.loads((step_dir(tmp_path, 1) / "adapter_config.json").read_text())
+    lora = state_file(tmp_path, 1)["lora"]
+    assert (adapter["r"], adapter["lora_alpha"]) == (4, 8)
+    assert (lora["rank"], lora["alpha"]) == (4, 8)
+    assert sorted(lora["targets"]) == sorted(adapter["target_modules"])
 
 
 # --- an SFT warm start, then ranks ----------------------------------------------------------

@@ -243,3 +243,42 @@ def test_ranks_do_not_outlive_a_killed_frontend(base_model: str, tmp_path: Path)
             frontend.kill()
             frontend.wait()
     assert alive == [], f"still running after their frontend died: {alive}"
+
+
+def forked_here(process: psutil.Process, me: psutil.Process) -> bool:
+    """A direct child (the shared zygote), not one of the ranks it forks."""
+    try:
+        return bool(process.ppid() == me.pid)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_register_whose_step_cannot_be_served_leaves_no_rank_running(
+    base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ranks have loaded the checkpoint when serving it fails (the engine cannot read it):
+    register raises, and the ranks it started are stopped by then, not left running for the
+    rest of the process's life (only the shared zygote stays, as it does after close)."""
+    from arthex.adapters.inference.serving import ServingPool
+
+    async def unservable(*args: object) -> None:
+        raise BackendError("checkpoint 0 is saved but could not be served: the engine failed")
+
+    monkeypatch.setattr(ServingPool, "serve_step", unservable)
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+
+    async def main() -> list[int]:
+        backend = LocalBackend(full_finetune=True, world_size=2)
+        try:
+            spec = ModelSpec(run=RUN, base_model=base_model, base_path=str(tmp_path))
+            with pytest.raises(BackendError, match="could not be served"):
+                await backend.register(spec)
+            # the ranks ran: they wrote step 0
+            assert (checkpoint(tmp_path, 0) / "model.safetensors").is_file()
+            new = [p for p in me.children(recursive=True) if p.pid not in before]
+            return [p.pid for p in new if not ended(p.pid) and not forked_here(p, me)]
+        finally:
+            await backend.close()
+
+    assert asyncio.run(main()) == []

@@ -208,11 +208,11 @@ class LocalBackend(BackendTrainEntry):
                     ckpt.publish, model_dir, 0, trainer.write_checkpoint, trainer.trainer_state()
                 )
             serving = await self._serving_for(spec)
+            run = _Run(spec=spec, model_dir=model_dir, trainer=trainer, serving=serving)
+            await self._serve(run, latest)
         except BaseException:
             await asyncio.to_thread(trainer.close)
             raise
-        run = _Run(spec=spec, model_dir=model_dir, trainer=trainer, serving=serving)
-        await self._serve(run, latest)
         return run
 
     async def _serving_for(self, spec: ModelSpec) -> Serving:

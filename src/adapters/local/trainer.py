@@ -90,7 +90,7 @@ class PolicyTrainer:
         `fresh_optimizer_for` says so."""
         foreign = checkpoint is not None and ckpt.foreign_adapter(checkpoint)
         state = ckpt.read_state(checkpoint) if checkpoint is not None and not foreign else None
-        self.fresh_optimizer_for = checkpoint if foreign else None
+        self._note_source(checkpoint, state, foreign=foreign)
         base = self._base_model()
         full = self._choose_mode(state, base, checkpoint, foreign=foreign)
         self.full_finetune = full
@@ -104,10 +104,17 @@ class PolicyTrainer:
             self.model = self._lora(base, checkpoint)
         self.model.eval()
         self._build_optimizer()
-        self.optimizer_mode = state.get("optimizer_mode", "rl") if state is not None else None
         if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
             assert self.optimizer is not None
             checkpoint_io.load_optimizer(self.optimizer, self.param_names, checkpoint)
+
+    def _note_source(
+        self, checkpoint: Path | None, state: dict[str, Any] | None, *, foreign: bool
+    ) -> None:
+        """What the loaded checkpoint says about the optimizer: whose moments it holds (an
+        older checkpoint without the field holds RL's), or none at all (a foreign adapter)."""
+        self.fresh_optimizer_for = checkpoint if foreign else None
+        self.optimizer_mode = state.get("optimizer_mode", "rl") if state is not None else None
 
     def _choose_mode(
         self, state: dict[str, Any] | None, base: Any, where: Path | None, *, foreign: bool

@@ -125,13 +125,11 @@ class ShardedTrainer(PolicyTrainer):
         header: sharded_state.CheckpointHeader | None = shared[0]
         if checkpoint is not None and header is None:
             raise AssertionError("rank 0 read no checkpoint header")
+        foreign = header is not None and header.foreign
+        state = header.state if header is not None and not foreign else None
+        self._note_source(checkpoint, state, foreign=foreign)
         base = self._base_model()
-        full = self._choose_mode(
-            header.state if header else None,
-            base,
-            checkpoint,
-            foreign=header is not None and header.foreign,
-        )
+        full = self._choose_mode(state, base, checkpoint, foreign=foreign)
         self.full_finetune = full
         if full and base.dtype != torch.float32:
             base = base.float()

@@ -73,10 +73,7 @@ def read_on_rank0(checkpoint: Path | None) -> RankZeroCheckpoint | None:
                 f"cannot read the adapter config in {checkpoint}: {exc}"
             ) from exc
         lora_config.inference_mode = False  # saved adapters say True; this one trains
-    # ranks run RL steps only: Adam's moments from an SFT call are dropped, as the single
-    # process drops them when it switches objective (PolicyTrainer.use_optimizer_for)
-    rl_moments = state.get("optimizer_mode", "rl") in ("rl", None)
-    has_optimizer = not foreign and rl_moments and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file()
+    has_optimizer = not foreign and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file()
     header = CheckpointHeader(state, lora_config, has_optimizer, foreign)
     return RankZeroCheckpoint(header, checkpoint)
 

@@ -27,7 +27,7 @@ from ....core.config import TrainConfig
 from .. import checkpoint_io
 from .. import checkpoints as ckpt
 from ..packing import PackedBatch
-from ..trainer import TrainerSettings, trainer_state
+from ..trainer import TrainerSettings
 from .channel import encode_batch
 from .supervisor import Supervisor
 from .world import World
@@ -45,7 +45,8 @@ class DistributedTrainer:
         self.fresh_optimizer_for: Path | None = None
         self._source: Path | None = None
         self._loaded = False
-        self._trained = False
+        self._trained = False  # since the last load: the ranks' Adam then holds RL's moments
+        self._state: dict[str, Any] = {}  # rank 0's trainer_state after its last load
         self._log_dir = Path(tempfile.mkdtemp(prefix="arthex-ranks-"))
         config = {"settings": attrs.asdict(settings)}
         self.supervisor = Supervisor(world, config, self._log_dir)
@@ -57,6 +58,7 @@ class DistributedTrainer:
         self.fresh_optimizer_for = checkpoint if foreign else None
         self._source = checkpoint
         self._loaded = False
+        self._trained = False
         if not self.supervisor.failed:
             self._ready()
 
@@ -85,12 +87,14 @@ class DistributedTrainer:
         self.supervisor.run("save", {"directory": str(directory)})
 
     def trainer_state(self) -> dict[str, Any]:
-        # ranks only run RL steps: Adam's moments, once there are any, are RL's (a later
-        # single-process SFT call then starts its optimizer afresh, as after any RL step)
-        trained = self._source is not None or self._trained
-        return trainer_state(
-            self.settings, self.full_finetune, optimizer_mode="rl" if trained else None
-        )
+        """Rank 0's account of the checkpoint it loaded (the adapter's own shape, whose
+        moments Adam holds); ranks only run RL steps, so after one Adam's moments are RL's
+        (a later single-process SFT call then starts its optimizer afresh)."""
+        self._ready()
+        state = dict(self._state)
+        if self._trained:
+            state["optimizer_mode"] = "rl"
+        return state
 
     def training_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The ranks' live state, gathered by rank 0 into a scratch folder and read back."""
@@ -123,4 +127,5 @@ class DistributedTrainer:
             self.full_finetune = bool(result["full_finetune"])
             self.max_length = int(result["max_length"])
             self.pad_token_id = int(result["pad_token_id"])
+            self._state = dict(result["state"])
             self._loaded = True

@@ -173,6 +173,7 @@ def _execute(trainer: Any, reply: _Replies, command: dict[str, Any]) -> bool:
                 "full_finetune": trainer.full_finetune,
                 "max_length": trainer.max_length,
                 "pad_token_id": trainer.pad_token_id,
+                "state": trainer.trainer_state(),
             },
         )
     elif op == "train":
