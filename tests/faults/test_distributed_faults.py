@@ -282,3 +282,33 @@ def test_a_register_whose_step_cannot_be_served_leaves_no_rank_running(
             await backend.close()
 
     assert asyncio.run(main()) == []
+
+
+def test_a_backend_closed_while_a_register_is_in_flight_stops_the_ranks_it_started(
+    base_model: str, tmp_path: Path
+) -> None:
+    """`close` runs while `register` is still loading on freshly started ranks: the run never
+    reached the backend's table, so `close` alone cannot see it; register hands it back to be
+    closed, raises the closed-backend error, and no rank outlives it."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+
+    def live_ranks() -> list[int]:
+        new = [p for p in me.children(recursive=True) if p.pid not in before]
+        return [p.pid for p in new if not ended(p.pid) and not forked_here(p, me)]
+
+    async def main() -> tuple[bool, list[int]]:
+        backend = LocalBackend(full_finetune=True, world_size=2)
+        spec = ModelSpec(run=RUN, base_model=base_model, base_path=str(tmp_path))
+        registering = asyncio.create_task(backend.register(spec))
+        while not live_ranks() and not registering.done():  # noqa: ASYNC110 (no event: processes)
+            await asyncio.sleep(0.05)  # polls for an event (ranks exist), asserts no time
+        in_flight = not registering.done()
+        await backend.close()
+        with pytest.raises(BackendError, match="closed"):
+            await registering
+        return in_flight, live_ranks()
+
+    in_flight, left = asyncio.run(main())
+    assert in_flight, "register finished before its ranks were seen; nothing was raced"
+    assert left == []

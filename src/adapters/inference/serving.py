@@ -131,7 +131,15 @@ class RunTable(Generic[R]):
         if self.closed:
             raise BackendError(f"this {self.owner} is closed; create a new one")
 
-    async def open(self, run: RunRef, opener: Callable[[], Awaitable[R]]) -> R:
+    async def open(
+        self,
+        run: RunRef,
+        opener: Callable[[], Awaitable[R]],
+        discard: Callable[[R], Awaitable[None]] | None = None,
+    ) -> R:
+        """The run's state, opened once. A backend closed while `opener` ran gets the state
+        handed to `discard` (it never reaches the table `close` already emptied, so nothing
+        else would release it) and the caller gets the closed-backend error."""
         self.check_open()
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -139,6 +147,10 @@ class RunTable(Generic[R]):
             state = self._runs.get(run)
             if state is None:
                 state = await opener()
+                if self.closed:
+                    if discard is not None:
+                        await discard(state)
+                    raise self._closed_error(run)
                 self._runs[run] = state
             return state
 
@@ -153,11 +165,7 @@ class RunTable(Generic[R]):
 
     def require(self, run: RunRef) -> R:
         if self.closed:
-            raise BackendError(
-                f"this {self.owner} is closed, so it no longer trains or serves {run}; create "
-                f"a new {self.owner} and `await model.register(backend)` to continue from the "
-                "latest checkpoint"
-            )
+            raise self._closed_error(run)
         state = self._runs.get(run)
         if state is None:
             raise NotRegisteredError(
@@ -165,6 +173,13 @@ class RunTable(Generic[R]):
                 "`await model.register(backend)` first"
             )
         return state
+
+    def _closed_error(self, run: RunRef) -> BackendError:
+        return BackendError(
+            f"this {self.owner} is closed, so it no longer trains or serves {run}; create "
+            f"a new {self.owner} and `await model.register(backend)` to continue from the "
+            "latest checkpoint"
+        )
 
     def close(self) -> list[R]:
         """Forget every run; returns them, for the owner to release what they hold."""

@@ -155,7 +155,7 @@ class LocalBackend(BackendTrainEntry):
                 f"model {model.run} has no base_model; LocalBackend needs a Hugging Face causal "
                 "LM directory or hub id"
             )
-        run = await self._runs.open(model.run, lambda: self._open_run(model))
+        run = await self._runs.open(model.run, lambda: self._open_run(model), self._discard)
         return self._pool.endpoint(run.serving, model.run)
 
     def _warn_split_run_directory(self, model: ModelSpec) -> None:
@@ -229,10 +229,18 @@ class LocalBackend(BackendTrainEntry):
         return await self._pool.serving_for(base_model, spec.run.name, make_engine)
 
     async def close(self) -> None:
-        """Stop every server and engine and drop the trainers; the files stay."""
+        """Stop every server and engine and drop the trainers; the files stay. A trainer that
+        fails to close is logged and the rest are still closed."""
         for run in self._runs.close():
-            await asyncio.to_thread(run.trainer.close)
+            await self._discard(run)
         await self._pool.close()
+
+    async def _discard(self, run: _Run) -> None:
+        """Release a run's trainer (its rank processes, when it has them)."""
+        try:
+            await asyncio.to_thread(run.trainer.close)
+        except Exception as exc:
+            logger.warning("could not close the trainer of %s: %s", run.spec.run, exc)
 
     async def __aenter__(self) -> LocalBackend:
         return self
