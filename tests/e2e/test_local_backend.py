@@ -399,3 +399,33 @@ def test_kl_penalty_reports_the_divergence_from_the_reference(
     # reference = checkpoint 0 = the base weights: the same divergence measure as the base
     assert math.isfinite(third[0]["loss/kl_policy_ref"])
     assert third[0]["loss/kl_policy_ref"] != pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_register_that_failed_to_serve_leaves_its_name_free_for_the_retry(
+    base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second run of the same base model shares the first one's engine and server. When
+    its first register fails to serve its step, the retry lands on that same server, not on
+    a second engine started because the failed attempt still held the name."""
+    from arthex.adapters.inference.serving import ServingPool
+    from arthex.core.errors import BackendError
+
+    other = RunRef("proj", "other")
+    real = ServingPool.serve_step
+    failures = [BackendError("checkpoint 0 is saved but could not be served: engine failed")]
+
+    async def fails_once(pool: ServingPool, *args: Any) -> None:
+        if failures:
+            raise failures.pop()
+        await real(pool, *args)
+
+    async def body(b: LocalBackend, first: InferenceEndpoint) -> tuple[str, str]:
+        monkeypatch.setattr(ServingPool, "serve_step", fails_once)
+        with pytest.raises(BackendError, match="could not be served"):
+            await b.register(spec_for(base_model, tmp_path, other))
+        retry = await b.register(spec_for(base_model, tmp_path, other))
+        assert retry is not None
+        return first.base_url, retry.base_url
+
+    first_url, retry_url = with_backend(LocalBackend(), spec_for(base_model, tmp_path), body)
+    assert retry_url == first_url

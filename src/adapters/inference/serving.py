@@ -81,6 +81,10 @@ class ServingPool:
         self._servings.append(serving)
         return serving
 
+    def release(self, serving: Serving, name: str) -> None:
+        """Give `name` back on `serving` (its run failed to open), so a retry lands there."""
+        serving.names.discard(name)
+
     def endpoint(self, serving: Serving, run: RunRef) -> InferenceEndpoint:
         return InferenceEndpoint(
             base_url=serving.base_url, api_key=self.api_key, model_name=run.name

@@ -191,6 +191,7 @@ class LocalBackend(BackendTrainEntry):
             weight_decay=self._weight_decay,
         )
         trainer = make_trainer(settings, self._world.plan(self._device), runs_open=len(self._runs))
+        serving: Serving | None = None
         try:
             latest = ckpt.latest_step(model_dir)
             source = ckpt.step_dir(model_dir, latest) if latest is not None else None
@@ -211,6 +212,8 @@ class LocalBackend(BackendTrainEntry):
             run = _Run(spec=spec, model_dir=model_dir, trainer=trainer, serving=serving)
             await self._serve(run, latest)
         except BaseException:
+            if serving is not None:  # a retried register may take the name on it again
+                self._pool.release(serving, spec.run.name)
             await asyncio.to_thread(trainer.close)
             raise
         return run

@@ -213,7 +213,12 @@ class TinkerBackend(BackendTrainEntry):
         run = _Run(
             spec=spec, model_dir=model_dir, record=record, training=training, serving=serving
         )
-        await self._serve_step(run, record.step)
+        try:
+            await self._serve_step(run, record.step)
+        except BaseException:
+            if serving is not None:  # a retried register may take the name on it again
+                self._pool.release(serving, spec.run.name)
+            raise
         return run
 
     def _check_record(self, spec: ModelSpec, record: RunRecord, model_dir: Path) -> None:
