@@ -85,7 +85,8 @@ def test_the_weighted_percentile_is_the_smallest_value_whose_cumulative_weight_r
     assert weighted_percentile(points, 0.75) == 5.0  # cumulative 3 reaches 3 exactly
     assert weighted_percentile(points, 0.76) == 10.0
     assert weighted_percentile(points, 1.0) == 10.0
-    assert weighted_percentile([(2.0, 1.0), (7.0, 1.0)], 1.5) == 7.0  # past the total: the largest
+    past_the_total = [(2.0, 1.0), (7.0, 1.0), (4.0, 3.0)]
+    assert weighted_percentile(past_the_total, 1.5) == 7.0  # the largest value
 
 
 def test_policy_age_is_weighted_by_completion_tokens() -> None:
@@ -109,6 +110,22 @@ def test_policy_age_counts_each_trajectory_once_when_no_tokens_were_sampled() ->
     }
     assert policy_age_metrics(4, []) == {}
     assert policy_age_metrics(4, [TrajectoryGroup([], metadata={INITIAL_STEP_KEY: 1})]) == {}
+
+
+def test_a_single_sampled_token_still_weighs_the_policy_age() -> None:
+    # ages 2 (1 token) and 0 (no tokens): the token-weighted mean is 2, not the plain mean 1
+    metrics = policy_age_metrics(2, [_group(0, 1), _group(2, 0)])
+    assert metrics["offpolicy/token_weighted_policy_age_steps"] == pytest.approx(2.0)
+
+
+def test_the_p95_policy_age_leaves_out_the_oldest_five_percent_of_tokens() -> None:
+    # update from step 3: 96 tokens sampled at 3 (age 0), 4 at 0 (age 3): 96 of 100 reach 95
+    metrics = policy_age_metrics(3, [_group(3, 96), _group(0, 4)])
+    assert metrics == {
+        "offpolicy/token_weighted_policy_age_steps": pytest.approx(12 / 100),
+        "offpolicy/token_weighted_policy_age_p95_steps": 0.0,
+        "offpolicy/max_policy_age_steps": 3.0,
+    }
 
 
 def test_taking_the_rollout_clock_hands_over_its_readings_and_starts_it_again() -> None:
@@ -242,3 +259,44 @@ def test_a_row_after_an_instant_update_with_nothing_measured_is_all_zeros() -> N
     assert set(row.values()) == {0.0}
     assert len(row) == 11
     assert set(totals.values()) == {0.0}
+
+
+def test_a_first_discard_and_a_sub_second_rollout_give_exact_rates() -> None:
+    # one group seen and discarded as stale, from a queue of one; 0.1 s waiting of 0.4 s
+    metrics = before_update(
+        collect_s=0.2,
+        rollouts=RolloutClock(rollout_s=0.3, idle_s=0.0, put_wait_s=0.1),
+        discarded_step={"stale": 1},
+        discarded_cum={"stale": 1},
+        trained_cum=0,
+        dequeued=1,
+        queue_depth=0,
+    )
+    assert metrics["discarded/rate/stale_groups"] == 1.0
+    assert metrics["queue/actual_stale_fraction"] == 1.0
+    assert metrics["queue/put_wait_frac"] == pytest.approx(0.1 / 0.4)
+
+
+def test_sub_second_steps_give_their_true_ratios_and_throughputs() -> None:
+    totals: dict[str, float] = {}
+    before = {
+        "time/step_collect_batch_s": 0.25,
+        "time/step_rollout_s": 0.5,
+        "time/step_rollout_idle_s": 0.1,
+    }
+    row = after_update(
+        before,
+        wall_s=0.5,
+        train_s=0.2,
+        workers=1,
+        batch_tokens=10,
+        rollout_tokens=40,
+        totals=totals,
+    )
+    assert row["time/step_trainer_idle_ratio"] == pytest.approx(0.25 / 0.5)
+    assert row["time/cum/trainer_idle_ratio"] == pytest.approx(0.25 / 0.5)
+    assert row["time/step_rollout_idle_ratio"] == pytest.approx(0.1 / 0.5)
+    assert row["time/cum/rollout_idle_ratio"] == pytest.approx(0.1 / 0.5)
+    assert row["throughput/accepted_train_tok_per_s"] == pytest.approx(10 / 0.5)
+    assert row["throughput/avg_trainer_tok_per_s"] == pytest.approx(10 / 0.2)
+    assert row["throughput/avg_rollout_tok_per_s"] == pytest.approx(40 / 0.5)
