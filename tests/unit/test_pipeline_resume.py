@@ -7,7 +7,9 @@ crashes is test_pipeline.py's `test_a_crash_at_any_point_of_an_update_leaves_eve
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -79,6 +81,13 @@ class Disk:
 def run(body: Callable[[Disk], Coroutine[Any, Any, T]]) -> tuple[Disk, T]:
     disk = Disk()
     return disk, asyncio.run(body(disk))
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, where progress lines are drawn by default."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 BEFORE = {"discarded/cum/stale_groups": 2.0, "queue/depth": 1.0}
@@ -186,25 +195,26 @@ def test_an_update_that_never_reached_the_disk_puts_its_scenarios_back_to_be_sam
 
 
 def test_a_logged_batch_is_trained_from_the_store_with_its_summary_and_pipeline_rows(
-    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, "arthex")
     totals = {"wall_s": 10.0, "trained_tokens": 100.0, "rollout_tokens": 40.0}
     bounds: list[float] = []
+    terminal = Terminal()
 
     async def body(disk: Disk) -> PipelineRecord:
         model = await disk.model()
         await model.train([group(0)])
         # the crash came after the groups of the update from step 1 were stored, before the row
         await disk.store.write(RUN, "train", 1, [group(3, (0.0, 1.0)), group(4, (1.0, 1.0))])
-        capsys.readouterr()
+        monkeypatch.setattr(sys, "stderr", terminal)
         started = time.monotonic()
         settled = await settle(model, interrupted(1, (3, 4), totals=totals), disk.config_for, 2)
         bounds.append(time.monotonic() - started)
         return settled
 
     disk, settled = run(body)
-    assert capsys.readouterr().err == "", "settling draws no progress line"
+    assert terminal.getvalue() == "", "settling draws no progress line, even on a terminal"
     assert caplog.messages == [
         "resume/model: finishing the update from step 1 with its logged batch"
     ]
