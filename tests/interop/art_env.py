@@ -17,18 +17,18 @@ of this (for development).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from arthex.adapters.files import exclusive_lock
 
 ART_VERSION = "0.5.23"
 REQUIREMENTS = (f"openpipe-art=={ART_VERSION}", "pyarrow>=15", "duckdb>=1.0")
@@ -98,17 +98,6 @@ def cache_root() -> Path:
     return Path(given) if given else Path.home() / ".cache" / "arthex-interop"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def art_python() -> Path:
     """The interpreter of a venv that has ART; built on first use."""
     given = os.environ.get("ARTHEX_INTEROP_PYTHON")
@@ -119,7 +108,8 @@ def art_python() -> Path:
     key = hashlib.sha256(json.dumps([REQUIREMENTS, version]).encode()).hexdigest()[:16]
     venv = cache_root() / key
     python = venv / "bin" / "python"
-    with _locked(cache_root() / f"{key}.lock"):
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(cache_root() / f"{key}.lock"):
         if not (venv / "ready").is_file():
             shutil.rmtree(venv, ignore_errors=True)
             _build(base, venv)

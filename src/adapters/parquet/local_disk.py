@@ -9,7 +9,6 @@ other. ART's loaders list `*.parquet` only, so the lock file is invisible to the
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from ..files import fsync_dir, fsync_file, temp_path_for
+from ..files import exclusive_lock, fsync_dir, fsync_file, temp_path_for
 from .encoding import Batch
 from .parts import part_name, step_parts
 from .step_file import merge, opened_step_file, rewrite_sources, write_part
@@ -31,12 +30,8 @@ _LOCAL = pafs.LocalFileSystem()
 @contextlib.contextmanager
 def split_lock(directory: Path) -> Iterator[None]:
     """The split's writer lock: `flock` on `{directory}/.lock`, released on exit or death."""
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(directory / LOCK_FILE):
         yield
-    finally:
-        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def write_local(

@@ -9,17 +9,13 @@ version appear whole. The JSON is checked before anything is written: no NaN or 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import CorruptDataError, InvalidInputError
 from ...core.identity import RunRef
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, exclusive_lock
 from ..layout import STATE, RunLayout
 
 if TYPE_CHECKING:
@@ -43,7 +39,8 @@ class JsonRunState:
 
     def update(self, run: RunRef, change: StateChange) -> dict[str, Any]:
         path = self.path(run)
-        with _exclusive(path.with_name(STATE_FILE + LOCK_SUFFIX)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(path.with_name(STATE_FILE + LOCK_SUFFIX)):
             state = change(_load(path))
             atomic_write_bytes(path, encode_state(state))
         return state
@@ -94,17 +91,6 @@ def _load(path: Path) -> dict[str, Any] | None:
     if not isinstance(state, dict):
         raise CorruptDataError(f"{path} holds a {type(state).__name__}, not a JSON object")
     return state
-
-
-@contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 if TYPE_CHECKING:
