@@ -55,6 +55,15 @@ def test_a_window_fits_exactly_the_last_steps() -> None:
     assert fit_multiplier({2: 1.0, 3: 0.5, 4: 0.25}) == pytest.approx(5 / 41)
 
 
+def test_spreads_at_rounding_level_leave_the_learning_rate_alone_at_the_tolerance() -> None:
+    # Spreads of a few 1e-12 are rewards equal up to rounding. Falling 2e-12 -> 0 over two
+    # steps fits a slope of exactly -FIT_TOLERANCE (flat by the rule, else 0 / 2e-12: the
+    # floor); rising 1e-12 -> 4.1e-12 over three fits an intercept of exactly FIT_TOLERANCE
+    # (zero by the rule, else 4.1e-12 / 1e-12: x4.1).
+    assert fit_multiplier({0: 2e-12, 2: 0.0}) == 1.0
+    assert fit_multiplier({0: 1e-12, 3: 4.1e-12}) == 1.0
+
+
 def test_steps_too_large_to_tell_apart_as_floats_leave_the_learning_rate_alone() -> None:
     # 2**53 and 2**53 + 1 are the same float: no slope can be fitted through one x value
     assert float(2**53) == float(2**53 + 1)
