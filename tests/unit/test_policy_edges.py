@@ -1,6 +1,6 @@
 """Edges of the learning-rate multiplier and of the best-step rule that mutation testing found
-unguarded: defaults, the empty history, the window and the caller's bounds, a bad direction's
-message, and steps past float precision."""
+unguarded: defaults, the empty history, the window and the caller's bounds, the tolerance's
+boundary, a bad direction's message, and steps past float precision."""
 
 from __future__ import annotations
 
