@@ -56,6 +56,10 @@ def core_model(**kwargs: Any) -> Model:
     return Model(**options)
 
 
+def prompted(tmp_path: Path, name: str = "m", **kwargs: Any) -> art.Model:
+    return art.Model(name=name, project="p", base_path=str(tmp_path), report_metrics=[], **kwargs)
+
+
 def trainable(tmp_path: Path) -> art.TrainableModel:
     return art.TrainableModel(
         name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
@@ -88,7 +92,7 @@ def test_a_prompted_models_spec_says_it_is_not_trainable_and_carries_its_path_an
 
 def test_a_prompted_model_logs_at_step_zero(tmp_path: Path) -> None:
     async def main() -> None:
-        model = art.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+        model = prompted(tmp_path)
         assert await model.get_step() == 0
         row = await model.log([make_group((0.0, 1.0), prompt="a")], split="val")
         assert row is not None and row.step == 0
@@ -107,13 +111,7 @@ def test_reading_groups_back_refuses_a_bad_split_naming_it_a_split() -> None:
 def test_a_prompted_client_needs_both_the_url_and_the_key_and_waits_twenty_minutes(
     tmp_path: Path,
 ) -> None:
-    model = art.Model(
-        name="gpt",
-        project="p",
-        base_path=str(tmp_path),
-        report_metrics=[],
-        inference_base_url="http://127.0.0.1:9/v1",
-    )
+    model = prompted(tmp_path, "gpt", inference_base_url="http://127.0.0.1:9/v1")
     with pytest.raises(InvalidInputError) as caught:
         model.openai_client()
     assert str(caught.value) == (
@@ -121,7 +119,7 @@ def test_a_prompted_client_needs_both_the_url_and_the_key_and_waits_twenty_minut
         "inference_api_key= (e.g. https://api.openai.com/v1 and your key)"
     )
     model.inference_api_key = "sk-test"
-    assert model.openai_client().timeout == 1200.0  # ART's client timeout, in seconds
+    assert model.openai_client().timeout == 1200.0  # seconds, as ART's client waits
     asyncio.run(model.close())
 
 
@@ -160,7 +158,7 @@ def test_a_state_is_copied_when_stored_so_the_callers_later_changes_do_not_leak_
 
 
 def test_state_calls_name_themselves_and_the_type_they_refused(tmp_path: Path) -> None:
-    model = art.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+    model = prompted(tmp_path)
     with pytest.raises(InvalidInputError) as overwrite:
         model.overwrite_state([1])  # type: ignore[arg-type]
     assert str(overwrite.value) == "overwrite_state takes a dict, got list"
@@ -171,7 +169,7 @@ def test_state_calls_name_themselves_and_the_type_they_refused(tmp_path: Path) -
 
 
 def test_write_state_says_which_calls_replace_it(tmp_path: Path) -> None:
-    model = art.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+    model = prompted(tmp_path)
     with pytest.warns(DeprecationWarning, match="write_state") as caught:
         model.write_state({"a": 1})
     assert [str(w.message) for w in caught] == [
@@ -181,7 +179,7 @@ def test_write_state_says_which_calls_replace_it(tmp_path: Path) -> None:
 
 
 def test_write_state_warns_from_the_callers_line(tmp_path: Path) -> None:
-    model = art.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+    model = prompted(tmp_path)
     with pytest.warns(DeprecationWarning, match="write_state") as caught:
         model.write_state({"a": 1})
     assert [w.filename for w in caught] == [__file__]
