@@ -70,6 +70,13 @@ def test_the_gather_line_shows_the_default_name_counts_failures_and_metric_means
     assert [note for _, note in shown] == ["reward=0.5 m=1", "reward=0.5 m=2"]
 
 
+def test_a_gather_without_a_name_shows_only_the_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    run(gather_trajectory_groups([ready(1)], pbar_desc=None, progress=True))
+    assert frames(capsys.readouterr().err) == [
+        (" [########################] 1/1 failed=0", "reward=0")
+    ]
+
+
 def test_no_metric_is_shown_with_max_metrics_zero(capsys: pytest.CaptureFixture[str]) -> None:
     run(gather_trajectory_groups([ready(1, m=1.0)], max_metrics=0, progress=True))
     assert frames(capsys.readouterr().err) == [
@@ -114,18 +121,26 @@ def test_the_first_error_without_a_traceback_says_so() -> None:
     assert first_error({0: TrajectoryGroup([])}) == "none"
 
 
-def test_the_completion_tokens_flag_warns_from_the_callers_line() -> None:
+def warn_from_both_gathers() -> list[warnings.WarningMessage]:
     async def main() -> None:
         await gather_trajectory_groups([], pbar_total_completion_tokens=True)
         await gather_trajectories([], pbar_total_completion_tokens=True)
 
     with pytest.warns(DeprecationWarning, match="pbar_total_completion_tokens") as caught:
         run(main())
-    assert [str(w.message) for w in caught] == [
+    return list(caught)
+
+
+def test_both_gathers_say_the_completion_tokens_flag_has_no_effect() -> None:
+    assert [str(w.message) for w in warn_from_both_gathers()] == [
         "pbar_total_completion_tokens has no effect (ART deprecated it too); each "
         "trajectory's completion tokens are in its Choices' usage"
     ] * 2
-    assert {w.filename for w in caught} == {__file__}
+
+
+def test_the_completion_tokens_flag_warns_from_the_callers_line() -> None:
+    caught = warn_from_both_gathers()
+    assert len(caught) == 2 and {w.filename for w in caught} == {__file__}
 
 
 def test_nothing_warns_by_default() -> None:
@@ -175,8 +190,11 @@ def test_a_rollout_that_returns_a_number_is_named() -> None:
     async def number() -> object:
         return 5
 
-    with pytest.raises(TypeError, match=r"^a rollout returned int, expected a Trajectory"):
+    with pytest.raises(TypeError) as caught:
         run(gather_trajectories([number()]))  # type: ignore[list-item]
+    assert str(caught.value) == (
+        "a rollout returned int, expected a Trajectory or an iterable of Trajectory"
+    )
 
 
 # --- trajectory_group_batches ---------------------------------------------------------------
