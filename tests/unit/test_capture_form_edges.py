@@ -37,12 +37,21 @@ def test_a_capture_entered_twice_says_to_make_a_new_one() -> None:
     scope = arthex.capture(endpoints="any")
     with scope:
         pass
-    with pytest.raises(InvalidInputError, match="make a new one for each scope"), scope:
+    with (
+        pytest.raises(
+            InvalidInputError,
+            match=r"^a capture\(\) is entered once; make a new one for each scope$",
+        ),
+        scope,
+    ):
         pass
 
 
 def test_a_capture_decorator_given_a_trajectory_says_not_to_pass_one() -> None:
-    with pytest.raises(InvalidInputError, match="new trajectory per call; do not pass trajectory="):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^a capture\(\) decorator makes a new trajectory per call; do not pass trajectory=$",
+    ):
         arthex.capture(trajectory=Trajectory())(answer)
 
 
