@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -48,16 +47,6 @@ def call(status: int = 200, response: bytes = RESPONSE) -> None:
     pending = scope.begin(REQUEST)
     assert pending is not None
     pending.finish(status, response)
-
-
-@pytest.fixture
-def tokyo_clock() -> Iterator[None]:
-    """The process's local zone set to UTC+9, so a naive local time would be nine hours off."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TZ", "Asia/Tokyo")
-        time.tzset()
-        yield
-    time.tzset()
 
 
 def test_a_recorded_call_keeps_its_true_utc_start_and_end_on_a_machine_outside_utc(

@@ -38,7 +38,7 @@ def _key(url: str) -> _Key:
         raise InvalidInputError(f"an endpoint must be an http(s) URL with a host, got {url!r}")
     host = parts.hostname.lower()
     if host in _LOOPBACK:
-        host = "loopback"
+        host = "localhost"  # one of the spellings: no other host can share its key
     try:
         port = parts.port or _DEFAULT_PORTS[scheme]
     except ValueError as error:
