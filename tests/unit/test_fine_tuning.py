@@ -221,6 +221,26 @@ def test_a_kl_reference_step_must_be_a_whole_number_from_zero(value: Any) -> Non
     assert TrainConfig(kl_penalty_reference_step=0).kl_penalty_reference_step == 0
 
 
+@pytest.mark.parametrize("field", ["kl_penalty_coef", "epsilon", "epsilon_high"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), True, "0.1", -0.5])
+def test_a_penalty_or_clip_must_be_a_finite_number_from_zero(field: str, value: Any) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        TrainConfig(**{field: value})
+    assert str(caught.value) == f"TrainConfig.{field} must be a finite number >= 0, got {value!r}"
+    zero: dict[str, Any] = {field: 0.0}
+    assert getattr(TrainConfig(**zero), field) == 0.0
+
+
+def test_equal_lr_multiplier_bounds_pin_the_multiplier_and_crossed_ones_are_refused() -> None:
+    pinned = TrainConfig(min_lr_multiplier=2.0, max_lr_multiplier=2.0)
+    assert (pinned.min_lr_multiplier, pinned.max_lr_multiplier) == (2.0, 2.0)
+    with pytest.raises(InvalidInputError) as caught:
+        TrainConfig(min_lr_multiplier=2.5, max_lr_multiplier=2.0)
+    assert str(caught.value) == (
+        "TrainConfig.min_lr_multiplier (2.5) is above max_lr_multiplier (2.0)"
+    )
+
+
 @pytest.mark.parametrize(
     ("options", "what", "value"),
     [
