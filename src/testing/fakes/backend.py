@@ -14,6 +14,8 @@ import asyncio
 import json
 import math
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -236,13 +238,17 @@ class InMemoryBackend(BackendTrainEntry):
 def _write_export(out_dir: str, payload: Mapping[str, object]) -> None:
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise InvalidInputError(f"export folder {out_dir} is not empty; pick a new one")
-    temp = f"{out_dir}.partial"
-    os.makedirs(temp)
-    with open(os.path.join(temp, "weights.json"), "w", encoding="utf-8") as file:
-        json.dump(payload, file)
-    if os.path.exists(out_dir):
-        os.rmdir(out_dir)  # checked empty above
-    os.rename(temp, out_dir)
+    parent, name = os.path.split(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    temp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
+    try:
+        with open(os.path.join(temp, "weights.json"), "w", encoding="utf-8") as file:
+            json.dump(payload, file)
+        if os.path.exists(out_dir):
+            os.rmdir(out_dir)  # checked empty above
+        os.rename(temp, out_dir)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _softplus(x: float) -> float:
