@@ -11,7 +11,11 @@ entry acts like a weight with a fan-in of SFT_LOGIT_SCALE).
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -27,7 +31,9 @@ from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,
     Capability,
+    ExportFormat,
     InferenceEndpoint,
+    ModelExporter,
     StepMetricsSource,
     SupervisedFineTuning,
     TrainingBackend,
@@ -47,13 +53,15 @@ class InMemoryBackend(BackendTrainEntry):
         losses: Collection[str] = ("cispo", "ppo", "importance_sampling"),
         one_trainer: bool = False,
         sft: bool = True,
+        export: bool = False,
     ) -> None:
         """`one_trainer=True` declares `Capability.ONE_TRAINER`, as a backend whose
         checkpoints other processes see does (so models take the run's lease); `sft=False`
-        leaves out supervised fine-tuning."""
+        leaves out supervised fine-tuning; `export=True` declares `Capability.EXPORT`."""
         self._losses = frozenset(losses)
         self._one_trainer = one_trainer
         self._sft = sft
+        self._export = export
         self._checkpoints: dict[RunRef, dict[int, Weights]] = {}
         self._metrics: dict[tuple[RunRef, int], list[dict[str, float]]] = {}
         self._locks: dict[RunRef, asyncio.Lock] = {}
@@ -66,6 +74,8 @@ class InMemoryBackend(BackendTrainEntry):
             names.add(Capability.ONE_TRAINER)
         if self._sft:
             names.add(Capability.SFT)
+        if self._export:
+            names.add(Capability.EXPORT)
         return BackendCapabilities(names | {f"loss:{name}" for name in self._losses})
 
     async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
@@ -201,8 +211,44 @@ class InMemoryBackend(BackendTrainEntry):
             del checkpoints[step]
         return deleted
 
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Write step `step` (latest when None) into the new folder `out_dir` as
+        `weights.json`: the format asked, the step, and its preference table (keys are the
+        token ids as strings, JSON's only key type). The folder is written as a sibling and
+        renamed into place, so a refused or failed export leaves nothing behind."""
+        checkpoints = self._run(run)
+        self.capabilities.require(Capability.EXPORT, type(self).__name__)
+        if format not in ("peft", "merged"):
+            raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
+        chosen = max(checkpoints) if step is None else step
+        if chosen not in checkpoints:
+            raise InvalidInputError(
+                f"{run} has no checkpoint of step {step}; its checkpoints: {sorted(checkpoints)}"
+            )
+        payload = {"format": format, "step": chosen, "weights": checkpoints[chosen]}
+        await asyncio.to_thread(_write_export, out_dir, payload)
+        return out_dir
+
     async def close(self) -> None:
         self.closed = True
+
+
+def _write_export(out_dir: str, payload: Mapping[str, object]) -> None:
+    if os.path.exists(out_dir) and os.listdir(out_dir):
+        raise InvalidInputError(f"export folder {out_dir} is not empty; pick a new one")
+    parent, name = os.path.split(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    temp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
+    try:
+        with open(os.path.join(temp, "weights.json"), "w", encoding="utf-8") as file:
+            json.dump(payload, file)
+        if os.path.exists(out_dir):
+            os.rmdir(out_dir)  # checked empty above
+        os.rename(temp, out_dir)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _softplus(x: float) -> float:
@@ -224,3 +270,4 @@ if TYPE_CHECKING:
     _fits: type[TrainingBackend] = InMemoryBackend
     _fine_tunes: type[SupervisedFineTuning] = InMemoryBackend
     _keeps_metrics: type[StepMetricsSource] = InMemoryBackend
+    _exports: type[ModelExporter] = InMemoryBackend
