@@ -8,6 +8,8 @@ In-memory ports and event-loop turns, as in test_pipeline.py (see _pipeline_worl
 from __future__ import annotations
 
 import asyncio
+import io
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -203,3 +205,18 @@ def test_while_a_step_trains_a_rollout_within_the_bound_may_start_on_it() -> Non
         return gate.fresh_enough()
 
     assert asyncio.run(main()), "it joins update 1 -> 2, one step after the one it samples"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_an_update_draws_no_progress_line_even_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rollouts keep running and logging during an update: a redrawn line would tear."""
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    asyncio.run(one_at_a_time(World(), 2).train())
+    assert terminal.getvalue() == ""
