@@ -107,15 +107,18 @@ def test_the_kl_reference_is_step_zero_or_the_step_lag_behind_never_below_zero(
 
 
 @pytest.mark.parametrize(
-    ("lag", "kept"), [(None, [0, 5]), (2, [3, 4, 5])], ids=["step-zero", "two-steps-back"]
+    ("lag", "retention", "kept"),
+    [(None, 2, [0, 4, 5]), (2, 1, [3, 4, 5])],
+    ids=["step-zero", "two-steps-back"],
 )
 def test_retention_keeps_the_kl_reference_of_this_update_and_of_those_to_come(
-    lag: int | None, kept: list[int]
+    lag: int | None, retention: int, kept: list[int]
 ) -> None:
-    """With a lag of 2 at step 5, the next update's reference is 3 and the one after's is 4."""
+    """At step 5: the newest `retention` checkpoints, and the references the KL penalty uses
+    from now on: step 0 without a lag; with a lag of 2, 3 (the next update's) and 4."""
     world = World(backend=RecordingBackend())
     trainer = one_at_a_time(
-        world, 5, kl_penalty_coef=0.1, kl_penalty_step_lag=lag, checkpoint_retention=1
+        world, 5, kl_penalty_coef=0.1, kl_penalty_step_lag=lag, checkpoint_retention=retention
     )
     asyncio.run(trainer.train())
     assert asyncio.run(world.backend.checkpoint_steps(RUN)) == kept
