@@ -374,8 +374,8 @@ class PipelineTrainer:
         keep = set(steps[-self.keep_last :]) if self.keep_last else set()
         keep |= {self._gate.step} | {s for s, n in self._workers.in_use.items() if n > 0}
         if self._base_config.kl_penalty_coef > 0:
-            # the reference of this update and, with a lag, of every update to come until the
-            # lag has passed the newest step: those steps are already written
+            # the next update's reference and, with a lag, every step after it: each one is the
+            # reference of an update to come
             step = self._gate.step
             first = self._config_for(step).kl_penalty_reference_step or 0
             keep |= {first} if self._kl_lag is None else set(range(first, step + 1))
