@@ -374,7 +374,11 @@ class PipelineTrainer:
         keep = set(steps[-self.keep_last :]) if self.keep_last else set()
         keep |= {self._gate.step} | {s for s, n in self._workers.in_use.items() if n > 0}
         if self._base_config.kl_penalty_coef > 0:
-            keep.add(self._config_for(self._gate.step).kl_penalty_reference_step or 0)
+            # the next update's reference and, with a lag, every step after it: each one is the
+            # reference of an update to come
+            step = self._gate.step
+            first = self._config_for(step).kl_penalty_reference_step or 0
+            keep |= {first} if self._kl_lag is None else set(range(first, step + 1))
         if self._evaluator is not None:
             keep |= self._evaluator.steps_in_use()
         if set(steps) - keep:
