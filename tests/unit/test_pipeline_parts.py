@@ -319,10 +319,11 @@ def test_a_resumed_stream_exactly_as_long_as_the_record_gives_no_warning(
     assert caplog.records == []
 
 
-def test_missing_pending_scenarios_are_named_five_at_most() -> None:
+def test_missing_pending_scenarios_are_named_five_at_most_with_the_way_to_start_over() -> None:
     with pytest.raises(InvalidInputError) as raised:
         asyncio.run(ScenarioStream(["a", "b"]).start(10, range(2, 10)))
     assert "scenarios [2, 3, 4, 5, 6] were taken" in str(raised.value)
+    assert "(resume=False starts over)" in str(raised.value)
 
 
 # --- the batch collector --------------------------------------------------------------------
