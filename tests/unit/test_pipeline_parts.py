@@ -3,7 +3,7 @@ collector, each driven directly on a real asyncio queue and a real StepGate.
 
 What a worker queues is what the collector reads (a `Sampled` group, a `Failed` scenario, and
 `END`), so the tests read the queue. Time is a stand-in clock that moves only when a rollout,
-the gate or the queue says so, so the measured seconds are hand-computed, never measured.
+the gate or the queue says so: the expected seconds are worked out by hand, not measured.
 """
 
 from __future__ import annotations
