@@ -23,9 +23,9 @@ class UnsupportedCapability(ArthexError, NotImplementedError):
     """The backend cannot do what was asked. It never silently does nothing instead."""
 
     def __init__(self, capability: str, backend: str, hint: str = "") -> None:
-        self.capability = capability
+        self.capability = str(capability)  # a Capability's value, not the enum's repr
         self.backend = backend
-        message = f"{backend} does not support {capability!r}"
+        message = f"{backend} does not support {self.capability!r}"
         super().__init__(f"{message}. {hint}".strip() if hint else message)
 
 
