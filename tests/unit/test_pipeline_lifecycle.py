@@ -133,7 +133,9 @@ def test_a_resume_does_not_evaluate_again_the_step_evaluated_last() -> None:
     assert evaluated == [[0, 3], [6]]
 
 
-def test_an_evaluation_due_when_the_run_crashed_runs_after_the_resume() -> None:
+def evaluations_after_a_crash_at_step_two() -> list[int]:
+    """Evaluating every step, not at the start: update 2 ends while the evaluation of step 1
+    still runs, and the run dies; the steps the resumed run (one update) evaluates."""
     world = World()
     calls: list[int] = []
 
@@ -149,16 +151,24 @@ def test_an_evaluation_due_when_the_run_crashed_runs_after_the_resume() -> None:
         if step == 2:
             raise Crash("after update 2")
 
-    first = one_at_a_time(
-        world, 10, eval_at_start=False, eval_every_n_steps=1, on_step=crash_at_two
-    )
+    every_step: dict[str, Any] = {"eval_at_start": False, "eval_every_n_steps": 1}
+    first = one_at_a_time(world, 10, on_step=crash_at_two, **every_step)
     first.eval_fn = stuck
     with pytest.raises(Crash):
         asyncio.run(first.train())
-    again = one_at_a_time(world, 10, eval_at_start=False, eval_every_n_steps=1, max_steps=1)
+    again = one_at_a_time(world, 10, max_steps=1, **every_step)
     again.eval_fn = quick
     asyncio.run(again.train())
-    assert calls[0] == 1, "step 1 was due when the run died"
+    return calls
+
+
+def test_an_evaluation_due_when_the_run_crashed_runs_after_the_resume() -> None:
+    assert evaluations_after_a_crash_at_step_two()[0] == 1, "step 1 was due when the run died"
+
+
+def test_the_step_an_update_made_due_just_before_a_crash_is_evaluated_after_the_resume() -> None:
+    """Update 2 made step 2 due, and the run died before the record was saved again."""
+    assert evaluations_after_a_crash_at_step_two() == [1, 2, 3]
 
 
 def test_cumulative_times_continue_across_a_resume() -> None:

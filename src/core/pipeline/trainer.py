@@ -270,6 +270,9 @@ class PipelineTrainer:
             await self._evaluator.settle()
             if self.eval_at_start:
                 self._evaluator.schedule(record.step)
+            elif saved is not None:
+                # the last update may have made its step due after the record's last save
+                self._evaluator.step_done(record.step, self.eval_every_n_steps)
         await self._save()
         logger.info(
             "%s: pipeline starts at step %d, scenario %d (%d to sample again)",
