@@ -180,15 +180,32 @@ def test_a_bad_line_read_from_an_offset_is_named_by_its_byte_in_the_file(tmp_pat
             asyncio.run(history.rows_since(RUN, offset))
 
 
-def test_a_damaged_line_is_quoted_up_to_200_bytes_with_how_to_fix_it(tmp_path: Path) -> None:
-    line = b'{"step":1,"note":"' + b"a" * 182 + b"Z" * 50
-    assert len(line[:200]) == 200 and line[200:201] == b"Z"
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        (b'{"step":1,"note":"' + b"a" * 182 + b"Z" * 50, "is not valid JSON"),
+        (b'["' + b"a" * 198 + b"Z" * 50 + b'"]', "is not a JSON object"),
+    ],
+    ids=["broken JSON", "an array"],
+)
+def test_a_damaged_line_is_quoted_up_to_its_first_200_bytes(
+    tmp_path: Path, line: bytes, says: str
+) -> None:
+    assert line[199:201] == b"aZ"  # the quote must end just before the first Z
     path = ledger(tmp_path, ROW0 + line + b"\n" + ROW1)
-    with pytest.raises(CorruptDataError) as caught:
+    with pytest.raises(
+        CorruptDataError, match=f"^line 2 of {re.escape(str(path))} {says}"
+    ) as caught:
         read_rows(path)
     message = str(caught.value)
     assert repr(line[:200]) in message and repr(line[:201]) not in message
-    assert message.endswith(
+
+
+def test_a_line_that_is_no_json_says_to_repair_or_remove_it_by_hand(tmp_path: Path) -> None:
+    path = ledger(tmp_path, ROW0 + b'{"step":1,"x\n' + ROW1)
+    with pytest.raises(CorruptDataError) as caught:
+        read_rows(path)
+    assert str(caught.value).endswith(
         "; the ledger is damaged in the middle: repair or remove that line by hand"
     )
 
