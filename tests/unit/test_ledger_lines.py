@@ -39,6 +39,16 @@ def ledger(tmp_path: Path, content: bytes) -> Path:
     return path
 
 
+def read_through(tmp_path: Path, content: bytes) -> tuple[JsonlHistory, Path, int]:
+    """The run's ledger holding `content`, and the offset `rows_since` returns after it."""
+    history = JsonlHistory(str(tmp_path))
+    path = history.path(RUN)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    _, offset = asyncio.run(history.rows_since(RUN, 0))
+    return history, path, offset
+
+
 class FlakyDisk:
     """The real `os.write`, but taking at most `chunk` bytes per call, and refusing every call
     after the first `good_calls` with ENOSPC: a disk that writes short, then fills up."""
@@ -165,11 +175,7 @@ def test_a_last_line_without_newline_that_is_no_row_is_named_by_its_line(tmp_pat
 
 
 def test_a_bad_line_read_from_an_offset_is_named_by_its_byte_in_the_file(tmp_path: Path) -> None:
-    history = JsonlHistory(str(tmp_path))
-    path = history.path(RUN)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(ROW0)
-    _, offset = asyncio.run(history.rows_since(RUN, 0))
+    history, path, offset = read_through(tmp_path, ROW0)
     assert offset == len(ROW0)
     for tail in (b"[1]\n", b'{"x":1}'):  # a whole bad line, then a last one without newline
         path.write_bytes(ROW0 + ROW1 + tail)
@@ -216,11 +222,7 @@ def test_a_line_that_is_no_json_says_to_repair_or_remove_it_by_hand(tmp_path: Pa
 def test_an_offset_past_a_shrunken_ledger_says_to_read_again_from_the_start(
     tmp_path: Path,
 ) -> None:
-    history = JsonlHistory(str(tmp_path))
-    path = history.path(RUN)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(ROW0 + ROW1)
-    _, offset = asyncio.run(history.rows_since(RUN, 0))
+    history, path, offset = read_through(tmp_path, ROW0 + ROW1)
     path.write_bytes(ROW0)
     with pytest.raises(
         CorruptDataError,
@@ -231,11 +233,7 @@ def test_an_offset_past_a_shrunken_ledger_says_to_read_again_from_the_start(
 
 
 def test_a_ledger_deleted_after_reading_names_itself_and_the_offset(tmp_path: Path) -> None:
-    history = JsonlHistory(str(tmp_path))
-    path = history.path(RUN)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(ROW0)
-    _, offset = asyncio.run(history.rows_since(RUN, 0))
+    history, path, offset = read_through(tmp_path, ROW0)
     path.unlink()
     with pytest.raises(
         CorruptDataError,
