@@ -131,15 +131,17 @@ def test_the_write_error_reaches_the_caller_even_when_the_half_line_cannot_be_cu
 
 
 def test_the_torn_fragment_file_gets_the_ledgers_own_permissions(tmp_path: Path) -> None:
-    path = ledger(tmp_path, b"")
-    append_line(path, ROW0)  # created by the ledger, as every ledger is
+    path = tmp_path / "history.jsonl"
+    append_line(path, ROW0)  # creates the ledger
     with path.open("ab") as handle:
         handle.write(b'{"step":1,"x":')
     append_line(path, ROW1)
     torn = path.with_name(path.name + TORN_SUFFIX)
     assert torn.read_bytes() == b'{"step":1,"x":\n'
+    assert path.read_bytes() == ROW0 + ROW1
     umask = os.umask(0)
     os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~umask
     assert stat.S_IMODE(torn.stat().st_mode) == 0o644 & ~umask
 
 
