@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from arthex.core.capture import training_groups
 from arthex.core.config import TrainConfig
@@ -56,6 +56,12 @@ def test_a_choice_read_back_as_a_dict_becomes_a_trainable_choice_again() -> None
     assert choice.message.content == "4"
     assert choice.finish_reason == "stop"
     assert trajectory.messages_and_choices[0] == {"role": "user", "content": "2+2?"}
+
+
+def test_a_choice_dict_missing_a_field_is_refused_rather_than_kept_as_untrained_context() -> None:
+    broken = {key: value for key, value in CHOICE_DICT.items() if key != "index"}
+    with pytest.raises(ValidationError, match=r"messages_and_choices\.index\n  Field required"):
+        Trajectory(messages_and_choices=[broken])
 
 
 def test_a_dict_with_a_finish_reason_but_no_message_stays_a_context_message() -> None:
