@@ -25,19 +25,23 @@ from arthex.core.errors import (
     CorruptDataError,
     InvalidInputError,
     InvalidNameError,
+    RunBusyError,
     UnsupportedCapability,
 )
 from arthex.core.exchanges import TrajectoryExchanges
 from arthex.core.history_index import HistoryIndex
-from arthex.core.identity import RunRef, validate_name
+from arthex.core.identity import ModelSpec, RunRef, validate_name
 from arthex.core.metrics import MetricsRow
 from arthex.core.model import Model, config_json
+from arthex.core.retention import RetentionDecision
 from arthex.core.trainable import TrainableModel
 from arthex.core.training_row import TRAINER_SECONDS_KEY
+from arthex.ports.training_backend import BackendCapabilities, Capability, InferenceEndpoint
 from arthex.testing.builders import make_group
 from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.fakes.history import InMemoryHistory
+from arthex.testing.fakes.leases import InMemoryRunLeases
 from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 
 SAFE_SEGMENT_HINT = (
@@ -322,3 +326,78 @@ def test_a_ledger_damaged_in_the_middle_is_reported_not_read_again(tmp_path: Pat
         await model.close()
 
     asyncio.run(main())
+
+
+class ServingBackend(InMemoryBackend):
+    async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
+        await super().register(model)
+        return InferenceEndpoint(base_url="http://127.0.0.1:9/v1", api_key="k", model_name="m")
+
+
+def test_a_serving_backend_gives_the_model_its_url_and_key(tmp_path: Path) -> None:
+    async def main() -> None:
+        model = trainable(tmp_path)
+        await model.register(ServingBackend())
+        assert (model.inference_base_url, model.inference_api_key) == ("http://127.0.0.1:9/v1", "k")
+        await model.close()
+
+    asyncio.run(main())
+
+
+def test_a_trainable_models_state_lives_in_the_run(tmp_path: Path) -> None:
+    trainable(tmp_path).overwrite_state({"cursor": 3})
+    assert trainable(tmp_path).read_state() == {"cursor": 3}
+
+
+def test_a_failed_second_registration_keeps_the_lease_the_first_took(tmp_path: Path) -> None:
+    leases = InMemoryRunLeases()
+
+    class BrokenBackend(InMemoryBackend):
+        async def register(self, model: ModelSpec) -> None:
+            raise OSError("disk full")
+
+    def leased() -> art.TrainableModel:
+        return art.TrainableModel(
+            name="m",
+            project="p",
+            base_model="tiny",
+            base_path=str(tmp_path),
+            report_metrics=[],
+            leases=leases,
+        )
+
+    async def main() -> None:
+        model = leased()
+        await model.register(InMemoryBackend(one_trainer=True))
+        with pytest.raises(OSError, match="disk full"):
+            await model.register(BrokenBackend(one_trainer=True))
+        assert len(leases.held) == 1
+        with pytest.raises(RunBusyError):
+            await leased().register(InMemoryBackend(one_trainer=True))
+        await model.close()
+
+    asyncio.run(main())
+
+
+class KLBackend(InMemoryBackend):
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return BackendCapabilities(super().capabilities.names | {Capability.KL_PENALTY})
+
+
+def test_a_kl_reference_step_is_kept_when_old_checkpoints_are_deleted(tmp_path: Path) -> None:
+    async def main() -> RetentionDecision:
+        model = trainable(tmp_path)
+        await model.register(KLBackend())
+        await model.train(synthetic_groups())
+        await model.train(synthetic_groups(offset=5))
+        kl = TrainConfig(kl_penalty_coef=0.1, kl_penalty_reference_step=1)
+        await model.train(synthetic_groups(offset=10), kl)
+        await model.log(metrics={"reward": 1.0}, split="val")
+        decision = await model.delete_checkpoints()
+        await model.close()
+        return decision
+
+    decision = asyncio.run(main())
+    assert decision.kept == (1, 3)
+    assert decision.deleted == (0, 2)
