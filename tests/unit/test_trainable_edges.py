@@ -57,14 +57,15 @@ def trainable(tmp_path: Path) -> art.TrainableModel:
 
 
 def core_trainable(**kwargs: Any) -> TrainableModel:
-    return TrainableModel(
-        name="m",
-        project="p",
-        base_model="tiny",
-        store=InMemoryTrajectoryStore(),
-        history=InMemoryHistory(),
+    options: dict[str, Any] = {
+        "name": "m",
+        "project": "p",
+        "base_model": "tiny",
+        "store": InMemoryTrajectoryStore(),
+        "history": InMemoryHistory(),
         **kwargs,
-    )
+    }
+    return TrainableModel(**options)
 
 
 # -- names, steps and values refused ----------------------------------------------------------
@@ -401,3 +402,50 @@ def test_a_kl_reference_step_is_kept_when_old_checkpoints_are_deleted(tmp_path: 
     decision = asyncio.run(main())
     assert decision.kept == (1, 3)
     assert decision.deleted == (0, 2)
+
+
+class FlakyHistory(InMemoryHistory):
+    """Fails its first append of a batch row (a row without `loss/train`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def report(self, run: RunRef, row: MetricsRow) -> None:
+        if "loss/train" not in row.values and self.failures:
+            self.failures -= 1
+            raise OSError("injected: disk hiccup")
+        await super().report(run, row)
+
+
+class SampleCounter:
+    """A mirror that records which batches it was shown, as a dashboard's table would."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, int, int]] = []
+
+    async def report(self, run: RunRef, row: MetricsRow) -> None:
+        pass
+
+    async def report_samples(
+        self, run: RunRef, split: str, step: int, groups: Sequence[art.TrajectoryGroup]
+    ) -> None:
+        self.batches.append((split, step, len(groups)))
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_retried_train_shows_the_mirrors_its_batch_once(tmp_path: Path) -> None:
+    counter = SampleCounter()
+    groups = synthetic_groups()
+
+    async def main() -> int:
+        model = core_trainable(history=FlakyHistory(), mirrors=[counter])
+        await model.register(InMemoryBackend())
+        with pytest.raises(OSError, match="disk hiccup"):
+            await model.train(groups)
+        return (await model.train(groups)).step
+
+    assert asyncio.run(main()) == 1
+    assert counter.batches == [("train", 0, len(groups))]
