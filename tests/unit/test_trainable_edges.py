@@ -449,3 +449,25 @@ def test_a_retried_train_shows_the_mirrors_its_batch_once(tmp_path: Path) -> Non
 
     assert asyncio.run(main()) == 1
     assert counter.batches == [("train", 0, len(groups))]
+
+
+class NoStepMetricsBackend(InMemoryBackend):
+    """Keeps no metrics with its checkpoints: not a StepMetricsSource."""
+
+    step_metrics = None  # type: ignore[assignment]
+
+
+def test_a_lost_training_row_is_left_alone_when_the_backend_kept_no_step_metrics() -> None:
+    backend = NoStepMetricsBackend()
+
+    async def main() -> list[MetricsRow]:
+        first = core_trainable()
+        await first.register(backend)
+        await first.train(synthetic_groups())
+        history = InMemoryHistory()  # the ledger lost the training row of step 1
+        second = core_trainable(history=history)
+        await second.register(backend)
+        assert await second.get_step() == 1
+        return list(await history.rows(second.run))
+
+    assert asyncio.run(main()) == []
