@@ -37,13 +37,16 @@ from arthex.core.model import Model, config_json
 from arthex.core.retention import RetentionDecision
 from arthex.core.trainable import TrainableModel
 from arthex.core.training_row import TRAINER_SECONDS_KEY
-from arthex.ports.training_backend import BackendCapabilities, Capability, InferenceEndpoint
+from arthex.ports.training_backend import BackendCapabilities, Capability
 from arthex.testing.builders import make_group
 from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.fakes.history import InMemoryHistory
 from arthex.testing.fakes.leases import InMemoryRunLeases
 from arthex.testing.fakes.stores import InMemoryTrajectoryStore
+
+from .test_model_edges import ServingBackend
+from .test_run_lease_model import trainable as leased_trainable
 
 SAFE_SEGMENT_HINT = (
     "is not a safe path segment: use letters, digits, '_', '-' and '.', not starting with "
@@ -332,12 +335,6 @@ def test_a_ledger_damaged_in_the_middle_is_reported_not_read_again(tmp_path: Pat
     asyncio.run(main())
 
 
-class ServingBackend(InMemoryBackend):
-    async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
-        await super().register(model)
-        return InferenceEndpoint(base_url="http://127.0.0.1:9/v1", api_key="k", model_name="m")
-
-
 def test_a_serving_backend_gives_the_model_its_url_and_key(tmp_path: Path) -> None:
     async def main() -> None:
         model = trainable(tmp_path)
@@ -360,24 +357,14 @@ def test_a_failed_second_registration_keeps_the_lease_the_first_took(tmp_path: P
         async def register(self, model: ModelSpec) -> None:
             raise OSError("disk full")
 
-    def leased() -> art.TrainableModel:
-        return art.TrainableModel(
-            name="m",
-            project="p",
-            base_model="tiny",
-            base_path=str(tmp_path),
-            report_metrics=[],
-            leases=leases,
-        )
-
     async def main() -> None:
-        model = leased()
+        model = leased_trainable(tmp_path, leases)
         await model.register(InMemoryBackend(one_trainer=True))
         with pytest.raises(OSError, match="disk full"):
             await model.register(BrokenBackend(one_trainer=True))
         assert len(leases.held) == 1
         with pytest.raises(RunBusyError):
-            await leased().register(InMemoryBackend(one_trainer=True))
+            await leased_trainable(tmp_path, leases).register(InMemoryBackend(one_trainer=True))
         await model.close()
 
     asyncio.run(main())
