@@ -45,19 +45,8 @@ from arthex.testing.fakes.history import InMemoryHistory
 from arthex.testing.fakes.leases import InMemoryRunLeases
 from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 
-from .test_model_edges import ServingBackend
+from .test_model_edges import SAFE_SEGMENT_HINT, ServingBackend, trainable
 from .test_run_lease_model import trainable as leased_trainable
-
-SAFE_SEGMENT_HINT = (
-    "is not a safe path segment: use letters, digits, '_', '-' and '.', not starting with "
-    "'.' or '-' (no slashes, '..', spaces or control characters)"
-)
-
-
-def trainable(tmp_path: Path) -> art.TrainableModel:
-    return art.TrainableModel(
-        name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
-    )
 
 
 def core_trainable(**kwargs: Any) -> TrainableModel:
