@@ -45,7 +45,7 @@ from arthex.testing.fakes.history import InMemoryHistory
 from arthex.testing.fakes.leases import InMemoryRunLeases
 from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 
-from .test_model_edges import SAFE_SEGMENT_HINT, ServingBackend, trainable
+from .test_model_edges import SAFE_SEGMENT_HINT, DictRunState, ServingBackend, trainable
 from .test_run_lease_model import trainable as leased_trainable
 
 
@@ -337,6 +337,9 @@ def test_a_serving_backend_gives_the_model_its_url_and_key(tmp_path: Path) -> No
 def test_a_trainable_models_state_lives_in_the_run(tmp_path: Path) -> None:
     trainable(tmp_path).overwrite_state({"cursor": 3})
     assert trainable(tmp_path).read_state() == {"cursor": 3}
+    states = DictRunState()
+    core_trainable(state=states).overwrite_state({"cursor": 4})
+    assert states.states == {RunRef(project="p", name="m"): {"cursor": 4}}
 
 
 def test_a_failed_second_registration_keeps_the_lease_the_first_took(tmp_path: Path) -> None:
