@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -237,17 +235,7 @@ def test_a_metric_row_refuses_a_bad_key_or_value_by_name(
     assert str(raised.value) == message
 
 
-@pytest.fixture
-def india_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The machine's local time zone is UTC+05:30 for the test."""
-    monkeypatch.setenv("TZ", "IST-5:30")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-@pytest.mark.usefixtures("india_time")
+@pytest.mark.usefixtures("india_clock")
 def test_a_rows_recorded_time_is_written_in_utc_whatever_the_local_zone() -> None:
     aware = MetricsRow(step=0, values={}, recorded_at=T0 + timedelta(hours=12))
     naive = MetricsRow(step=0, values={}, recorded_at=datetime(2026, 1, 1, 12, 0))
