@@ -16,6 +16,7 @@ from arthex.core.backend_train import train_config_from_options
 from arthex.core.errors import InvalidInputError
 from arthex.testing.builders import make_group
 from arthex.testing.fakes.backend import InMemoryBackend
+from tests.unit.test_art_model_surface import trainable
 
 ACCEPTED_OPTIONS = {
     # TrainConfig's own fields
@@ -62,13 +63,7 @@ def _groups() -> list[art.TrajectoryGroup]:
 
 async def _registered(tmp_path: Path) -> tuple[InMemoryBackend, art.TrainableModel]:
     backend = InMemoryBackend()
-    model = art.TrainableModel(
-        name="agent",
-        project="proj",
-        base_model="tiny",
-        base_path=str(tmp_path),
-        report_metrics=[],
-    )
+    model = trainable(tmp_path)
     await model.register(backend)
     return backend, model
 

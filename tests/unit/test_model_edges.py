@@ -24,6 +24,7 @@ from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.fakes.history import InMemoryHistory
 from arthex.testing.fakes.stores import InMemoryTrajectoryStore
+from tests.unit.test_art_model_surface import trainable as surface_trainable
 
 SAFE_SEGMENT_HINT = (
     "is not a safe path segment: use letters, digits, '_', '-' and '.', not starting with "
@@ -61,9 +62,7 @@ def prompted(tmp_path: Path, name: str = "m", **kwargs: Any) -> art.Model:
 
 
 def trainable(tmp_path: Path) -> art.TrainableModel:
-    return art.TrainableModel(
-        name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
-    )
+    return surface_trainable(tmp_path, name="m", project="p")
 
 
 class ServingBackend(InMemoryBackend):
