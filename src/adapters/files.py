@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,6 +96,27 @@ def publish_new(temp: Path, candidates: Iterator[Path]) -> Path:
     finally:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
+
+
+@contextlib.contextmanager
+def new_folder(target: Path) -> Iterator[Path]:
+    """Yield a temp folder beside `target` to fill; on success it is renamed to `target`, which
+    must not exist or be an empty folder (checked first, before anything is written). On failure
+    the temp folder is removed and `target` is untouched."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InvalidInputError(
+            f"{target} already exists and is not an empty folder (a file, or a folder that is "
+            "not empty); write into a new folder"
+        )
+    temp = temp_path_for(target)
+    temp.mkdir(parents=True)
+    try:
+        yield temp
+        if target.exists():
+            target.rmdir()  # checked empty above
+        os.rename(temp, target)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def fsync_file(path: Path) -> None:

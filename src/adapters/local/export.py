@@ -27,13 +27,12 @@ Decisions, several of them answers to known export bugs elsewhere:
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 from pathlib import Path
 from typing import Any, Literal
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
-from ..files import TEMP_PREFIX
+from ..files import new_folder
 from . import checkpoint_io
 from . import checkpoints as ckpt
 
@@ -82,10 +81,8 @@ def export_checkpoint(
     base = state.get("base_model")
     if not isinstance(base, str) or not base:
         raise CorruptDataError(f"{source / ckpt.STATE_FILE} names no base_model")
-    target = _empty_target(Path(out_dir))
-    temp = target.parent / f"{TEMP_PREFIX}{target.name}.{os.getpid()}.{secrets.token_hex(4)}"
-    temp.mkdir(parents=True)
-    try:
+    target = Path(out_dir)
+    with new_folder(target) as temp:
         if format == "peft":
             for name in ADAPTER_FILES:
                 shutil.copyfile(source / name, temp / name)
@@ -93,11 +90,6 @@ def export_checkpoint(
             _write_merged(base, source, full, temp, dtype)
         for path in _tokenizer_files(base):
             shutil.copyfile(path, temp / path.name)
-        if target.exists():
-            target.rmdir()  # checked empty above
-        os.rename(temp, target)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
     return target
 
 
@@ -121,14 +113,6 @@ def _checkpoint(run_dir: Path, step: int | None) -> tuple[Path, dict[str, Any]]:
         )
     source = ckpt.step_dir(run_dir, step)
     return source, ckpt.read_state(source)
-
-
-def _empty_target(target: Path) -> Path:
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise InvalidInputError(
-            f"{target} already exists and is not an empty folder; export into a new folder"
-        )
-    return target
 
 
 def _write_merged(base: str, source: Path, full: bool, out: Path, dtype: str | None) -> None:

@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...adapters.files import new_folder
 from ...core.advantages import group_advantages
 from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
@@ -236,19 +235,8 @@ class InMemoryBackend(BackendTrainEntry):
 
 
 def _write_export(out_dir: str, payload: Mapping[str, object]) -> None:
-    if os.path.exists(out_dir) and os.listdir(out_dir):
-        raise InvalidInputError(f"export folder {out_dir} is not empty; pick a new one")
-    parent, name = os.path.split(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    temp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
-    try:
-        with open(os.path.join(temp, "weights.json"), "w", encoding="utf-8") as file:
-            json.dump(payload, file)
-        if os.path.exists(out_dir):
-            os.rmdir(out_dir)  # checked empty above
-        os.rename(temp, out_dir)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+    with new_folder(Path(out_dir)) as temp:
+        (temp / "weights.json").write_text(json.dumps(payload), encoding="utf-8")
 
 
 def _softplus(x: float) -> float:
