@@ -248,7 +248,7 @@ class TrainableModel(FineTuning):
     async def train(
         self,
         trajectory_groups: Iterable[TrajectoryGroup],
-        config: TrainConfig | None = None,
+        config: TrainConfig | Mapping[str, Any] | None = None,
         *,
         verbose: bool = False,
         progress: bool | None = None,
@@ -256,11 +256,15 @@ class TrainableModel(FineTuning):
     ) -> TrainResult:
         """One RL update: log the groups at step N, train, record the metrics at N+1.
 
+        `config` is a TrainConfig or a mapping of its fields (`{"learning_rate": 1e-5}`);
+        None trains with TrainConfig's defaults.
+
         `progress` shows a line per gradient step on a terminal (None: only when stderr is a
         terminal; False: never). `log_groups=False` skips logging the groups at N: for groups
         already logged there (read back with `logged_groups` to finish an update a crash
         interrupted), so they are not stored twice."""
-        return await self._train(trajectory_groups, config, log_groups, verbose, progress)
+        checked = TrainConfig.model_validate(config) if config is not None else None
+        return await self._train(trajectory_groups, checked, log_groups, verbose, progress)
 
     async def train_for_backend(
         self,
