@@ -16,6 +16,7 @@ from pydantic import BaseModel as PydanticModel
 from ..core import model as core
 from ..core import pipeline, trainable
 from ..core.config import LossName
+from ..core.pipeline.rollouts import ConfigT, ModelT, ScenarioT
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
 from ..ports.pipeline_state import PipelineStateStore
 from ..ports.run_lease import RunLeases
@@ -157,7 +158,7 @@ class TrainableModel(trainable.TrainableModel, Model):
         self.entity = entity
 
 
-class PipelineTrainer(pipeline.PipelineTrainer):
+class PipelineTrainer(pipeline.PipelineTrainer[ModelT, ScenarioT, ConfigT]):
     """`PipelineTrainer(model, backend, rollout_fn, scenarios, config, eval_fn=None, ...)`:
     rollouts overlap training (see `arthex.core.pipeline.PipelineTrainer` for every option).
     Its record goes to `pipeline_state.json` in the model's run directory unless `state_store`
@@ -165,12 +166,12 @@ class PipelineTrainer(pipeline.PipelineTrainer):
 
     def __init__(
         self,
-        model: trainable.TrainableModel,
+        model: ModelT,
         backend: TrainingBackend,
-        rollout_fn: pipeline.RolloutFn,
-        scenarios: Iterable[Any] | AsyncIterable[Any],
-        config: Any,
-        eval_fn: pipeline.EvalFn | None = None,
+        rollout_fn: pipeline.RolloutFn[ModelT, ScenarioT, ConfigT],
+        scenarios: Iterable[ScenarioT] | AsyncIterable[ScenarioT],
+        config: ConfigT,
+        eval_fn: pipeline.EvalFn[ModelT, ConfigT] | None = None,
         *,
         num_rollout_workers: int = 16,
         min_batch_size: int = 4,

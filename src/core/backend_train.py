@@ -13,8 +13,9 @@ error that names what to do instead, before anything is trained.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, get_overloads, overload
 
 from .config import LossName, TrainConfig
 from .errors import InvalidInputError
@@ -191,12 +192,26 @@ class BackendTrainEntry:
         ART's call: one update of a registered TrainableModel, its metrics recorded at the new
         step, the groups left for the script to log; returns a TrainResult. Its keywords are
         ART 0.5.23's (see the overload, or docs/migrating-from-art.md): those arthex
-        implements set the update's TrainConfig, the others are taken at ART's default only."""
+        implements set the update's TrainConfig, the others are taken at ART's default only.
+        `help()` and `inspect.signature` show this ART form, every option named."""
         first = args[0] if args else kwargs.get("run", kwargs.get("model"))
         if isinstance(first, RunRef):
             run, groups, config = _port_arguments(args, kwargs)
             return self.train_steps(run, groups, config)
         return _train_model(self, args, kwargs)
+
+
+def _art_form() -> inspect.Signature:
+    for form in get_overloads(BackendTrainEntry.train):
+        signature = inspect.signature(form)
+        if "trajectory_groups" in signature.parameters:
+            return signature
+    raise AssertionError("BackendTrainEntry.train has no ART form")
+
+
+# What a user reads (help(backend.train), an IDE's hover) is ART's call with every option, not
+# `(*args, **kwargs)`; the port form is for backend authors and is in the docstring.
+BackendTrainEntry.train.__signature__ = _art_form()  # type: ignore[attr-defined]
 
 
 def _port_arguments(

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic
 
 import attrs
 
@@ -38,7 +38,6 @@ from ..config import LOSSES, LossName, TrainConfig
 from ..errors import InvalidInputError, NotRegisteredError
 from ..metrics import summarize
 from ..pipeline_record import DISCARD_REASONS, InFlight, PipelineRecord
-from ..trainable import TrainableModel
 from ..trajectories import TrajectoryGroup
 from .batches import BatchCollector
 from .evaluation import Evaluator
@@ -51,7 +50,7 @@ from .measures import (
     stream_index,
 )
 from .resume import settle
-from .rollouts import EvalFn, RolloutFn
+from .rollouts import ConfigT, EvalFn, ModelT, RolloutFn, ScenarioT
 from .status import PipelineStatus, check_interval
 from .stream import ScenarioStream
 from .workers import RolloutWorkers, StepGate
@@ -68,7 +67,7 @@ def _positive(name: str, value: object, *, allow_none: bool = False, least: int 
         raise InvalidInputError(f"{name} must be an integer >= {least}, got {value!r}")
 
 
-class PipelineTrainer:
+class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
     """`await PipelineTrainer(model, backend, rollout_fn, scenarios, config).train()`.
 
     Parameter names and meanings follow ART's PipelineTrainer where it has them:
@@ -91,12 +90,12 @@ class PipelineTrainer:
 
     def __init__(
         self,
-        model: TrainableModel,
+        model: ModelT,
         backend: TrainingBackend,
-        rollout_fn: RolloutFn,
-        scenarios: Iterable[Any] | AsyncIterable[Any],
-        config: Any,
-        eval_fn: EvalFn | None = None,
+        rollout_fn: RolloutFn[ModelT, ScenarioT, ConfigT],
+        scenarios: Iterable[ScenarioT] | AsyncIterable[ScenarioT],
+        config: ConfigT,
+        eval_fn: EvalFn[ModelT, ConfigT] | None = None,
         *,
         state_store: PipelineStateStore,
         num_rollout_workers: int = 16,
