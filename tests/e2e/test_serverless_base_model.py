@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 def test_a_trained_serverless_run_refuses_another_base_model(tmp_path: Path) -> None:
     server = start_server(tmp_path / "state")
     try:
-        tenant, key = server.fresh_tenant()
+        _tenant, key = server.fresh_tenant()
         base_path = tmp_path / "client"
 
         def model(base_model: str) -> arthex.TrainableModel:
