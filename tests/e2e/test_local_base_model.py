@@ -17,7 +17,7 @@ pytest.importorskip("fastapi")
 from safetensors.torch import load_file
 
 import arthex as art
-from arthex.core.errors import BaseModelChangedError
+from arthex.core.errors import BaseModelChangedError, InvalidInputError
 from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.tiny_model import tiny_model
 from tests.unit.test_run_base_model import tree_digest
@@ -123,6 +123,33 @@ def test_a_local_run_at_step_0_is_re_pointed_with_a_new_step_0(
             assert await model.get_step() == 1
         finally:
             await model.close()
+            await backend.close()
+
+    asyncio.run(main())
+
+
+def test_a_run_open_on_a_backend_is_not_re_pointed_under_it(
+    tmp_path: Path, bases: tuple[str, str]
+) -> None:
+    """Its trainer and engine hold the first base model: re-pointing needs a new backend."""
+    first, second = bases
+
+    async def main() -> None:
+        backend = art.LocalBackend(path=str(tmp_path))
+        model = model_on(tmp_path, first)
+        other = model_on(tmp_path, second)
+        try:
+            await model.register(backend)
+            await model.close()
+            with pytest.raises(InvalidInputError) as caught:
+                await other.register(backend)
+            assert str(caught.value) == (
+                f"proj/agent is open on this LocalBackend with base model {first!r}, not "
+                f"{second!r}; close the backend before re-pointing the run, or start a new run "
+                "under another name"
+            )
+        finally:
+            await other.close()
             await backend.close()
 
     asyncio.run(main())
