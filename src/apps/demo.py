@@ -75,10 +75,6 @@ class DemoResult:
         tail = self.rewards[-3:]
         return sum(tail) / len(tail)
 
-    @property
-    def improvement(self) -> float:
-        return self.last3_mean - self.first_reward
-
 
 def digit_share(text: str) -> float:
     """Digits among the visible (non-space) characters; 0 for an empty reply."""
