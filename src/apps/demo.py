@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
+from ..adapters.layout import RunLayout
 from ..core.config import TrainConfig
 from ..core.gather import gather_trajectory_groups
 from ..core.metrics import STEP_NUM_GROUPS_TRAINABLE, is_trainable_group
@@ -158,7 +159,7 @@ def _finish(
     demo = DemoResult(
         rewards=tuple(rewards),
         seconds=time.monotonic() - started,
-        model_dir=str(Path(base_path) / model.project / "models" / model.run_name),
+        model_dir=str(RunLayout.of(base_path, model.run).dir),
     )
     if show:
         last = len(rewards) - 1
@@ -427,9 +428,7 @@ async def run_sft_demo(
             say(f"{step_line(trained.step - 1, reward, trained.metrics, trainable)} (RL)")
         rl_reward = await _greedy_reward(model, client)
         say(f"step {await model.get_step()} (after RL): greedy reward {rl_reward:.3f}")
-        export_dir = await model.export(
-            str(Path(base_path) / model.project / "models" / model.name / "export")
-        )
+        export_dir = await model.export(str(RunLayout.of(base_path, model.run).file("export")))
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPTS[0]}]
         served = await _greedy_reply(model, client, messages)
     finally:
