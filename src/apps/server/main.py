@@ -54,7 +54,7 @@ from .keys import KeyRing
 from .limits import ServerLimits
 from .options import DEFAULT_PORT
 
-__all__ = ["create_app", "main", "run", "serve", "serve_async"]
+__all__ = ["create_app", "run", "serve", "serve_async"]
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -144,13 +144,6 @@ def _preload(modules: Sequence[str]) -> None:
             importlib.import_module(name)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m arthex.apps.server`: the `arthex serve` command line, run on its own."""
-    from ..cli.serve import run_standalone
-
-    run_standalone(argv)
-
-
 def run(opts: options.ServeOptions) -> None:
     """Serve as `opts` say, until SIGINT/SIGTERM: what `arthex serve` runs once its options
     are parsed and checked. A keys file or backend that cannot be loaded exits 1, one line."""
@@ -195,7 +188,3 @@ def run(opts: options.ServeOptions) -> None:
             on_ready=ready,
             log_level=opts.log_level,
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -14,20 +14,13 @@ from typing import Any
 import attrs
 
 from .base_model import BaseModel, LoraSettings
+from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures
 from .sampling import sample
 from .sessions import Sessions
 from .store import RunStore, checkpoint_meta, load_adapter, save_adapter
 from .training_runs import TrainingRuns
-from .wire import (
-    HttpError,
-    Reply,
-    UserError,
-    checkpoint_name,
-    encode_sample,
-    prompt_tokens,
-    sample_settings,
-)
+from .wire import Reply, encode_sample, prompt_tokens, sample_settings
 
 
 @attrs.define(eq=False)

@@ -17,16 +17,14 @@ import attrs
 
 from .base_model import BaseModel, LoraSettings
 from .compute import TrainingRun
+from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures, RequestOrder, Work
 from .sessions import Sessions
 from .store import RunStore, checkpoint_meta, iso
 from .wire import (
-    HttpError,
     Reply,
-    UserError,
     adam_settings,
     check_adam_config,
-    checkpoint_name,
     decode_forward_backward,
     encode_forward_backward,
 )
