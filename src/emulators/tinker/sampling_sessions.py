@@ -32,24 +32,17 @@ class Sampler:
     adapter: dict[str, Any]
 
 
+@attrs.define
 class SamplingSessions:
     """The samplers of one emulator, by id."""
 
-    def __init__(
-        self,
-        base: BaseModel,
-        store: RunStore,
-        futures: Futures,
-        sessions: Sessions,
-        runs: TrainingRuns,
-    ) -> None:
-        self._base = base
-        self._store = store
-        self._futures = futures
-        self._sessions = sessions
-        self._runs = runs
-        self._lock = threading.Lock()
-        self._samplers: dict[str, Sampler] = {}
+    _base: BaseModel
+    _store: RunStore
+    _futures: Futures
+    _sessions: Sessions
+    _runs: TrainingRuns
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _samplers: dict[str, Sampler] = attrs.field(factory=dict, init=False)
 
     def create_sampling_session(self, body: dict[str, Any]) -> Reply:
         self._sessions.require(body)
