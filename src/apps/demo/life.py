@@ -15,18 +15,14 @@ import attrs
 
 from ...adapters.layout import RunLayout
 from ...core.config import TrainConfig
-from ...core.gather import gather_trajectory_groups
 from ...core.metrics import is_trainable_group
-from ...core.trajectories import trajectory_group
 from .task import (
     PROMPTS,
-    ROLLOUTS_PER_PROMPT,
     SYSTEM,
     demo_run,
     digit_share,
+    gather_step,
     mean_reward,
-    rollout,
-    rollout_seed,
     step_line,
 )
 
@@ -102,16 +98,7 @@ async def run_sft_demo(
         config = TrainConfig(learning_rate=SFT_RL_LEARNING_RATE)
         for step in range(rl_steps):
             policy = model.get_inference_name()
-            groups = await gather_trajectory_groups(
-                (
-                    trajectory_group(
-                        rollout(client, policy, prompt, rollout_seed(seed, step, p, r))
-                        for r in range(ROLLOUTS_PER_PROMPT)
-                    )
-                    for p, prompt in enumerate(PROMPTS)
-                ),
-                progress=False,
-            )
+            groups = await gather_step(client, policy, seed, step, progress=False)
             trained = await model.train(groups, config=config, progress=False)
             trainable = sum(is_trainable_group(g) for g in groups)
             reward = mean_reward(groups)

@@ -23,17 +23,16 @@ import attrs
 
 from ...adapters.layout import RunLayout
 from ...core.config import TrainConfig
-from ...core.gather import gather_trajectory_groups
 from ...core.metrics import STEP_NUM_GROUPS_TRAINABLE, is_trainable_group
-from ...core.trajectories import Trajectory, trajectory_group
+from ...core.trajectories import Trajectory
 from .task import (
     LEARNING_RATE,
     PROMPTS,
     ROLLOUTS_PER_PROMPT,
     demo_run,
+    gather_step,
     mean_reward,
     rollout,
-    rollout_seed,
     step_line,
 )
 
@@ -104,14 +103,11 @@ async def run_demo(
         config = TrainConfig(learning_rate=LEARNING_RATE)
         for step in range(steps):
             policy = model.get_inference_name()
-            groups = await gather_trajectory_groups(
-                (
-                    trajectory_group(
-                        rollout(client, policy, prompt, rollout_seed(seed, step, p, r))
-                        for r in range(ROLLOUTS_PER_PROMPT)
-                    )
-                    for p, prompt in enumerate(PROMPTS)
-                ),
+            groups = await gather_step(
+                client,
+                policy,
+                seed,
+                step,
                 pbar_desc=f"step {step} rollouts",
                 progress=True if progress else None if show else False,
             )

@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...core.gather import gather_trajectory_groups
 from ...core.training_row import GRADIENT_STEPS_KEY
-from ...core.trajectories import Trajectory, TrajectoryGroup
+from ...core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
 
 if TYPE_CHECKING:
     from ...adapters.local import LocalBackend
@@ -79,6 +80,23 @@ async def rollout(client: Any, policy: str, prompt: str, seed: int) -> Trajector
     return Trajectory(
         messages_and_choices=[*messages, choice],
         reward=digit_share(choice.message.content or ""),
+    )
+
+
+async def gather_step(
+    client: Any, policy: str, seed: int, step: int, **options: Any
+) -> list[TrajectoryGroup]:
+    """One step's groups: `ROLLOUTS_PER_PROMPT` rollouts of `policy` per prompt (`options` go
+    to `gather_trajectory_groups`: the progress bar's)."""
+    return await gather_trajectory_groups(
+        (
+            trajectory_group(
+                rollout(client, policy, prompt, rollout_seed(seed, step, p, r))
+                for r in range(ROLLOUTS_PER_PROMPT)
+            )
+            for p, prompt in enumerate(PROMPTS)
+        ),
+        **options,
     )
 
 
