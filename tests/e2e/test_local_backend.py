@@ -407,7 +407,7 @@ def test_a_register_that_failed_to_serve_leaves_its_name_free_for_the_retry(
     """A second run of the same base model shares the first one's engine and server. When
     its first register fails to serve its step, the retry lands on that same server, not on
     a second engine started because the failed attempt still held the name."""
-    from arthex.adapters.inference.serving import ServingPool
+    from arthex.adapters.inference.engine_pool import ServingPool
     from arthex.core.errors import BackendError
 
     other = RunRef("proj", "other")

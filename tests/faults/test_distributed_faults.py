@@ -259,7 +259,7 @@ def test_a_register_whose_step_cannot_be_served_leaves_no_rank_running(
     """The ranks have loaded the checkpoint when serving it fails (the engine cannot read it):
     register raises, and the ranks it started are stopped by then, not left running for the
     rest of the process's life (only the shared zygote stays, as it does after close)."""
-    from arthex.adapters.inference.serving import ServingPool
+    from arthex.adapters.inference.engine_pool import ServingPool
 
     async def unservable(*args: object) -> None:
         raise BackendError("checkpoint 0 is saved but could not be served: the engine failed")

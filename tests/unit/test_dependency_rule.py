@@ -93,16 +93,11 @@ def test_import_arthex_pulls_in_no_heavy_library() -> None:
     assert result.stdout.strip() == ""
 
 
-# The one place outside the emulators that may name them: the old import path, kept for one
-# release with a DeprecationWarning.
-EMULATOR_SHIMS = {Path("testing/tinker_emulator.py")}
-
-
 def test_nothing_in_the_library_imports_the_emulators() -> None:
     offenders = []
     for path in sorted(SRC.rglob("*.py")):
         relative = path.relative_to(SRC)
-        if relative.parts[0] == "emulators" or relative in EMULATOR_SHIMS:
+        if relative.parts[0] == "emulators":
             continue
         for line, module in imported_modules(path):
             if module.split(".")[:2] == ["arthex", "emulators"]:
@@ -112,19 +107,6 @@ def test_nothing_in_the_library_imports_the_emulators() -> None:
 
 # -- the rule between the outer rooms: core <- ports <- adapters <- composition <- apps --------
 
-# Old import paths kept for one release (each warns); they name their new home and nothing else.
-SHIMS = {
-    Path("api.py"),
-    Path("container.py"),
-    Path("loaders.py"),
-    Path("demo.py"),
-    Path("cli.py"),
-    Path("adapters/parquet_store.py"),
-    Path("adapters/serverless/server.py"),
-    Path("testing/fake_backend.py"),
-    Path("testing/fake_history.py"),
-    Path("testing/tinker_emulator.py"),
-}
 # The adapters a sibling adapter may use: the shared inference server, file helpers, the layout.
 SHARED_ADAPTERS = {"inference", "files", "layout"}
 
@@ -147,7 +129,6 @@ def outer_files() -> list[tuple[Path, str]]:
     return [
         (path.relative_to(SRC), _rooms_of(path.relative_to(SRC)))
         for path in sorted(SRC.rglob("*.py"))
-        if path.relative_to(SRC) not in SHIMS
     ]
 
 
@@ -203,12 +184,3 @@ def test_no_module_imports_a_private_module_of_another_package() -> None:
             if last.startswith("_") and not last.startswith("__") and parent != here:
                 offenders.append(f"{relative}:{line} imports {module}")
     assert not offenders, f"a module used by other packages is public; name it so: {offenders}"
-
-
-def test_the_deprecated_paths_name_only_their_new_home() -> None:
-    for shim in SHIMS:
-        modules = {module for _, module in imported_modules(SRC / shim)} - {
-            "warnings",
-            "__future__",
-        }
-        assert len(modules) == 1, f"{shim} should re-export one module, imports {modules}"

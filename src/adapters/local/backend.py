@@ -46,7 +46,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
-from ..inference.serving import RunTable, Serving, ServingPool
+from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..layout import RunLayout
 
 if TYPE_CHECKING:

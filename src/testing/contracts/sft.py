@@ -21,13 +21,14 @@ from ...core.config import TrainConfig
 from ...core.conversations import Conversation, conversation_from
 from ...core.errors import InvalidInputError, UnsupportedCapability
 from ...core.identity import ModelSpec
-from ...core.sft import TrainSFTConfig, supervised
+from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     Capability,
     InferenceEndpoint,
     SupervisedFineTuning,
     TrainingBackend,
+    supervised,
 )
 
 if TYPE_CHECKING:  # training_backend.py builds its contract on this one

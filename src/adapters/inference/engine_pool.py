@@ -65,7 +65,7 @@ class ServingPool:
                 serving.names.add(name)
                 return serving
         try:
-            from .server import InferenceServer
+            from .http_server import InferenceServer
         except ImportError as exc:
             raise MissingExtraError(exc.name or "fastapi", self.extra) from exc
         engine = make_engine()
