@@ -358,7 +358,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "WeightTransferConfig": Refuse(_VLLM),
     },
     "art.dev.model": {
-        **{name: _shape(name) for name in _SETTINGS_SHAPES},
+        **{name: _shape(name) for name in _SETTINGS_SHAPES if name != "EngineArgs"},
         "DebugOption": _HF_TRAINER,
         "FSDPOption": _HF_TRAINER,
         "HubStrategy": _HF_TRAINER,
@@ -430,6 +430,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
         "PipelineRuntimeConfig": _AUTOTUNE_NAME,
         "PipelineTrainer": _PIPELINE,
+        "ScenarioT": Use("arthex.core.pipeline.rollouts", "ScenarioT"),
         "StatusReporter": Refuse("arthex.PipelineTrainer prints its own progress"),
         "keep_recent_and_top": Refuse(_RETENTION),
         "make_group_rollout_fn": _GROUP_ROLLOUT,
@@ -615,6 +616,14 @@ def module_attributes(
     entries = MODULES[path]
     below = children(path)
     names = supported(path)
+    # A name that is also a submodule (`art.utils.iterate_dataset`, `art.rewards.ruler`): ART's
+    # package binds the name as it imports the submodule, so the name wins. Import the
+    # submodule now and drop the attribute the import system set, so the name's entry rules.
+    namespace = vars(sys.modules[module])
+    for name in sorted(set(entries) & set(below)):
+        if refused_module(f"{path}.{name}") is None:
+            importlib.import_module(f"{module}.{name}")
+            namespace.pop(name, None)
 
     def __getattr__(name: str) -> Any:
         entry = entries.get(name)
@@ -629,6 +638,7 @@ def module_attributes(
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:
-        return sorted({*names, *(c for c in below if refused_module(f"{path}.{c}") is None)})
+        modules = [c for c in below if refused_module(f"{path}.{c}") is None and c not in entries]
+        return sorted({*names, *modules})
 
     return __getattr__, __dir__, names

@@ -11,7 +11,6 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.art.dev import BackendModelConfig as BackendModelConfig
-    from arthex.art.dev import EngineArgs as EngineArgs
     from arthex.art.dev import InitArgs as InitArgs
     from arthex.art.dev import InternalModelConfig as InternalModelConfig
     from arthex.art.dev import LoRAConfig as LoRAConfig

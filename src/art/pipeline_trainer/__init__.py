@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from arthex.core.pipeline import make_group_rollout_fn as make_group_rollout_fn
     from arthex.core.pipeline.rollouts import EvalFn as EvalFn
     from arthex.core.pipeline.rollouts import RolloutFn as RolloutFn
+    from arthex.core.pipeline.rollouts import ScenarioT as ScenarioT
     from arthex.core.pipeline.rollouts import SingleRolloutFn as SingleRolloutFn
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
