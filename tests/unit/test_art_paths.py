@@ -364,3 +364,17 @@ def test_importing_every_path_pulls_in_no_heavy_library() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_the_migration_guide_lists_every_path_and_name() -> None:
+    guide = (ROOT / _table.GUIDE).read_text()
+    section = guide.split("## ART's import paths: `arthex.art`", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| `")}
+    listed = {row.split("`")[1] for row in rows}
+    expected = {*_table.MODULES, *_table.REFUSED_MODULES, *_table.REFUSED_PACKAGES}
+    expected |= {f"{path}.{name}" for path, entries in _table.MODULES.items() for name in entries}
+    assert expected <= listed, sorted(expected - listed)
+    for path, _name in art_names():
+        assert path in listed
+    for path in ART_MODULES:
+        assert any(path == p or path.startswith(p + ".") for p in listed), path
