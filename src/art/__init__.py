@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from arthex.composition.api import TrainableModel as TrainableModel
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
-    from arthex.core.backend_train import BackendTrainEntry as Backend  # noqa: F401 (ART's name)
+    from arthex.core.backend_train import BackendTrainEntry as Backend
     from arthex.core.batches import trajectory_group_batches as trajectory_group_batches
     from arthex.core.chat_types import Messages as Messages
     from arthex.core.chat_types import MessagesAndChoices as MessagesAndChoices
@@ -40,5 +40,29 @@ if TYPE_CHECKING:
     from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
     from arthex.core.trajectories import trajectory_group as trajectory_group
     from arthex.utils.retry import retry as retry
+
+    __all__ = [
+        "Backend",
+        "LoRAConfig",
+        "Messages",
+        "MessagesAndChoices",
+        "Model",
+        "ServerlessBackend",
+        "Tools",
+        "TrainConfig",
+        "TrainResult",
+        "TrainSFTConfig",
+        "TrainableModel",
+        "Trajectory",
+        "TrajectoryGroup",
+        "current_trajectory",
+        "dev",
+        "gather_trajectories",
+        "gather_trajectory_groups",
+        "no_capture",
+        "retry",
+        "trajectory_group",
+        "trajectory_group_batches",
+    ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.composition.api import Model as AnyModel  # noqa: F401 (ART's name)
-    from arthex.composition.api import TrainableModel as AnyTrainableModel  # noqa: F401 (ART's name)
-    from arthex.core.backend_train import BackendTrainEntry as Backend  # noqa: F401 (ART's name)
+    from arthex.composition.api import Model as AnyModel
+    from arthex.composition.api import TrainableModel as AnyTrainableModel
+    from arthex.core.backend_train import BackendTrainEntry as Backend
+
+    __all__ = ["AnyModel", "AnyTrainableModel", "Backend"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -11,5 +11,7 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.core.batches import trajectory_group_batches as trajectory_group_batches
+
+    __all__ = ["trajectory_group_batches"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.core.errors import ArthexError as ARTError  # noqa: F401 (ART's name)
+    from arthex.core.errors import ArthexError as ARTError
+
+    __all__ = ["ARTError"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

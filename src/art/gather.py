@@ -12,5 +12,7 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.core.gather import gather_trajectories as gather_trajectories
     from arthex.core.gather import gather_trajectory_groups as gather_trajectory_groups
+
+    __all__ = ["gather_trajectories", "gather_trajectory_groups"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

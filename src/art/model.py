@@ -12,5 +12,7 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.composition.api import Model as Model
     from arthex.composition.api import TrainableModel as TrainableModel
+
+    __all__ = ["Model", "TrainableModel"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

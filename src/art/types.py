@@ -18,5 +18,16 @@ if TYPE_CHECKING:
     from arthex.core.config import TrainConfig as TrainConfig
     from arthex.core.model import TrainResult as TrainResult
     from arthex.core.sft import TrainSFTConfig as TrainSFTConfig
+
+    __all__ = [
+        "Message",
+        "MessageOrChoice",
+        "Messages",
+        "MessagesAndChoices",
+        "Tools",
+        "TrainConfig",
+        "TrainResult",
+        "TrainSFTConfig",
+    ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

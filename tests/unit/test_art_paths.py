@@ -319,9 +319,14 @@ def _type_checking_names(file: Path) -> set[str]:
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            exported: set[str] = set()
             for item in node.body:
+                if isinstance(item, ast.Assign):  # `__all__`: what mypy counts as exported
+                    exported = set(ast.literal_eval(item.value))
+                    continue
                 assert isinstance(item, ast.ImportFrom)
                 names.update(alias.asname or alias.name for alias in item.names)
+            assert exported == names, file
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)  # art.dev's own shapes
     return names

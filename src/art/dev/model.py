@@ -20,5 +20,18 @@ if TYPE_CHECKING:
     from arthex.art.dev import TinkerTrainingClientArgs as TinkerTrainingClientArgs
     from arthex.art.dev import TrainerArgs as TrainerArgs
     from arthex.art.dev import VllmRuntimeArgs as VllmRuntimeArgs
+
+    __all__ = [
+        "BackendModelConfig",
+        "InitArgs",
+        "InternalModelConfig",
+        "LoRAConfig",
+        "PeftArgs",
+        "TinkerArgs",
+        "TinkerNativeArgs",
+        "TinkerTrainingClientArgs",
+        "TrainerArgs",
+        "VllmRuntimeArgs",
+    ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -16,5 +16,14 @@ if TYPE_CHECKING:
     from arthex.core.pipeline.rollouts import RolloutFn as RolloutFn
     from arthex.core.pipeline.rollouts import ScenarioT as ScenarioT
     from arthex.core.pipeline.rollouts import SingleRolloutFn as SingleRolloutFn
+
+    __all__ = [
+        "EvalFn",
+        "PipelineTrainer",
+        "RolloutFn",
+        "ScenarioT",
+        "SingleRolloutFn",
+        "make_group_rollout_fn",
+    ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -12,5 +12,7 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.composition.api import PipelineTrainer as PipelineTrainer
     from arthex.core.pipeline import make_group_rollout_fn as make_group_rollout_fn
+
+    __all__ = ["PipelineTrainer", "make_group_rollout_fn"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

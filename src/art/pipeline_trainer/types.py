@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from arthex.core.pipeline.rollouts import EvalFn as EvalFn
     from arthex.core.pipeline.rollouts import RolloutFn as RolloutFn
     from arthex.core.pipeline.rollouts import SingleRolloutFn as SingleRolloutFn
-    from arthex.core.trajectories import MetadataValue as ScalarMetadataValue  # noqa: F401 (ART's name)
+    from arthex.core.trajectories import MetadataValue as ScalarMetadataValue
+
+    __all__ = ["EvalFn", "RolloutFn", "ScalarMetadataValue", "SingleRolloutFn"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

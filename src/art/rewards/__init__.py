@@ -12,5 +12,7 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.rewards.ruler import ruler as ruler
     from arthex.rewards.ruler import ruler_score_group as ruler_score_group
+
+    __all__ = ["ruler", "ruler_score_group"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

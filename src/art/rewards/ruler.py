@@ -14,5 +14,7 @@ if TYPE_CHECKING:
     from arthex.rewards.prompt import TrajectoryScore as TrajectoryScore
     from arthex.rewards.ruler import ruler as ruler
     from arthex.rewards.ruler import ruler_score_group as ruler_score_group
+
+    __all__ = ["DEFAULT_RUBRIC", "TrajectoryScore", "ruler", "ruler_score_group"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -11,5 +11,7 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.adapters.tinker import TinkerBackend as TinkerBackend
+
+    __all__ = ["TinkerBackend"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

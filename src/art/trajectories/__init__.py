@@ -17,5 +17,15 @@ if TYPE_CHECKING:
     from arthex.core.trajectories import Trajectory as Trajectory
     from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
     from arthex.core.trajectories import trajectory_group as trajectory_group
+
+    __all__ = [
+        "History",
+        "MetadataValue",
+        "Trajectory",
+        "TrajectoryGroup",
+        "current_trajectory",
+        "no_capture",
+        "trajectory_group",
+    ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

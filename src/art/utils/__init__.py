@@ -13,5 +13,7 @@ if TYPE_CHECKING:
     from arthex.utils.iterate_dataset import iterate_dataset as iterate_dataset
     from arthex.utils.limit_concurrency import limit_concurrency as limit_concurrency
     from arthex.utils.retry import retry as retry
+
+    __all__ = ["iterate_dataset", "limit_concurrency", "retry"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

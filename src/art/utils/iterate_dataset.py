@@ -12,5 +12,7 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.utils.iterate_dataset import DatasetBatch as DatasetBatch
     from arthex.utils.iterate_dataset import iterate_dataset as iterate_dataset
+
+    __all__ = ["DatasetBatch", "iterate_dataset"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

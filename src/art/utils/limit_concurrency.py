@@ -11,5 +11,7 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.utils.limit_concurrency import limit_concurrency as limit_concurrency
+
+    __all__ = ["limit_concurrency"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -11,5 +11,7 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.utils.retry import retry as retry
+
+    __all__ = ["retry"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

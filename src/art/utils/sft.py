@@ -11,5 +11,7 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.core.sft import create_lr_schedule as create_lr_schedule
+
+    __all__ = ["create_lr_schedule"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
