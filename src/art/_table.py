@@ -115,8 +115,8 @@ _SETTINGS_SHAPES = (
 
 REFUSED_PACKAGES: dict[str, str] = {
     "art.distributed": (
-        "ART's multi-host runtime is not in arthex; use arthex.LocalBackend(world_size=N) "
-        "on one host, or `arthex serve` with arthex.ServerlessBackend"
+        "use arthex.LocalBackend(world_size=N) on one host, or `arthex serve` with "
+        "arthex.ServerlessBackend"
     ),
     "art.langgraph": (
         "wrap the LangGraph agent in arthex.capture() (langchain-openai's ChatOpenAI on "
