@@ -77,11 +77,8 @@ def main():
         if any(part.startswith("_") for part in parts) or parts[:2] == ["art", "test"]:
             continue
         modules[".".join(parts)] = public_names(Path(file.locate()), is_package)
-    json.dump(
-        {"version": importlib.metadata.version("openpipe-art"), "modules": dict(sorted(modules.items()))},
-        sys.stdout,
-        indent=1,
-    )
+    version = importlib.metadata.version("openpipe-art")
+    json.dump({"version": version, "modules": dict(sorted(modules.items()))}, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
 
