@@ -181,6 +181,41 @@ def test_no_module_imports_a_private_module_of_another_package() -> None:
             if not module.startswith("arthex."):
                 continue  # the rule is about arthex's own rooms, not how torch names its own
             parent, _, last = module.rpartition(".")
+            if relative.parts[0] == "art" and parent == "arthex.art":
+                continue  # the ART mirror's files all point into the layer's own table
             if last.startswith("_") and not last.startswith("__") and parent != here:
                 offenders.append(f"{relative}:{line} imports {module}")
     assert not offenders, f"a module used by other packages is public; name it so: {offenders}"
+
+
+# -- ART's import paths (`arthex.art`): a compatibility layer above everything ----------------
+
+
+def test_nothing_imports_the_art_compatibility_layer() -> None:
+    offenders = [
+        f"{relative}:{line} imports {module}"
+        for relative, room in outer_files()
+        if room != "art"
+        for line, module in imported_modules(SRC / relative)
+        if _room(module) == "art"
+    ]
+    assert not offenders, f"arthex.art is for ART users' scripts only: {offenders}"
+
+
+def test_the_art_compatibility_layer_points_only_at_public_modules() -> None:
+    from arthex.art import _table
+
+    targets = {
+        entry.module
+        for entries in _table.MODULES.values()
+        for entry in entries.values()
+        if isinstance(entry, _table.Use)
+    }
+    for relative, room in outer_files():
+        if room == "art":
+            targets |= {m for _, m in imported_modules(SRC / relative) if m.startswith("arthex.")}
+    private = sorted(
+        t for t in targets - {"arthex.art._table"} if any(p.startswith("_") for p in t.split("."))
+    )
+    assert not private, f"arthex.art may use anything public, nothing private: {private}"
+    assert all(t.startswith("arthex.") for t in targets), targets
