@@ -114,7 +114,7 @@ class TestTinkerRunLease:
         import arthex
         from arthex.core.errors import RunBusyError
         from arthex.ports.training_backend import Capability
-        from arthex.testing.contracts.training_backend import synthetic_groups
+        from arthex.testing.builders import synthetic_groups
 
         def model() -> arthex.TrainableModel:
             return arthex.TrainableModel(

@@ -34,7 +34,7 @@ from arthex.adapters.local import LocalBackend
 from arthex.core.config import TrainConfig
 from arthex.core.errors import BackendError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -202,7 +202,7 @@ FRONTEND = textwrap.dedent(
     from arthex.adapters.local import LocalBackend
     from arthex.core.config import TrainConfig
     from arthex.core.identity import ModelSpec, RunRef
-    from arthex.testing.contracts.training_backend import synthetic_groups
+    from arthex.testing.builders import synthetic_groups
 
     async def main():
         b = LocalBackend(full_finetune=True, world_size=2)
