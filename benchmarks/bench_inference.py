@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from arthex.adapters.inference.engine import Sample, SamplingParams
-from arthex.adapters.inference.server import InferenceServer
+from arthex.adapters.inference.http_server import InferenceServer
 from arthex.adapters.inference.torch_engine import TorchEngine
 from arthex.testing.tiny_model import tiny_model
 

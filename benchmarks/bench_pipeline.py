@@ -36,11 +36,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import attrs
 
 from arthex.adapters.local import LocalBackend
-from arthex.apps import demo as demo_module
+from arthex.apps.demo import rl as demo_module
+from arthex.apps.demo import task as demo_task
+from arthex.apps.demo.task import quiet_transformers
 from arthex.composition.api import PipelineTrainer, TrainableModel
 from arthex.core.config import TrainConfig
 from arthex.core.gather import gather_trajectory_groups
@@ -201,12 +204,12 @@ def speed(base_model: str, root: Path, args: argparse.Namespace) -> None:
 def learning(root: Path, args: argparse.Namespace) -> None:
     rows: list[list[object]] = []
     reached: dict[str, list[int]] = {"synchronous": [], "pipeline": []}
-    original = demo_module._rollout
+    original = demo_task.rollout
     for seed in range(args.demo_seeds):
         for mode in ("synchronous", "pipeline"):
             rewards: dict[int, list[float]] = defaultdict(list)
-            demo_module._rollout = _recording(original, rewards)
-            try:
+            # run_demo samples through the rollout its module imported: record it there
+            with mock.patch.object(demo_module, "rollout", _recording(original, rewards)):
                 asyncio.run(
                     demo_module.run_demo(
                         str(root / f"demo-{mode}-{seed}"),
@@ -216,8 +219,6 @@ def learning(root: Path, args: argparse.Namespace) -> None:
                         pipeline=mode == "pipeline",
                     )
                 )
-            finally:
-                demo_module._rollout = original
             means = {step: statistics.fmean(values) for step, values in rewards.items()}
             step = next((s for s in sorted(means) if means[s] >= args.target), None)
             reached[mode].append(step if step is not None else args.demo_steps + 1)
@@ -270,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    demo_module._quiet_transformers()
+    quiet_transformers()
     root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     try:
         base_model = tiny_model(root / "tiny")

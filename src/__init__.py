@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "no_capture": "arthex.composition.capture",
     "gather_trajectory_groups": "arthex.core.gather",
     "gather_trajectories": "arthex.core.gather",
-    "trajectory_group_batches": "arthex.core.batches",
+    "trajectory_group_batches": "arthex.core.batch_stream",
     "Messages": "arthex.core.chat_types",
     "MessagesAndChoices": "arthex.core.chat_types",
     "Tools": "arthex.core.chat_types",
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
     from .composition.capture import current_trajectory as current_trajectory
     from .composition.capture import no_capture as no_capture
     from .core.advantages import group_advantages as group_advantages
-    from .core.batches import trajectory_group_batches as trajectory_group_batches
+    from .core.batch_stream import trajectory_group_batches as trajectory_group_batches
     from .core.chat_types import Messages as Messages
     from .core.chat_types import MessagesAndChoices as MessagesAndChoices
     from .core.chat_types import Tools as Tools

@@ -79,25 +79,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         temp.write_bytes(data)
 
 
-def publish_new(temp: Path, candidates: Iterator[Path]) -> Path:
-    """Give a finished, fsynced temp file the first candidate name that does not exist yet,
-    without ever replacing an existing file (a hard link fails if the name is taken), so two
-    writers racing for one name both keep their data."""
-    fsync_file(temp)
-    try:
-        for candidate in candidates:
-            try:
-                os.link(temp, candidate)
-            except FileExistsError:
-                continue
-            fsync_dir(candidate.parent)
-            return candidate
-        raise FileExistsError(f"no free name for {temp}")
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-
-
 @contextlib.contextmanager
 def new_folder(target: Path) -> Iterator[Path]:
     """Yield a temp folder beside `target` to fill; on success it is renamed to `target`, which

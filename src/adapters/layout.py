@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from ..core.identity import RunRef, validate_name
+from ..core.identity import RunRef
 
 MODELS = "models"
 HISTORY = "history.jsonl"
@@ -70,10 +70,6 @@ class RunLayout:
         return self.file(HISTORY)
 
     @property
-    def model_spec(self) -> Path:
-        return self.file(MODEL_SPEC)
-
-    @property
     def state(self) -> Path:
         return self.file(STATE)
 
@@ -90,34 +86,16 @@ class RunLayout:
         return self.file(WANDB_RUN)
 
     @property
-    def wandb_dir(self) -> Path:
-        return self.file(WANDB_DIR)
-
-    @property
-    def tinker_run(self) -> Path:
-        return self.file(TINKER_RUN)
-
-    @property
     def checkpoints(self) -> Path:
         return self.file(CHECKPOINTS)
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / step_name(step)
 
-    def trajectories_uri(self, split: str | None = None) -> str:
-        if split is None:
-            return self.uri_of(TRAJECTORIES)
-        return self.uri_of(TRAJECTORIES, validate_name(split, "split"))
-
 
 def step_name(step: int) -> str:
     """`0007`: how a step names its checkpoint folder and its trajectory file (ART's width)."""
     return f"{step:04d}"
-
-
-def is_step_name(name: str) -> bool:
-    """A folder or file stem that names a step (`0007`, `12345`); ART reads only these."""
-    return name.isascii() and name.isdigit()
 
 
 # -- finding runs on disk ---------------------------------------------------------------------

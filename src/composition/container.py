@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, cast
 
 from dependency_injector import containers, providers
@@ -106,31 +106,29 @@ def mirrors(
     return chosen
 
 
+BACKENDS = "arthex.backends"
+
+
 def backend(kind: str, **kwargs: Any) -> TrainingBackend:
-    """A backend by name: the built-ins, then the `arthex.backends` entry points (where the
-    kit's in-memory backend registers as `inmemory`, so the composition root never imports
-    the testing package)."""
-    if kind == "local":
-        from ..adapters.local import LocalBackend
-
-        return LocalBackend(**kwargs)
-    if kind == "serverless":
-        from ..adapters.serverless import ServerlessBackend
-
-        return ServerlessBackend(**kwargs)
-    if kind == "tinker":
-        from ..adapters.tinker import TinkerBackend
-
-        return TinkerBackend(**kwargs)
-    found = [entry for entry in entry_points(group="arthex.backends") if entry.name == kind]
-    if found:
-        return cast(TrainingBackend, found[0].load()(**kwargs))
-    known = sorted({"local", "serverless", "tinker"} | set(_registered()))
-    raise InvalidInputError(f"unknown backend kind {kind!r}; known: {', '.join(known)}")
-
-
-def _registered() -> list[str]:
-    return [entry.name for entry in entry_points(group="arthex.backends")]
+    """A backend by name from the one table of them, the `arthex.backends` entry points
+    (pyproject.toml lists the built-ins there, `local`, `serverless`, `tinker` and the kit's
+    `inmemory`; a third party adds its own), or `module:callable`, a factory of your own. Each
+    adapter imports its heavy libraries when built, naming the extra to install."""
+    if ":" in kind:
+        entry = EntryPoint(name=kind, value=kind, group=BACKENDS)
+    else:
+        found = [entry for entry in entry_points(group=BACKENDS) if entry.name == kind]
+        if not found:
+            known = ", ".join(sorted({entry.name for entry in entry_points(group=BACKENDS)}))
+            raise InvalidInputError(
+                f"unknown backend kind {kind!r}; known: {known}, or module:callable (a factory)"
+            )
+        entry = found[0]
+    try:
+        factory = entry.load()
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInputError(f"cannot load backend {kind!r} ({entry.value}): {exc}") from exc
+    return cast(TrainingBackend, factory(**kwargs))
 
 
 class Container(containers.DeclarativeContainer):

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias, cast
 
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_param import ChatCompletionMessageParam
@@ -16,4 +16,22 @@ MessageOrChoice: TypeAlias = ChatCompletionMessageParam | Choice
 MessagesAndChoices: TypeAlias = list[ChatCompletionMessageParam | Choice]
 Tools: TypeAlias = list[ChatCompletionToolParam]
 
-__all__ = ["Message", "MessageOrChoice", "Messages", "MessagesAndChoices", "Tools"]
+
+def as_message(item: MessageOrChoice | dict[str, Any]) -> Message:
+    """One item of a conversation as a plain chat message, the one way arthex spells it: a
+    Choice becomes the assistant message an agent appends (its tool calls as JSON), and a
+    missing content is "" (ART's rule), so scripts, judges, viewers and SFT read one shape."""
+    if isinstance(item, Choice):
+        message: dict[str, Any] = {"role": "assistant", "content": item.message.content or ""}
+        if item.message.tool_calls:
+            message["tool_calls"] = [
+                call.model_dump(mode="json") for call in item.message.tool_calls
+            ]
+        return cast(Message, message)
+    copy = dict(item)
+    if copy.get("content") is None:
+        copy["content"] = ""
+    return cast(Message, copy)
+
+
+__all__ = ["Message", "MessageOrChoice", "Messages", "MessagesAndChoices", "Tools", "as_message"]

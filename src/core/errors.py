@@ -66,6 +66,12 @@ class MissingExtraError(ArthexError, ImportError):
         self.extra = extra
 
 
+class NotInArthexError(ArthexError, ImportError):
+    """An ART module or name (under `arthex.art`) that arthex does not implement; the one-line
+    message says what to use instead. An `ImportError`, so `from arthex.art.x import name`
+    shows that line rather than a bare "cannot import name"."""
+
+
 class RunBusyError(ArthexError, RuntimeError):
     """Another trainer holds the run's lease; the message names the holder (pid, host, since).
 

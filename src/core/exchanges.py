@@ -12,11 +12,15 @@ is refused with a message that says so (see `core.capture.samples`).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .chat_types import as_message
 
 # ART dumps a computed `model` field with each exchange in some paths (not in parquet); it is
 # derived from the request, so it is dropped on read rather than refused.
@@ -80,3 +84,48 @@ class TrajectoryExchanges(BaseModel):
             + len(self.responses)
             + len(self.messages)
         )
+
+    def threads(self) -> list[tuple[list[dict[str, Any]], Any]]:
+        """The conversations the chat completions hold, as (messages, the request's tools):
+        each call's request messages plus its reply form a conversation, and a later call
+        whose request repeats an earlier conversation (message by message, compared by role,
+        text, tool calls and tool-call id) continues it. Calls that continue nothing (a
+        sub-agent, a rewritten history) start their own, in the order they started."""
+        threads: list[tuple[list[dict[str, Any]], list[tuple[Any, ...]], Any]] = []
+        ordered = sorted(
+            enumerate(self.chat_completions),
+            key=lambda item: (item[1].start_time, item[0]),
+        )
+        for _, exchange in ordered:
+            sent = exchange.request.get("messages")
+            listed = sent if isinstance(sent, list) else []
+            messages = [dict(as_message(dict(m))) for m in listed if isinstance(m, Mapping)]
+            if exchange.response.choices:
+                messages.append(dict(as_message(exchange.response.choices[0])))
+            keys = [_key(m) for m in messages]
+            tools = exchange.request.get("tools")
+            for index, (_, known, _) in enumerate(threads):
+                if len(known) < len(keys) and keys[: len(known)] == known:
+                    threads[index] = (messages, keys, tools)
+                    break
+            else:
+                threads.append((messages, keys, tools))
+        return [(messages, tools) for messages, _, tools in threads]
+
+
+def _key(message: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What identifies a message across an agent's re-sends: clients add `null` fields,
+    spell a missing content as "" or None, and reorder nothing else that matters."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        if isinstance(call, Mapping):
+            inner = call.get("function")
+            function: Mapping[str, Any] = inner if isinstance(inner, Mapping) else call
+            arguments = function.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, sort_keys=True)
+            calls.append((call.get("id"), function.get("name"), arguments))
+    content = message.get("content")
+    if not isinstance(content, str):
+        content = json.dumps(content, sort_keys=True) if content else ""
+    return (message.get("role"), content, tuple(calls), message.get("tool_call_id"))

@@ -8,19 +8,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..ports.training_backend import Capability, ExportFormat, ModelExporter, TrainingBackend
-from .conversations import conversations_from
+from ..ports.training_backend import (
+    Capability,
+    ExportFormat,
+    ModelExporter,
+    SupervisedFineTuning,
+    TrainingBackend,
+)
+from ..ports.training_backend import supervised as supervised_backend
+from .conversations import Conversation, conversations_from
 from .errors import InvalidInputError, UnsupportedCapability
+from .identity import RunRef
 from .metrics import MetricsRow
 from .model import Model, TrainResult
-from .sft import SFT_TIME_KEY, TrainSFTConfig, collect_updates, sft_rows
-from .sft import supervised as supervised_backend
+from .progress import ProgressLine
+from .sft import SFT_TIME_KEY, TrainSFTConfig, sft_rows
 from .training_row import training_values
 
 logger = logging.getLogger("arthex")
+
+
+async def collect_updates(
+    backend: SupervisedFineTuning,
+    run: RunRef,
+    conversations: Sequence[Conversation],
+    config: TrainSFTConfig,
+    *,
+    description: str,
+    progress: bool | None,
+) -> list[dict[str, float]]:
+    """Drive the backend's SFT update, one metrics dict per gradient step."""
+    bar = ProgressLine(description, None, enabled=progress)
+    samples: list[dict[str, float]] = []
+    try:
+        async for sample in backend.train_sft(run, conversations, config):
+            samples.append(dict(sample))
+            loss = sample.get("loss/train")
+            bar.advance(note="" if loss is None else f"loss={loss:.4g}")
+    finally:
+        bar.close()
+    return samples
 
 
 class FineTuning(Model):

@@ -29,7 +29,6 @@ from .errors import (
 from .history_index import HistoryIndex
 from .identity import ModelSpec, RunRef, validate_name
 from .inference_target import InferenceTarget
-from .log_pairing import TrainingRecord
 from .lr_policy import RewardStdDevPolicy
 from .metrics import (
     MetricsRow,
@@ -41,6 +40,7 @@ from .metrics import (
 )
 from .retention import BestStep, Direction
 from .run_state import RunStateMixin
+from .training_record import TrainingRecord
 from .training_row import (
     PendingBatch,
 )

@@ -25,19 +25,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 
 from .config import validated_config
-from .conversations import AssistantTurns, Conversation
-from .errors import InvalidInputError, UnsupportedCapability
+from .conversations import AssistantTurns
+from .errors import InvalidInputError
 from .metrics import MetricsRow
-from .progress import ProgressLine
-
-if TYPE_CHECKING:
-    from ..ports.training_backend import SupervisedFineTuning
-    from .identity import RunRef
 
 Schedule = Literal["constant", "linear", "cosine"]
 SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
@@ -256,42 +251,7 @@ class TrainSFTConfig:
             ) from None
 
 
-# --- the backend side and the rows ---------------------------------------------------------
-
-
-def supervised(backend: Any) -> SupervisedFineTuning:
-    """The backend as an SFT trainer, or UnsupportedCapability when it is none."""
-    if "sft" not in backend.capabilities or not callable(getattr(backend, "train_sft", None)):
-        raise UnsupportedCapability(
-            "sft",
-            type(backend).__name__,
-            "Supervised fine-tuning needs a backend that offers it (LocalBackend, "
-            "TinkerBackend, or a ServerlessBackend whose server does)",
-        )
-    trainer: SupervisedFineTuning = backend
-    return trainer
-
-
-async def collect_updates(
-    backend: SupervisedFineTuning,
-    run: RunRef,
-    conversations: Sequence[Conversation],
-    config: TrainSFTConfig,
-    *,
-    description: str,
-    progress: bool | None,
-) -> list[dict[str, float]]:
-    """Drive the backend's SFT update, one metrics dict per gradient step."""
-    bar = ProgressLine(description, None, enabled=progress)
-    samples: list[dict[str, float]] = []
-    try:
-        async for sample in backend.train_sft(run, conversations, config):
-            samples.append(dict(sample))
-            loss = sample.get("loss/train")
-            bar.advance(note="" if loss is None else f"loss={loss:.4g}")
-    finally:
-        bar.close()
-    return samples
+# --- the rows ---------------------------------------------------------
 
 
 def sft_key(key: str) -> str:

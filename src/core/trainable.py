@@ -275,7 +275,7 @@ class TrainableModel(FineTuning):
         verbose: bool = False,
     ) -> TrainResult:
         """ART's `backend.train(model, groups, ...)`: train and record the metrics at N+1, but
-        leave logging the groups to the script, as ART does (see `log_pairing`)."""
+        leave logging the groups to the script, as ART does (see `training_record`)."""
         if backend is not self.backend:
             raise InvalidInputError(
                 f"model {self.run} is registered with {type(self.backend).__name__}, not with "

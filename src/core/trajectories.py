@@ -13,7 +13,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic.functional_validators import BeforeValidator
 
-from .chat_types import Messages
+from .chat_types import Messages, as_message
 from .exchanges import TrajectoryExchanges
 
 Message: TypeAlias = dict[str, Any]
@@ -137,25 +137,9 @@ class Trajectory(BaseModel):
         as the OpenAI SDK's message params so it passes to `chat.completions.create`; for a
         captured trajectory, its main conversation as rebuilt from the recorded calls."""
         if self.exchanges:
-            from .capture.conversations import conversations  # it builds on this module
-
-            found = conversations(self)
-            return cast(Messages, [dict(message) for message in found[0].messages] if found else [])
-        return cast(Messages, [_as_message(item) for item in self.messages_and_choices])
-
-
-def _as_message(item: MessageOrChoice) -> Message:
-    if isinstance(item, Choice):
-        message: Message = {"role": "assistant", "content": item.message.content or ""}
-        if item.message.tool_calls:
-            message["tool_calls"] = [
-                call.model_dump(mode="json") for call in item.message.tool_calls
-            ]
-        return message
-    copy = dict(item)
-    if copy.get("content") is None:
-        copy["content"] = ""
-    return copy
+            found = self.exchanges.threads()
+            return cast(Messages, found[0][0] if found else [])
+        return [as_message(item) for item in self.messages_and_choices]
 
 
 class CapturedException(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
 import attrs
 
@@ -142,6 +142,19 @@ class SupervisedFineTuning(Protocol):
         ...
 
 
+def supervised(backend: object) -> SupervisedFineTuning:
+    """The backend as an SFT trainer, or UnsupportedCapability when it is none."""
+    capabilities = getattr(backend, "capabilities", ())
+    if Capability.SFT not in capabilities or not callable(getattr(backend, "train_sft", None)):
+        raise UnsupportedCapability(
+            "sft",
+            type(backend).__name__,
+            "Supervised fine-tuning needs a backend that offers it (LocalBackend, "
+            "TinkerBackend, or a ServerlessBackend whose server does)",
+        )
+    return cast(SupervisedFineTuning, backend)
+
+
 @runtime_checkable
 class ModelExporter(Protocol):
     """A backend with the `export` capability: a step's weights in a standard format."""
@@ -166,4 +179,5 @@ __all__ = [
     "SupervisedFineTuning",
     "TrainingBackend",
     "UnsupportedCapability",
+    "supervised",
 ]

@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 from pydantic import BaseModel
 
-from ..core.capture.conversations import Conversation, conversations
+from ..core.capture.conversations import conversations
+from ..core.conversations import Conversation
 from ..core.trajectories import Trajectory
 
 DEFAULT_RUBRIC = """\

@@ -114,7 +114,7 @@ class TestTinkerRunLease:
         import arthex
         from arthex.core.errors import RunBusyError
         from arthex.ports.training_backend import Capability
-        from arthex.testing.contracts.training_backend import synthetic_groups
+        from arthex.testing.builders import synthetic_groups
 
         def model() -> arthex.TrainableModel:
             return arthex.TrainableModel(
@@ -203,7 +203,7 @@ def test_a_trained_tinker_run_refuses_another_base_model_before_anything_changes
     """The core's check (model.json and the history), before the lease or the service."""
     import arthex
     from arthex.core.errors import BaseModelChangedError
-    from arthex.testing.contracts.training_backend import synthetic_groups
+    from arthex.testing.builders import synthetic_groups
     from tests.unit.test_run_base_model import tree_digest
 
     def model(base_model: str) -> arthex.TrainableModel:

@@ -23,8 +23,7 @@ import pytest
 import arthex
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
-from arthex.testing.builders import make_choice, make_exception, make_trajectory
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import make_choice, make_exception, make_trajectory, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 
 pytestmark = pytest.mark.e2e

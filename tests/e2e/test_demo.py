@@ -13,7 +13,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
-from arthex.apps.demo import DemoResult, LifeResult, digit_share, run_demo, run_sft_demo
+from arthex.apps.demo.life import LifeResult, run_sft_demo
+from arthex.apps.demo.rl import DemoResult, run_demo
+from arthex.apps.demo.task import digit_share
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

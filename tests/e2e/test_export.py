@@ -27,7 +27,6 @@ pytest.importorskip("peft")
 import arthex
 from arthex.adapters.local import LocalBackend
 from arthex.adapters.local.trainer import DEFAULT_LORA_TARGETS
-from arthex.apps.demo import WITHOUT_ARTHEX
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.sft import TrainSFTConfig
 from arthex.testing.contracts.sft import SFT_DATA
@@ -57,6 +56,18 @@ CASES = (
     Case("lora-untied", tied=False, full=False),
     Case("lora-head-tied", tied=True, full=False, targets=(*DEFAULT_LORA_TARGETS, "lm_head")),
 )
+
+# The start of a script for a clean interpreter (`python -I`) that refuses to import arthex.
+WITHOUT_ARTHEX = r"""
+import importlib.abc, json, sys
+
+class NoArthex(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "arthex" or name.startswith("arthex."):
+            raise ImportError("the exported model must load without arthex")
+
+sys.meta_path.insert(0, NoArthex())
+"""
 
 CLEAN_LOADER = (
     WITHOUT_ARTHEX

@@ -17,7 +17,7 @@ import httpx
 import openai
 
 from arthex.adapters.inference.engine import SamplingParams
-from arthex.adapters.inference.server import InferenceServer
+from arthex.adapters.inference.http_server import InferenceServer
 from arthex.adapters.inference.torch_engine import TorchEngine
 from arthex.testing.tiny_model import tiny_model
 

@@ -24,11 +24,8 @@ from arthex.core.errors import InvalidInputError, NotRegisteredError
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import TrajectoryGroup
 from arthex.ports.training_backend import InferenceEndpoint
-from arthex.testing.contracts.training_backend import (
-    openai_client_for,
-    rollout_groups,
-    synthetic_groups,
-)
+from arthex.testing.builders import synthetic_groups
+from arthex.testing.contracts.scenario import openai_client_for, rollout_groups
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = pytest.mark.e2e
@@ -407,7 +404,7 @@ def test_a_register_that_failed_to_serve_leaves_its_name_free_for_the_retry(
     """A second run of the same base model shares the first one's engine and server. When
     its first register fails to serve its step, the retry lands on that same server, not on
     a second engine started because the failed attempt still held the name."""
-    from arthex.adapters.inference.serving import ServingPool
+    from arthex.adapters.inference.engine_pool import ServingPool
     from arthex.core.errors import BackendError
 
     other = RunRef("proj", "other")

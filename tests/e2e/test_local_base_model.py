@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 import arthex as art
 from arthex.core.errors import BaseModelChangedError, InvalidInputError
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from arthex.testing.tiny_model import tiny_model
 from tests.unit.test_run_base_model import tree_digest
 

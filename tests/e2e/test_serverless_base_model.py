@@ -14,7 +14,7 @@ import pytest
 import arthex
 from arthex.adapters.serverless import ServerlessBackend
 from arthex.core.errors import BaseModelChangedError
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from tests._serverless import start_server
 from tests.unit.test_run_base_model import tree_digest
 

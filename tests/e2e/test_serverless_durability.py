@@ -16,7 +16,7 @@ import pytest
 from arthex.adapters.serverless import JobEvent, ServerlessBackend, TrainingJobFailed
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from tests._serverless import STEP_DELAY_ENV, ServerProcess, start_server
 
 pytestmark = pytest.mark.e2e

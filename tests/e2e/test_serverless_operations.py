@@ -24,7 +24,7 @@ from arthex.adapters.serverless import QuotaExceededError, ServerlessBackend
 from arthex.core.config import TrainConfig
 from arthex.core.errors import BackendError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from tests._serverless import (
     REPO,
     STEP_DELAY_ENV,

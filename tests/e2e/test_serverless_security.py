@@ -16,7 +16,7 @@ from arthex.adapters.serverless import ModelBusyError, ServerlessAuthError, Serv
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from tests._serverless import STEP_DELAY_ENV, ServerProcess, directories, snapshot, start_server
 
 pytestmark = pytest.mark.e2e

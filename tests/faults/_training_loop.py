@@ -63,7 +63,7 @@ PRELOAD = [
     "arthex.adapters.local.backend",
     "arthex.adapters.local.trainer",
     "arthex.adapters.local.packing",
-    "arthex.adapters.inference.server",
+    "arthex.adapters.inference.http_server",
     "arthex.adapters.inference.select",
     "arthex.adapters.inference.torch_engine",
     "arthex.adapters.parquet.store",

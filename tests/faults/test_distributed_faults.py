@@ -34,7 +34,7 @@ from arthex.adapters.local import LocalBackend
 from arthex.core.config import TrainConfig
 from arthex.core.errors import BackendError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -202,7 +202,7 @@ FRONTEND = textwrap.dedent(
     from arthex.adapters.local import LocalBackend
     from arthex.core.config import TrainConfig
     from arthex.core.identity import ModelSpec, RunRef
-    from arthex.testing.contracts.training_backend import synthetic_groups
+    from arthex.testing.builders import synthetic_groups
 
     async def main():
         b = LocalBackend(full_finetune=True, world_size=2)
@@ -259,7 +259,7 @@ def test_a_register_whose_step_cannot_be_served_leaves_no_rank_running(
     """The ranks have loaded the checkpoint when serving it fails (the engine cannot read it):
     register raises, and the ranks it started are stopped by then, not left running for the
     rest of the process's life (only the shared zygote stays, as it does after close)."""
-    from arthex.adapters.inference.serving import ServingPool
+    from arthex.adapters.inference.engine_pool import ServingPool
 
     async def unservable(*args: object) -> None:
         raise BackendError("checkpoint 0 is saved but could not be served: the engine failed")

@@ -511,7 +511,7 @@ def test_serverless_server_restarting_mid_job_fails_the_train_call_then_recovers
 ) -> None:
     pytest.importorskip("arthex.adapters.serverless")
     from arthex.adapters.serverless import ServerlessBackend, TrainingJobFailed
-    from arthex.testing.contracts.training_backend import synthetic_groups
+    from arthex.testing.builders import synthetic_groups
     from tests._serverless import STEP_DELAY_ENV, start_server
 
     state = tmp_path / "state"

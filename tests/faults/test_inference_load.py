@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arthex.adapters.inference.engine import Sample, SamplingParams
-from arthex.adapters.inference.server import InferenceServer
+from arthex.adapters.inference.http_server import InferenceServer
 from arthex.adapters.inference.torch_engine import TorchEngine
 from arthex.testing.tiny_model import tiny_model
 

@@ -3,6 +3,7 @@ start one, with hand-written requests whose expected threading is worked out by 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -179,6 +180,27 @@ def test_a_hand_built_trajectory_gives_its_main_conversation_then_each_history()
     main, tool_history, bye = conversations(trajectory)
     assert main.messages == (SYSTEM, USER, {"role": "assistant", "content": "Sunny."})
     assert main.tools == (tool,)
-    assert tool_history.messages == (USER, assistant(None, [CALL]))
+    assert tool_history.messages == (USER, assistant("", [CALL]))  # one spelling: "" for none
     assert tool_history.tools == ()
     assert bye.messages == ({"role": "user", "content": "bye"},) and bye.tools is None
+
+
+def test_a_reply_without_text_reads_the_same_in_every_conversation() -> None:
+    """Hand-built main conversation, a history and a captured call: one spelling of a
+    tool-calling reply with no text (content "", ART's rule), and `messages()` agrees."""
+    calling = make_choice(None, tool_calls=[CALL])
+    hand_built = Trajectory(
+        messages_and_choices=[USER, calling],
+        additional_histories=[History(messages_and_choices=[USER, calling])],
+    )
+    captured = Trajectory(
+        exchanges=TrajectoryExchanges(chat_completions=[exchange([USER], None, tool_calls=[CALL])])
+    )
+    replies = [
+        *(c.messages[-1] for c in conversations(hand_built)),
+        conversations(captured)[0].messages[-1],
+        hand_built.messages()[-1],
+        captured.messages()[-1],
+    ]
+    assert all(reply["content"] == "" for reply in replies), replies
+    assert len({json.dumps(reply, sort_keys=True) for reply in replies}) == 1

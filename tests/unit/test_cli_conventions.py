@@ -14,7 +14,9 @@ import arthex
 from arthex.apps.cli import serve
 from arthex.apps.cli.common import ONLY_ONE
 from arthex.apps.cli.main import command
-from arthex.apps.demo import DEFAULT_STEPS, SFT_RL_STEPS, step_line
+from arthex.apps.demo.life import SFT_RL_STEPS
+from arthex.apps.demo.rl import DEFAULT_STEPS
+from arthex.apps.demo.task import step_line
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = (

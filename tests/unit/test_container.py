@@ -66,3 +66,26 @@ def test_unknown_reporters_and_backends_are_refused(tmp_path: Path) -> None:
 def test_a_uri_base_path_is_refused_for_the_local_history() -> None:
     with pytest.raises(InvalidInputError, match=r"history\.jsonl needs a local file system"):
         arthex.Model(name="m", project="p", base_path="s3://bucket/runs", report_metrics=[])
+
+
+def test_the_backends_come_from_one_table_the_entry_points() -> None:
+    """The names a user may pass are exactly pyproject.toml's `arthex.backends` table (read
+    as a file here, not through the code under test)."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    table = pyproject["project"]["entry-points"]["arthex.backends"]
+    assert set(table) >= {"local", "serverless", "tinker", "inmemory"}
+    with pytest.raises(InvalidInputError) as refused:
+        backend("nope")
+    listed = str(refused.value).split("known: ")[1].split(", or")[0].split(", ")
+    assert set(listed) == set(table)
+
+
+def test_a_factory_of_ones_own_is_named_module_colon_callable() -> None:
+    made = backend("arthex.testing.fakes.backend:InMemoryBackend")
+    assert isinstance(made, InMemoryBackend)
+    with pytest.raises(InvalidInputError, match=r"cannot load backend 'arthex\.nowhere:Thing'"):
+        backend("arthex.nowhere:Thing")
+    with pytest.raises(InvalidInputError, match=r"cannot load backend 'arthex\.testing:Nothing'"):
+        backend("arthex.testing:Nothing")

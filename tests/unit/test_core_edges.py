@@ -30,9 +30,8 @@ from arthex.core.trajectories import (
     trajectory_group,
 )
 from arthex.ports.training_backend import InferenceEndpoint
-from arthex.testing.builders import make_choice, make_group
-from arthex.testing.contracts.training_backend import synthetic_groups
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.builders import make_choice, make_group, synthetic_groups
+from arthex.testing.fakes import InMemoryBackend
 
 # -- gather: the failure budget --------------------------------------------------------------
 

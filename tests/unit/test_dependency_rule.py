@@ -93,16 +93,11 @@ def test_import_arthex_pulls_in_no_heavy_library() -> None:
     assert result.stdout.strip() == ""
 
 
-# The one place outside the emulators that may name them: the old import path, kept for one
-# release with a DeprecationWarning.
-EMULATOR_SHIMS = {Path("testing/tinker_emulator.py")}
-
-
 def test_nothing_in_the_library_imports_the_emulators() -> None:
     offenders = []
     for path in sorted(SRC.rglob("*.py")):
         relative = path.relative_to(SRC)
-        if relative.parts[0] == "emulators" or relative in EMULATOR_SHIMS:
+        if relative.parts[0] == "emulators":
             continue
         for line, module in imported_modules(path):
             if module.split(".")[:2] == ["arthex", "emulators"]:
@@ -112,19 +107,6 @@ def test_nothing_in_the_library_imports_the_emulators() -> None:
 
 # -- the rule between the outer rooms: core <- ports <- adapters <- composition <- apps --------
 
-# Old import paths kept for one release (each warns); they name their new home and nothing else.
-SHIMS = {
-    Path("api.py"),
-    Path("container.py"),
-    Path("loaders.py"),
-    Path("demo.py"),
-    Path("cli.py"),
-    Path("adapters/parquet_store.py"),
-    Path("adapters/serverless/server.py"),
-    Path("testing/fake_backend.py"),
-    Path("testing/fake_history.py"),
-    Path("testing/tinker_emulator.py"),
-}
 # The adapters a sibling adapter may use: the shared inference server, file helpers, the layout.
 SHARED_ADAPTERS = {"inference", "files", "layout"}
 
@@ -147,7 +129,6 @@ def outer_files() -> list[tuple[Path, str]]:
     return [
         (path.relative_to(SRC), _rooms_of(path.relative_to(SRC)))
         for path in sorted(SRC.rglob("*.py"))
-        if path.relative_to(SRC) not in SHIMS
     ]
 
 
@@ -200,15 +181,41 @@ def test_no_module_imports_a_private_module_of_another_package() -> None:
             if not module.startswith("arthex."):
                 continue  # the rule is about arthex's own rooms, not how torch names its own
             parent, _, last = module.rpartition(".")
+            if relative.parts[0] == "art" and parent == "arthex.art":
+                continue  # the ART mirror's files all point into the layer's own table
             if last.startswith("_") and not last.startswith("__") and parent != here:
                 offenders.append(f"{relative}:{line} imports {module}")
     assert not offenders, f"a module used by other packages is public; name it so: {offenders}"
 
 
-def test_the_deprecated_paths_name_only_their_new_home() -> None:
-    for shim in SHIMS:
-        modules = {module for _, module in imported_modules(SRC / shim)} - {
-            "warnings",
-            "__future__",
-        }
-        assert len(modules) == 1, f"{shim} should re-export one module, imports {modules}"
+# -- ART's import paths (`arthex.art`): a compatibility layer above everything ----------------
+
+
+def test_nothing_imports_the_art_compatibility_layer() -> None:
+    offenders = [
+        f"{relative}:{line} imports {module}"
+        for relative, room in outer_files()
+        if room != "art"
+        for line, module in imported_modules(SRC / relative)
+        if _room(module) == "art"
+    ]
+    assert not offenders, f"arthex.art is for ART users' scripts only: {offenders}"
+
+
+def test_the_art_compatibility_layer_points_only_at_public_modules() -> None:
+    from arthex.art import _table
+
+    targets = {
+        entry.module
+        for entries in _table.MODULES.values()
+        for entry in entries.values()
+        if isinstance(entry, _table.Use)
+    }
+    for relative, room in outer_files():
+        if room == "art":
+            targets |= {m for _, m in imported_modules(SRC / relative) if m.startswith("arthex.")}
+    private = sorted(
+        t for t in targets - {"arthex.art._table"} if any(p.startswith("_") for p in t.split("."))
+    )
+    assert not private, f"arthex.art may use anything public, nothing private: {private}"
+    assert all(t.startswith("arthex.") for t in targets), targets

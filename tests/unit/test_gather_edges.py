@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from arthex.core.batches import trajectory_group_batches
+from arthex.core.batch_stream import trajectory_group_batches
 from arthex.core.errors import InvalidInputError, TooManyExceptionsError
 from arthex.core.gather import (
     RunningMetrics,

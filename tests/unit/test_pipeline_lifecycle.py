@@ -14,7 +14,7 @@ import pytest
 
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.pipeline import PipelineTrainer
-from arthex.core.pipeline.batches import BatchCollector
+from arthex.core.pipeline.batch_collector import BatchCollector
 from arthex.core.pipeline.measures import STREAM_INDEX_KEY
 from arthex.core.pipeline.stream import ScenarioStream
 from arthex.core.pipeline.workers import StepGate

@@ -18,7 +18,7 @@ import pytest
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError, TooManyExceptionsError
 from arthex.core.pipeline import workers as workers_module
-from arthex.core.pipeline.batches import BatchCollector
+from arthex.core.pipeline.batch_collector import BatchCollector
 from arthex.core.pipeline.measures import FINAL_STEP_KEY, INITIAL_STEP_KEY, STREAM_INDEX_KEY
 from arthex.core.pipeline.stream import ScenarioStream
 from arthex.core.pipeline.workers import END, Failed, RolloutWorkers, Sampled, StepGate

@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from arthex.core.batches import trajectory_group_batches
+from arthex.core.batch_stream import trajectory_group_batches
 from arthex.core.errors import InvalidInputError
 from arthex.core.exchanges import TrajectoryExchanges
 from arthex.core.metrics import merge_metrics, summarize

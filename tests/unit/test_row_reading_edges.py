@@ -14,8 +14,8 @@ import pytest
 from arthex.core.capture.training import training_groups
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError
-from arthex.core.log_pairing import TrainingRecord
 from arthex.core.metrics import MetricsRow, aggregate_training_metrics, is_trainable_group
+from arthex.core.training_record import TrainingRecord
 from arthex.core.trajectories import INCOMPLETE_KEY, CapturedException, Trajectory, TrajectoryGroup
 
 # --- MetricsRow.from_json ---------------------------------------------------------------------

@@ -12,8 +12,10 @@ import pytest
 
 from arthex.core.conversations import conversation_from, conversations_from
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
+from arthex.core.fine_tuning import collect_updates
 from arthex.core.identity import RunRef
-from arthex.core.sft import TrainSFTConfig, collect_updates, create_lr_schedule, sft_key, supervised
+from arthex.core.sft import TrainSFTConfig, create_lr_schedule, sft_key
+from arthex.ports.training_backend import supervised
 
 USER = {"role": "user", "content": "hi"}
 REPLY = {"role": "assistant", "content": "hello"}

@@ -12,7 +12,7 @@ from .engine import Sample, SamplingEngine, SamplingParams, UnknownModelError
 from .select import make_engine
 
 if TYPE_CHECKING:
-    from .server import InferenceServer
+    from .http_server import InferenceServer
     from .torch_engine import TorchEngine
     from .vllm_engine import VllmEngine
 

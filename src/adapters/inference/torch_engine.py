@@ -46,7 +46,7 @@ from ._decoding import DecodeRow, run_session
 from ._weights import ModelWeights, Weights
 from .chat import ChatTokenizer
 from .engine import Sample, SamplingParams, ServingEngine, UnknownModelError
-from .served import ServedNames
+from .served_names import ServedNames
 
 __all__ = ["TorchEngine"]
 

@@ -31,7 +31,7 @@ from ...core.errors import (
 )
 from .chat import ChatTokenizer
 from .engine import FinishReason, Sample, SamplingParams, ServingEngine, UnknownModelError
-from .served import ServedNames
+from .served_names import ServedNames
 
 __all__ = ["VllmEngine"]
 

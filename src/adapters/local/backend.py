@@ -48,7 +48,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
-from ..inference.serving import RunTable, Serving, ServingPool
+from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..layout import MODEL_SPEC, RunLayout
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from ...core.errors import CorruptDataError, InvalidInputError
 from ...core.identity import validate_name
 from ...core.trajectories import TrajectoryGroup
 from ..files import TEMP_PREFIX
+from ..layout import step_name
 from .decoding import open_part, read_open_part
 
 __all__ = [
@@ -67,7 +68,7 @@ class PartFile(NamedTuple):
 
 
 def part_name(step: int, part: int = 0) -> str:
-    return f"{step:04d}.parquet" if part == 0 else f"{step:04d}-{part}.parquet"
+    return f"{step_name(step)}.parquet" if part == 0 else f"{step_name(step)}-{part}.parquet"
 
 
 def parse_part_name(name: str) -> tuple[int, int] | None:

@@ -7,16 +7,9 @@ import functools
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from ...core.errors import (
-    BackendError,
-    InvalidInputError,
-    MissingExtraError,
-    NotRegisteredError,
-    RunBusyError,
-    UnsupportedCapability,
-)
+from ...core.errors import BackendError, MissingExtraError
 from . import wire
-from .errors import ModelBusyError, QuotaExceededError, ServerlessAuthError
+from .errors import error_for
 
 if TYPE_CHECKING:
     import httpx
@@ -74,22 +67,7 @@ def raise_for_status(method: str, path: str, response: httpx.Response) -> None:
         payload = None
     message, kind, param = wire.error_message(payload)
     message = message or response.text[:500] or response.reason_phrase
-    if status == 401:
-        raise ServerlessAuthError(
-            f"the training server refused the API key ({message}); check ARTHEX_API_KEY"
-        )
-    if status == 404:
-        raise NotRegisteredError(message)
-    if status == 409 and kind == wire.RUN_BUSY:
-        raise RunBusyError(message)
-    if status == 409:
-        raise ModelBusyError(message)
-    if status == 507 or (status == 429 and kind == wire.QUOTA_EXCEEDED):
-        raise QuotaExceededError(message, status)
-    if status in (400, 413, 422):
-        raise InvalidInputError(message)
-    if status == 501 and kind == wire.UNSUPPORTED_CAPABILITY:
-        raise UnsupportedCapability(
-            param or "?", "ServerlessBackend (the server's backend)", message
-        )
+    error = error_for(status, kind, message, param)
+    if error is not None:
+        raise error
     raise BackendError(f"{method} {path} failed with HTTP {status}: {message}")

@@ -20,7 +20,6 @@ TRAINING_STARTED = "training_started"
 GRADIENT_STEP = "gradient_step"
 TRAINING_ENDED = "training_ended"
 TRAINING_FAILED = "training_failed"
-EVENT_TYPES = (TRAINING_STARTED, GRADIENT_STEP, TRAINING_ENDED, TRAINING_FAILED)
 TERMINAL_EVENTS = frozenset({TRAINING_ENDED, TRAINING_FAILED})
 
 # Error `type`s in the body; the client maps statuses, and these where a status is shared.

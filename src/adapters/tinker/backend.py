@@ -56,7 +56,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
-from ..inference.serving import RunTable, Serving, ServingPool
+from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..layout import RunLayout
 from .clients import (
     RestClientLike,

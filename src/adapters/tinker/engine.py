@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import BackendError, InvalidInputError
 from ..inference.chat import ChatTokenizer
 from ..inference.engine import FinishReason, Sample, SamplingParams, UnknownModelError
-from ..inference.served import ServedNames
+from ..inference.served_names import ServedNames
 from .clients import SamplingClientLike, call
 
 if TYPE_CHECKING:

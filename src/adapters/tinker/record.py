@@ -21,7 +21,6 @@ from ...core.errors import CorruptDataError
 from ..files import atomic_write_bytes
 from ..layout import TINKER_RUN
 
-RECORD_FILE = TINKER_RUN
 FORMAT_VERSION = 1
 
 
@@ -109,7 +108,7 @@ class RunRecord:
 
 
 def read_record(model_dir: Path) -> RunRecord | None:
-    path = model_dir / RECORD_FILE
+    path = model_dir / TINKER_RUN
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -125,4 +124,4 @@ def read_record(model_dir: Path) -> RunRecord | None:
 
 def write_record(model_dir: Path, record: RunRecord) -> None:
     payload = json.dumps(record.to_json(), indent=2, sort_keys=True).encode()
-    atomic_write_bytes(model_dir / RECORD_FILE, payload)
+    atomic_write_bytes(model_dir / TINKER_RUN, payload)

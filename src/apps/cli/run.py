@@ -48,7 +48,8 @@ def demo(
 
     Prints one line per step of the history: the reward of the rollouts logged at step N,
     then the loss of the update that made step N+1 (or why it had nothing to train)."""
-    from ..demo import SFT_RL_STEPS, run_demo, run_sft_demo
+    from ..demo.life import SFT_RL_STEPS, run_sft_demo
+    from ..demo.rl import run_demo
 
     with one_line_errors():
         if sft and pipeline:

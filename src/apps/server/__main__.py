@@ -1,3 +1,5 @@
-from .main import main
+"""`python -m arthex.apps.server`: the `arthex serve` command line, run on its own."""
 
-main()
+from ..cli.serve import run_standalone
+
+run_standalone()

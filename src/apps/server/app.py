@@ -16,14 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ...adapters.serverless import wire
-from ...adapters.serverless.errors import ModelBusyError, QuotaExceededError
+from ...adapters.serverless.errors import http_answer
 from ...core.errors import (
     ArthexError,
     InvalidInputError,
     MissingExtraError,
-    NotRegisteredError,
-    RunBusyError,
-    UnsupportedCapability,
 )
 from ...ports.training_backend import TrainingBackend
 from . import proxy
@@ -155,19 +152,10 @@ def _install_error_handlers(app: FastAPI, service: TrainingService) -> ErrorHand
     async def arthex_error(_request: Request, exc: Exception) -> Response:
         if isinstance(exc, BadJsonError):
             return fail(400, str(exc), wire.INVALID_REQUEST)
-        if isinstance(exc, ModelBusyError):
-            return fail(409, str(exc), wire.MODEL_BUSY)
-        if isinstance(exc, RunBusyError):
-            return fail(409, str(exc), wire.RUN_BUSY)
-        if isinstance(exc, QuotaExceededError):
-            kind = wire.STORAGE_EXCEEDED if exc.status == 507 else wire.QUOTA_EXCEEDED
-            return fail(exc.status, str(exc), kind)
-        if isinstance(exc, NotRegisteredError):
-            return fail(404, str(exc), wire.NOT_FOUND)
-        if isinstance(exc, UnsupportedCapability):
-            return fail(501, str(exc), wire.UNSUPPORTED_CAPABILITY, exc.capability)
-        if isinstance(exc, InvalidInputError):
-            return fail(422, str(exc), wire.INVALID_REQUEST)
+        answer = http_answer(exc)
+        if answer is not None:
+            status, kind, param = answer
+            return fail(status, str(exc), kind, param)
         logger.error("request failed: %s", exc)
         return fail(500, service.scrub(str(exc)), wire.INTERNAL_ERROR)
 

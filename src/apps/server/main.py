@@ -42,7 +42,6 @@ import socket
 import sys
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import cast
 
 from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ...ports.training_backend import TrainingBackend
@@ -54,7 +53,7 @@ from .keys import KeyRing
 from .limits import ServerLimits
 from .options import DEFAULT_PORT
 
-__all__ = ["create_app", "main", "make_backend", "run", "serve", "serve_async"]
+__all__ = ["create_app", "run", "serve", "serve_async"]
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -162,21 +161,6 @@ def serve(
     )
 
 
-def make_backend(kind: str) -> TrainingBackend:
-    """'local', 'inmemory', an `arthex.backends` entry point, or 'module:callable' (a factory
-    called with no arguments)."""
-    if ":" in kind:
-        module_name, _, attribute = kind.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidInputError(f"cannot load backend factory {kind!r}: {exc}") from exc
-        return cast(TrainingBackend, factory())
-    from ...composition.container import backend
-
-    return backend(kind)
-
-
 def _preload(modules: Sequence[str]) -> None:
     """Import the backend's heavy libraries before listening, so the server is ready when it
     says so and the first register does not wait seconds for torch. (Not on a side thread:
@@ -184,13 +168,6 @@ def _preload(modules: Sequence[str]) -> None:
     for name in modules:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m arthex.apps.server`: the `arthex serve` command line, run on its own."""
-    from ..cli.serve import run_standalone
-
-    run_standalone(argv)
 
 
 def run(opts: options.ServeOptions) -> None:
@@ -204,7 +181,9 @@ def run(opts: options.ServeOptions) -> None:
         admin_keys = options.admin_keys_of(opts)
         if admin_keys is not None and admin_keys.overlaps(keys):
             raise InvalidInputError("a key is both an admin key and a tenant key")
-        backend = make_backend(opts.backend)
+        from ...composition.container import backend as backend_named
+
+        backend = backend_named(opts.backend)
     except ArthexError as exc:
         sys.exit(f"arthex serve: {exc}")
     if opts.backend == "local":
@@ -235,7 +214,3 @@ def run(opts: options.ServeOptions) -> None:
             on_ready=ready,
             log_level=opts.log_level,
         )
-
-
-if __name__ == "__main__":
-    main()

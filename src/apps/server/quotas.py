@@ -72,9 +72,6 @@ class TenantQuotas:
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def jobs_of(self, tenant: str) -> int:
-        return self._jobs[tenant]
-
     def admit_job(self, tenant: str) -> None:
         limit = self.limits.max_jobs_per_tenant
         if limit and self._jobs[tenant] >= limit:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from pathlib import Path
 from typing import Any
 
+from ...adapters.layout import RunLayout
 from ...adapters.serverless.errors import ModelBusyError
 from ...adapters.serverless.wire import (
     parse_count,
@@ -27,7 +28,7 @@ from ...core.errors import (
     NotRegisteredError,
     UnsupportedCapability,
 )
-from ...core.identity import ModelSpec, validate_name
+from ...core.identity import ModelSpec, RunRef, validate_name
 from ...ports.training_backend import InferenceEndpoint, TrainingBackend
 from .jobs import JobLog, JobStore
 from .leases import Lease, LeaseTable, parse_claim
@@ -224,8 +225,8 @@ class TrainingService:
 
     def _model_dir(self, record: ModelRecord) -> list[Path]:
         """The folders a file-based backend makes for a model, outermost first."""
-        tenant = self.backend_root / record.tenant
-        return [self.backend_root, tenant, tenant / "models", tenant / "models" / record.id]
+        run_dir = RunLayout.of(self.backend_root, RunRef(record.tenant, record.id)).dir
+        return [self.backend_root, run_dir.parents[1], run_dir.parent, run_dir]
 
     def _existing_ancestors(self, record: ModelRecord) -> set[Path]:
         return {path for path in self._model_dir(record) if path.exists()}

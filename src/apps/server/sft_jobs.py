@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ...core.conversations import Conversation, conversation_from
 from ...core.errors import InvalidInputError
-from ...core.sft import TrainSFTConfig, supervised
+from ...core.sft import TrainSFTConfig
+from ...ports.training_backend import supervised
 from .jobs import JobLog
 from .service import TrainingService
 

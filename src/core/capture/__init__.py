@@ -6,7 +6,8 @@ The scope and its forms live here; the transport hook that feeds it is an adapte
 
 from __future__ import annotations
 
-from .conversations import Conversation, conversations
+from ..conversations import Conversation
+from .conversations import conversations
 from .endpoints import register_endpoint
 from .forms import capture, capture_trajectory, capture_trajectory_group
 from .samples import TokenSample, token_samples

@@ -7,7 +7,7 @@ Three kinds of task share one event loop:
   served policy is fresh enough, run `rollout_fn(model, scenario, config)` and queue the group,
   stamped with its scenario's stream index and the step it was sampled from;
 - the trainer (here) collects `min_batch_size`..`max_batch_size` groups, discarding the stale,
-  the equal-reward and the failed ones (batches.py), and runs one `model.train` on the rest
+  the equal-reward and the failed ones (batch_collector.py), and runs one `model.train` on the rest
   while the workers keep sampling from the step it serves;
 - an evaluator (evaluation.py) runs `eval_fn(model, step, config)` on chosen steps.
 
@@ -39,7 +39,7 @@ from ..errors import InvalidInputError, NotRegisteredError
 from ..metrics import summarize
 from ..pipeline_record import DISCARD_REASONS, InFlight, PipelineRecord
 from ..trajectories import TrajectoryGroup
-from .batches import BatchCollector
+from .batch_collector import BatchCollector
 from .evaluation import Evaluator
 from .measures import (
     after_update,

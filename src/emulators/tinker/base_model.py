@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import torch
 
-from .wire import UserError
+from .errors import UserError
 
 LORA_ALPHA = 32
 ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")

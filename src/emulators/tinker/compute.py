@@ -16,9 +16,9 @@ import attrs
 import torch
 
 from .base_model import BaseModel, LoraSettings
+from .errors import UserError
 from .losses import LOSSES, DatumIn, checked_inputs, datum_loss
 from .store import ADAPTER_FILE, OPTIMIZER_FILE, load_adapter, publish_dir
-from .wire import UserError
 
 
 @attrs.frozen

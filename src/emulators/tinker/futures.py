@@ -20,7 +20,8 @@ from typing import Any
 
 import attrs
 
-from .wire import HttpError, Reply, UserError, failure
+from .errors import HttpError, UserError
+from .wire import Reply, failure
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import attrs
 import torch
 
-from .wire import UserError
+from .errors import UserError
 
 LOG_RATIO_LIMIT = 20.0
 LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")

@@ -15,7 +15,7 @@ import attrs
 import torch
 
 from .base_model import BaseModel
-from .wire import UserError
+from .errors import UserError
 
 
 @attrs.frozen

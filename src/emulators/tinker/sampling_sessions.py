@@ -14,20 +14,13 @@ from typing import Any
 import attrs
 
 from .base_model import BaseModel, LoraSettings
+from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures
 from .sampling import sample
 from .sessions import Sessions
 from .store import RunStore, checkpoint_meta, load_adapter, save_adapter
 from .training_runs import TrainingRuns
-from .wire import (
-    HttpError,
-    Reply,
-    UserError,
-    checkpoint_name,
-    encode_sample,
-    prompt_tokens,
-    sample_settings,
-)
+from .wire import Reply, encode_sample, prompt_tokens, sample_settings
 
 
 @attrs.define(eq=False)
@@ -39,24 +32,17 @@ class Sampler:
     adapter: dict[str, Any]
 
 
+@attrs.define
 class SamplingSessions:
     """The samplers of one emulator, by id."""
 
-    def __init__(
-        self,
-        base: BaseModel,
-        store: RunStore,
-        futures: Futures,
-        sessions: Sessions,
-        runs: TrainingRuns,
-    ) -> None:
-        self._base = base
-        self._store = store
-        self._futures = futures
-        self._sessions = sessions
-        self._runs = runs
-        self._lock = threading.Lock()
-        self._samplers: dict[str, Sampler] = {}
+    _base: BaseModel
+    _store: RunStore
+    _futures: Futures
+    _sessions: Sessions
+    _runs: TrainingRuns
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _samplers: dict[str, Sampler] = attrs.field(factory=dict, init=False)
 
     def create_sampling_session(self, body: dict[str, Any]) -> Reply:
         self._sessions.require(body)

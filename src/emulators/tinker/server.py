@@ -44,7 +44,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BackendError, InvalidInputError, MissingExtraError
-from .wire import HttpError, Reply, UserError
+from .errors import HttpError, UserError
+from .wire import Reply
 
 if TYPE_CHECKING:
     from .service import TinkerService

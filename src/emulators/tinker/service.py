@@ -19,12 +19,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .base_model import BaseModel
+from .errors import HttpError
 from .futures import Futures
 from .sampling_sessions import SamplingSessions
 from .sessions import Sessions
 from .store import RunStore
 from .training_runs import TrainingRuns
-from .wire import HttpError, Reply, json_body
+from .wire import Reply, json_body
 
 API = "/api/v1"
 

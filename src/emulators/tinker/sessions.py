@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .wire import HttpError, Reply
+from .errors import HttpError
+from .wire import Reply
 
 
 class Sessions:

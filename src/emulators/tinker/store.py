@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from ...adapters.files import atomic_write_bytes, fsync_dir, temp_path_for
 from .base_model import LoraSettings
-from .wire import CHECKPOINT_NAME, HttpError, UserError
+from .errors import CHECKPOINT_NAME, HttpError, UserError
 
 if TYPE_CHECKING:
     import torch

@@ -17,16 +17,14 @@ import attrs
 
 from .base_model import BaseModel, LoraSettings
 from .compute import TrainingRun
+from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures, RequestOrder, Work
 from .sessions import Sessions
 from .store import RunStore, checkpoint_meta, iso
 from .wire import (
-    HttpError,
     Reply,
-    UserError,
     adam_settings,
     check_adam_config,
-    checkpoint_name,
     decode_forward_backward,
     encode_forward_backward,
 )
@@ -48,27 +46,22 @@ class Run:
         return self.built
 
 
+def _name_set(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
+
+
+@attrs.define
 class TrainingRuns:
     """The training runs of one emulator (live ones, and recorded ones looked up on demand)."""
 
-    def __init__(
-        self,
-        base: BaseModel,
-        store: RunStore,
-        futures: Futures,
-        sessions: Sessions,
-        *,
-        names: Iterable[str],
-        model_name: str,
-    ) -> None:
-        self._base = base
-        self._store = store
-        self._futures = futures
-        self._sessions = sessions
-        self._names = set(names)
-        self._model_name = model_name
-        self._lock = threading.Lock()
-        self._runs: dict[str, Run] = {}
+    _base: BaseModel
+    _store: RunStore
+    _futures: Futures
+    _sessions: Sessions
+    _names: frozenset[str] = attrs.field(kw_only=True, converter=_name_set)
+    _model_name: str = attrs.field(kw_only=True)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _runs: dict[str, Run] = attrs.field(factory=dict, init=False)
 
     # --- finding runs -------------------------------------------------------------------
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+
+from .errors import HttpError
 
 if TYPE_CHECKING:  # torch-heavy modules, imported where used so this one stays light
     from .compute import AdamSettings
@@ -22,19 +23,6 @@ if TYPE_CHECKING:  # torch-heavy modules, imported where used so this one stays 
     from .sampling import SampledRow, SampleSettings
 
 PROTO = "application/x-protobuf"
-CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-
-
-class UserError(Exception):
-    """The request was wrong (the SDK gets `category: user`); the message says how."""
-
-
-class HttpError(Exception):
-    """Answered as `{"detail": message}` with this status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @attrs.frozen
@@ -63,14 +51,6 @@ def json_body(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise HttpError(400, "the body must be a JSON object")
     return data
-
-
-def checkpoint_name(name: object) -> str:
-    if not isinstance(name, str) or not CHECKPOINT_NAME.fullmatch(name):
-        raise HttpError(
-            400, f"checkpoint name {name!r} must be 1-128 letters, digits, '_', '-' or '.'"
-        )
-    return name
 
 
 def check_adam_config(config: object) -> None:

@@ -7,9 +7,18 @@ expressions behind them), in a third party's test run as in ours.
 
 import pytest
 
-pytest.register_assert_rewrite(
-    "arthex.testing.contracts.metrics",
-    "arthex.testing.contracts.sft",
-    "arthex.testing.contracts.trajectory_store",
-    "arthex.testing.contracts.training_backend",
+# Every module of the kit (a test checks none is missing).
+MODULES = (
+    "backend_base",
+    "backend_lifecycle",
+    "backend_serving",
+    "backend_steps",
+    "metrics",
+    "pipeline_state",
+    "run_lease",
+    "scenario",
+    "sft",
+    "trajectory_store",
+    "training_backend",
 )
+pytest.register_assert_rewrite(*(f"arthex.testing.contracts.{name}" for name in MODULES))

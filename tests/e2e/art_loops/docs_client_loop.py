@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import arthex as art  # changed: was `import art`
-from arthex.local import LocalBackend  # changed: was `from art.local import LocalBackend`
+from arthex.art.local import LocalBackend  # changed: was `from art.local import LocalBackend`
 
 STEPS = 2  # changed: the page trains for 50 steps
 ROLLOUTS = 3  # changed: the page makes 8 attempts per scenario

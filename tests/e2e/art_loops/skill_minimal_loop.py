@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import arthex as art  # changed: was `import art`
 from arthex import TrainableModel  # changed: was `from art import TrainableModel`
-from arthex.local import LocalBackend  # changed: was `from art.local import LocalBackend`
+from arthex.art.local import LocalBackend  # changed: was `from art.local import LocalBackend`
 from arthex.utils.iterate_dataset import iterate_dataset  # changed: was art.utils...
 
 from .rewards import ruler_score_group  # changed: was `from art.rewards import ...`

@@ -15,7 +15,7 @@ single-process one and the files are interchangeable between any numbers of rank
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import attrs
 import torch
@@ -33,7 +33,19 @@ from .. import checkpoint_io
 from .. import checkpoints as ckpt
 
 if TYPE_CHECKING:
-    from .sharded import ShardedTrainer
+    from ..trainer import TrainerSettings
+
+
+class RankTrainer(Protocol):
+    """What this module reads and sets on one rank's trainer (the ShardedTrainer)."""
+
+    rank: int
+    settings: TrainerSettings
+    model: Any
+    optimizer: torch.optim.AdamW | None
+    param_names: list[str]
+    full_finetune: bool
+
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
@@ -81,7 +93,7 @@ def read_on_rank0(checkpoint: Path | None) -> RankZeroCheckpoint | None:
 # --- loading -------------------------------------------------------------------------------
 
 
-def scatter_weights(trainer: ShardedTrainer, found: RankZeroCheckpoint | None) -> None:
+def scatter_weights(trainer: RankTrainer, found: RankZeroCheckpoint | None) -> None:
     """Rank 0's weights (the model file, or the adapter) into every rank's shards."""
     full: dict[str, torch.Tensor] = {}
     if trainer.rank == 0:
@@ -90,7 +102,7 @@ def scatter_weights(trainer: ShardedTrainer, found: RankZeroCheckpoint | None) -
     _broadcast_into(trainer, full, strict=trainer.full_finetune)
 
 
-def scatter_optimizer(trainer: ShardedTrainer, found: RankZeroCheckpoint | None) -> None:
+def scatter_optimizer(trainer: RankTrainer, found: RankZeroCheckpoint | None) -> None:
     """Rank 0's optimizer files into every rank's shard of the AdamW state.
 
     A checkpoint written before the first update holds no moments, only the hyper-parameters;
@@ -113,7 +125,7 @@ def scatter_optimizer(trainer: ShardedTrainer, found: RankZeroCheckpoint | None)
     set_optimizer_state_dict(trainer.model, trainer.optimizer, named, options=options)
 
 
-def scatter_reference(trainer: ShardedTrainer, reference: Path | None) -> None:
+def scatter_reference(trainer: RankTrainer, reference: Path | None) -> None:
     """The KL reference's trainable weights into every rank's shards (the base weights when
     `reference` is None; a LoRA run's base reference is its disabled adapter instead)."""
     full: dict[str, torch.Tensor] = {}
@@ -125,15 +137,13 @@ def scatter_reference(trainer: ShardedTrainer, reference: Path | None) -> None:
     _broadcast_into(trainer, full, strict=False)
 
 
-def _broadcast_into(
-    trainer: ShardedTrainer, full: dict[str, torch.Tensor], *, strict: bool
-) -> None:
+def _broadcast_into(trainer: RankTrainer, full: dict[str, torch.Tensor], *, strict: bool) -> None:
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=strict)
     values: dict[str, Any] = full if trainer.rank == 0 else {}
     set_model_state_dict(trainer.model, values, options=options)
 
 
-def _weights_file(trainer: ShardedTrainer, directory: Path) -> dict[str, torch.Tensor]:
+def _weights_file(trainer: RankTrainer, directory: Path) -> dict[str, torch.Tensor]:
     if trainer.full_finetune:
         return checkpoint_io.load_weights(directory / ckpt.WEIGHTS_FILE)
     adapter = directory / ADAPTER_WEIGHTS_FILE
@@ -150,7 +160,7 @@ def _weights_file(trainer: ShardedTrainer, directory: Path) -> dict[str, torch.T
     return {names[key]: value for key, value in saved.items()}
 
 
-def adapter_names(trainer: ShardedTrainer) -> dict[str, str]:
+def adapter_names(trainer: RankTrainer) -> dict[str, str]:
     """Adapter-file key -> model parameter name, by peft's own renaming (it drops the adapter
     name), asked of peft with a probe dict whose values number the parameters."""
     from peft import get_peft_model_state_dict
@@ -161,7 +171,7 @@ def adapter_names(trainer: ShardedTrainer) -> dict[str, str]:
     return {key: names[int(value.item())] for key, value in renamed.items()}
 
 
-def _base_weights(trainer: ShardedTrainer) -> dict[str, torch.Tensor]:
+def _base_weights(trainer: RankTrainer) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
     base: Any = AutoModelForCausalLM.from_pretrained(
@@ -174,7 +184,7 @@ def _base_weights(trainer: ShardedTrainer) -> dict[str, torch.Tensor]:
 # --- saving --------------------------------------------------------------------------------
 
 
-def write_gathered(trainer: ShardedTrainer, directory: Path) -> None:
+def write_gathered(trainer: RankTrainer, directory: Path) -> None:
     """Gather on every rank (collectives), write on rank 0 only."""
     weights, optimizer = _gather(trainer)
     if trainer.rank != 0:
@@ -189,7 +199,7 @@ def write_gathered(trainer: ShardedTrainer, directory: Path) -> None:
     checkpoint_io.save_optimizer_state(optimizer, trainer.param_names, directory)
 
 
-def gathered_tensors(trainer: ShardedTrainer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def gathered_tensors(trainer: RankTrainer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Full trainable weights by parameter name and the full optimizer state (numbered like
     `param_names`); complete on rank 0, empty elsewhere."""
     weights, optimizer = _gather(trainer)
@@ -198,7 +208,7 @@ def gathered_tensors(trainer: ShardedTrainer) -> tuple[dict[str, torch.Tensor], 
     return {name: weights[name] for name in trainer.param_names}, optimizer
 
 
-def _gather(trainer: ShardedTrainer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _gather(trainer: RankTrainer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Full weights and the numbered optimizer state on rank 0. An optimizer that has not
     stepped yet is written as it is (hyper-parameters, no moments): torch's gatherer would
     first run a zero-gradient step on it, which counts as a step."""

@@ -1,0 +1,68 @@
+"""ART's import paths, under arthex: `import arthex.art as art` (or rename `art.` to
+`arthex.art.` in import lines) and an ART 0.5.23 script's imports resolve to arthex's own
+objects.
+
+The tree mirrors ART's: `arthex.art.types.TrainConfig` is `arthex.TrainConfig`,
+`arthex.art.local.LocalBackend` is `arthex.LocalBackend`, `arthex.art.dev.InternalModelConfig`
+is a plain-dict shape the model accepts (and warns it ignores). A module or name of ART's that
+arthex does not implement raises `arthex.core.errors.NotInArthexError` at import or on first
+use, with one line saying what to use instead; docs/migrating-from-art.md lists every path.
+
+Importing this package is light: each name is imported on first use, so torch comes in only
+with the backend that needs it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.adapters.serverless import ServerlessBackend as ServerlessBackend
+    from arthex.art import dev as dev
+    from arthex.art.dev import LoRAConfig as LoRAConfig
+    from arthex.composition.api import Model as Model
+    from arthex.composition.api import TrainableModel as TrainableModel
+    from arthex.composition.capture import current_trajectory as current_trajectory
+    from arthex.composition.capture import no_capture as no_capture
+    from arthex.core.backend_train import BackendTrainEntry as Backend
+    from arthex.core.batch_stream import trajectory_group_batches as trajectory_group_batches
+    from arthex.core.chat_types import Messages as Messages
+    from arthex.core.chat_types import MessagesAndChoices as MessagesAndChoices
+    from arthex.core.chat_types import Tools as Tools
+    from arthex.core.config import TrainConfig as TrainConfig
+    from arthex.core.gather import gather_trajectories as gather_trajectories
+    from arthex.core.gather import gather_trajectory_groups as gather_trajectory_groups
+    from arthex.core.model import TrainResult as TrainResult
+    from arthex.core.sft import TrainSFTConfig as TrainSFTConfig
+    from arthex.core.trajectories import Trajectory as Trajectory
+    from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
+    from arthex.core.trajectories import trajectory_group as trajectory_group
+    from arthex.utils.retry import retry as retry
+
+    __all__ = [
+        "Backend",
+        "LoRAConfig",
+        "Messages",
+        "MessagesAndChoices",
+        "Model",
+        "ServerlessBackend",
+        "Tools",
+        "TrainConfig",
+        "TrainResult",
+        "TrainSFTConfig",
+        "TrainableModel",
+        "Trajectory",
+        "TrajectoryGroup",
+        "current_trajectory",
+        "dev",
+        "gather_trajectories",
+        "gather_trajectory_groups",
+        "no_capture",
+        "retry",
+        "trajectory_group",
+        "trajectory_group_batches",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -1,0 +1,644 @@
+"""Where each of ART 0.5.23's import paths leads in arthex: the table behind `arthex.art`.
+
+Every public module of the ART wheel is here, in one of three forms:
+
+- `REFUSED_PACKAGES`: a subpackage arthex has nothing of (Megatron, Unsloth, the MCP scenario
+  generator, ...). Importing it, or anything under it, raises `NotInArthexError` saying what
+  to use instead.
+- `REFUSED_MODULES`: a module arthex has nothing of; the same at import.
+- `MODULES`: a module that imports. Each of ART's public names in it is either a `Use` (the
+  arthex object it resolves to, imported on first use, so torch and the other heavy libraries
+  come in only with the backend that needs them) or a `Refuse`: touching the name raises
+  `NotInArthexError` naming what to use instead. `NotInArthexError` is an `ImportError`, so
+  `from arthex.art.x import name` shows that line, not a bare "cannot import name".
+
+The module files under `arthex/art/` only point here; tests/unit/test_art_paths.py checks the
+files, this table and the list read from ART's wheel agree, and the interop suite re-reads
+the installed wheel so a new ART path cannot slip by.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import attrs
+
+from arthex.core.errors import NotInArthexError
+
+GUIDE = "docs/migrating-from-art.md"
+
+
+@attrs.frozen
+class Use:
+    """ART's name is this arthex object (`name` None: the module itself)."""
+
+    module: str
+    name: str | None = None
+
+    def resolve(self) -> Any:
+        module = importlib.import_module(self.module)
+        return module if self.name is None else getattr(module, self.name)
+
+    @property
+    def path(self) -> str:
+        return self.module if self.name is None else f"{self.module}.{self.name}"
+
+
+@attrs.frozen
+class Refuse:
+    """ART's name has no counterpart; `instead` says, in one line, what to use."""
+
+    instead: str
+
+
+Entry = Use | Refuse
+
+# -- what to use instead, shared by many paths -----------------------------------------------
+
+_BACKEND_SETTINGS = (
+    "set the engine, LoRA and trainer on the backend: "
+    "arthex.LocalBackend(engine=..., lora_rank=..., lora_alpha=..., lora_target_modules=...)"
+)
+_MEGATRON = "use arthex.LocalBackend(world_size=N) to train on several GPUs"
+_TOKENIZE = (
+    "arthex's backends tokenize from the token ids the server returned; to tokenize "
+    "yourself use transformers.AutoTokenizer.from_pretrained(base_model)"
+)
+_CAPTURE = (
+    "use arthex.capture() (a scope or a decorator), arthex.capture_trajectory(...) or "
+    "arthex.current_trajectory(): every chat completion to a watched endpoint is recorded"
+)
+_EXCHANGES = "arthex records chat completions only, as Trajectory.exchanges (see docs/capture.md)"
+_NO_COSTS = "arthex has no cost accounting (ruler_score_group reports costs/judge/* itself)"
+_VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
+_TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference server"
+_HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
+_RETENTION = "use await model.delete_checkpoints(best_checkpoint_metric=..., keep_last=...)"
+_AUTOTUNE = (
+    "arthex has no autotuner; set PipelineTrainer(num_rollout_workers=..., "
+    "max_steps_off_policy=...)"
+)
+_DEPLOY = "arthex does not deploy to hosted providers; `arthex export` writes a folder to serve"
+_TRAIN_RESULT = (
+    "use arthex.TrainResult (step, metrics); LocalBackend checkpoints live in "
+    "{run}/checkpoints/{step:04d}"
+)
+_METRICS = "arthex has no metric registry; " + _HISTORY
+_SFT_FILE = (
+    "use await model.train_sft(arthex.load_sft_dataset(path), config=arthex.TrainSFTConfig(...))"
+)
+_INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do this themselves"
+
+
+def _shape(name: str) -> Use:
+    """ART's TypedDicts of backend settings: accepted as plain dicts (the model warns they
+    are ignored and names the backend argument to use)."""
+    return Use("arthex.art.dev", name)
+
+
+_SETTINGS_SHAPES = (
+    "InternalModelConfig",
+    "BackendModelConfig",
+    "InitArgs",
+    "EngineArgs",
+    "TrainerArgs",
+    "PeftArgs",
+    "LoRAConfig",
+    "TinkerArgs",
+    "TinkerNativeArgs",
+    "TinkerTrainingClientArgs",
+    "VllmRuntimeArgs",
+)
+
+REFUSED_PACKAGES: dict[str, str] = {
+    "art.distributed": (
+        "use arthex.LocalBackend(world_size=N) on one host, or `arthex serve` with "
+        "arthex.ServerlessBackend"
+    ),
+    "art.langgraph": (
+        "wrap the LangGraph agent in arthex.capture() (langchain-openai's ChatOpenAI on "
+        "model.inference_base_url): its calls are recorded (docs/capture.md)"
+    ),
+    "art.mcp": (
+        "arthex does not generate MCP scenarios; write the scenarios and call your MCP "
+        "tools from the rollout"
+    ),
+    "art.megatron": _MEGATRON,
+    "art.pipeline_tuner": _AUTOTUNE,
+    "art.preprocessing": _TOKENIZE,
+    "art.tau_bench": (
+        "arthex has no tau-bench client; call the benchmark's own client from the rollout"
+    ),
+    "art.tinker_native": _TINKER,
+    "art.trainer_rank": _MEGATRON,
+    "art.transformers": "arthex loads models with transformers as it is; no patches to apply",
+    "art.unsloth": "arthex does not use Unsloth; use arthex.LocalBackend (torch and peft)",
+    "art.utils.benchmarking": _HISTORY + ", and `arthex plot`",
+    "art.utils.deployment": _DEPLOY,
+    "art.utils.old_benchmarking": _HISTORY + ", and `arthex plot`",
+}
+
+REFUSED_MODULES: dict[str, str] = {
+    "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
+    "art.api_costs": _NO_COSTS,
+    "art.cli": "use the `arthex` command (`arthex --help`)",
+    "art.costs": _NO_COSTS,
+    "art.dev.get_model_config": _BACKEND_SETTINGS,
+    "art.dev.sequence_lengths": _BACKEND_SETTINGS,
+    "art.dev.validate": _BACKEND_SETTINGS,
+    "art.guided_completion": "pass response_format or tool_choice to the OpenAI client yourself",
+    "art.local.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
+    "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
+    "art.loss": (
+        "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
+    ),
+    "art.metrics": _METRICS,
+    "art.metrics_taxonomy": _METRICS,
+    "art.openai": "call the OpenAI client with stream=False: arthex records whole chat completions",
+    "art.pipeline_trainer.binary_prefix_tool_pipeline": (
+        "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
+    ),
+    "art.pipeline_trainer.checkpoint_retention": _RETENTION,
+    "art.pipeline_trainer.state": (
+        "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
+    ),
+    "art.pipeline_trainer.status": "arthex.PipelineTrainer prints its own progress",
+    "art.pipeline_trainer.yes_no_maybe_pipeline": (
+        "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
+    ),
+    "art.runtime_diagnostics": _VLLM,
+    "art.serverless.client": (
+        "use arthex.ServerlessBackend(base_url=..., api_key=...) against `arthex serve`"
+    ),
+    "art.serving_capabilities": _VLLM,
+    "art.tinker.client": _TINKER,
+    "art.tinker.renderers": _TINKER,
+    "art.tinker.server": _TINKER,
+    "art.tinker.service": _TINKER,
+    "art.token_prefix": _INTERNAL,
+    "art.trajectories.tensors": _TOKENIZE,
+    "art.utils.append_only": _INTERNAL,
+    "art.utils.benchmark_rollout": (
+        "time a rollout yourself; PipelineTrainer records rollout timings in the history"
+    ),
+    "art.utils.cache_dirs": _INTERNAL,
+    "art.utils.chat_template": _INTERNAL,
+    "art.utils.convert_moe_lora": _INTERNAL,
+    "art.utils.deploy_model": _DEPLOY,
+    "art.utils.format_message": (
+        "print trajectory.messages() yourself, or run `arthex trajectories`"
+    ),
+    "art.utils.get_model_step": "use await model.get_step()",
+    "art.utils.get_repo_root_path": _INTERNAL,
+    "art.utils.group_aggregate": _METRICS,
+    "art.utils.grpo": (
+        "arthex.group_advantages(rewards) gives a group's advantages (all zero when the "
+        "rewards are equal)"
+    ),
+    "art.utils.lifecycle": _INTERNAL,
+    "art.utils.litellm": "arthex does not use LiteLLM; it works with the OpenAI SDK's Choice",
+    "art.utils.log_http_errors": _INTERNAL,
+    "art.utils.logging": _INTERNAL,
+    "art.utils.managed_process": _INTERNAL,
+    "art.utils.model_config": _INTERNAL,
+    "art.utils.network": _INTERNAL,
+    "art.utils.output_dirs": (
+        "a run lives in {base_path}/{project}/models/{run_name}/ (docs/migrating-from-art.md)"
+    ),
+    "art.utils.record_provenance": (
+        "arthex records no provenance; pass Model(config=...) to keep settings with the run"
+    ),
+    "art.utils.s3": (
+        "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
+    ),
+    "art.utils.s3_checkpoint_utils": (
+        "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
+    ),
+    "art.utils.safetensors": _INTERNAL,
+    "art.utils.strip_logprobs": _INTERNAL,
+    "art.utils.suppress_litellm_serialization_warnings": (
+        "arthex does not use LiteLLM; nothing to suppress"
+    ),
+    "art.utils.trajectory_logging": (
+        "use model.log(groups) to write and arthex.load_trajectories(run_dir) to read"
+    ),
+    "art.utils.trajectory_migration": (
+        "arthex reads ART's trajectory files as they are; nothing to migrate"
+    ),
+    "art.utils.wandb_sdk": (
+        "use Model(report_metrics=['wandb']); arthex.WandbReporter mirrors the history"
+    ),
+    "art.vllm_route_transport": _VLLM,
+    "art.vllm_runtime": _VLLM,
+}
+
+_MODEL = Use("arthex.composition.api", "Model")
+_TRAINABLE = Use("arthex.composition.api", "TrainableModel")
+_PIPELINE = Use("arthex.composition.api", "PipelineTrainer")
+_GROUP_ROLLOUT = Use("arthex.core.pipeline", "make_group_rollout_fn")
+_TRAJECTORY = Use("arthex.core.trajectories", "Trajectory")
+_GROUP = Use("arthex.core.trajectories", "TrajectoryGroup")
+_CURRENT = Use("arthex.composition.capture", "current_trajectory")
+_NO_CAPTURE = Use("arthex.composition.capture", "no_capture")
+_TRAJECTORY_GROUP = Use("arthex.core.trajectories", "trajectory_group")
+_MESSAGES = Use("arthex.core.chat_types", "Messages")
+_MESSAGES_AND_CHOICES = Use("arthex.core.chat_types", "MessagesAndChoices")
+_TOOLS = Use("arthex.core.chat_types", "Tools")
+_TRAIN_CONFIG = Use("arthex.core.config", "TrainConfig")
+_TRAIN_SFT_CONFIG = Use("arthex.core.sft", "TrainSFTConfig")
+_RESULT = Use("arthex.core.model", "TrainResult")
+_LOCAL = Use("arthex.adapters.local", "LocalBackend")
+_SERVERLESS = Use("arthex.adapters.serverless", "ServerlessBackend")
+_TINKER_BACKEND = Use("arthex.adapters.tinker", "TinkerBackend")
+_GATHER_GROUPS = Use("arthex.core.gather", "gather_trajectory_groups")
+_GATHER = Use("arthex.core.gather", "gather_trajectories")
+_BATCHES = Use("arthex.core.batch_stream", "trajectory_group_batches")
+_RETRY = Use("arthex.utils.retry", "retry")
+_ITERATE = Use("arthex.utils.iterate_dataset", "iterate_dataset")
+_DATASET_BATCH = Use("arthex.utils.iterate_dataset", "DatasetBatch")
+_LIMIT = Use("arthex.utils.limit_concurrency", "limit_concurrency")
+_RULER = Use("arthex.rewards.ruler", "ruler")
+_RULER_GROUP = Use("arthex.rewards.ruler", "ruler_score_group")
+_METADATA_VALUE = Use("arthex.core.trajectories", "MetadataValue")
+_ROLLOUT_TYPES = {
+    "RolloutFn": Use("arthex.core.pipeline.rollouts", "RolloutFn"),
+    "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
+    "EvalFn": Use("arthex.core.pipeline.rollouts", "EvalFn"),
+}
+_YIELD = Refuse(_CAPTURE)
+_TOKENIZE_NAME = Refuse(_TOKENIZE)
+_GET_TOKENIZER = Refuse("use transformers.AutoTokenizer.from_pretrained(base_model)")
+_MEGATRON_NAME = Refuse(_MEGATRON)
+_AUTOTUNE_NAME = Refuse(_AUTOTUNE)
+_TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
+_METRICS_NAME = Refuse(_METRICS)
+_DEV_TRAIN = Refuse("pass training options to backend.train(...) or arthex.TrainConfig(...)")
+_DEV_SFT = Refuse("pass SFT options to arthex.TrainSFTConfig(...)")
+_SERVER_CONFIG = Refuse(
+    "arthex's servers need no configuration passed to register(); " + _BACKEND_SETTINGS
+)
+_HF_TRAINER = Refuse(
+    "arthex does not take Hugging Face trainer arguments; "
+    "set the optimizer on the backend: arthex.LocalBackend(adam_betas=..., weight_decay=...)"
+)
+_TRAINING_EXCHANGES = Refuse(_EXCHANGES)
+_HISTORY_TYPES = Refuse(
+    "arthex.History holds a trajectory's additional histories (messages_and_choices, tools)"
+)
+_COMPACT = Refuse("use Trajectory.model_dump_json() and Trajectory.model_validate_json()")
+
+MODULES: dict[str, dict[str, Entry]] = {
+    "art": {
+        "Backend": Use("arthex.core.backend_train", "BackendTrainEntry"),
+        "LoRAConfig": _shape("LoRAConfig"),
+        "LocalServingUnavailableError": Refuse(
+            "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
+        ),
+        "LocalTrainResult": _TRAIN_RESULT_NAME,
+        "MegatronRuntimeConfig": _MEGATRON_NAME,
+        "MegatronTopologyConfig": _MEGATRON_NAME,
+        "Messages": _MESSAGES,
+        "MessagesAndChoices": _MESSAGES_AND_CHOICES,
+        "MetricDefinition": _METRICS_NAME,
+        "Model": _MODEL,
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _METRICS_NAME,
+        "PIPELINE_RL_METRIC_DEFINITIONS": _METRICS_NAME,
+        "PIPELINE_RL_SCORE_METRICS": _METRICS_NAME,
+        "PipelineAutotuneConfig": _AUTOTUNE_NAME,
+        "PipelineRuntimeConfig": _AUTOTUNE_NAME,
+        "ServerlessBackend": _SERVERLESS,
+        "ServerlessTrainResult": _TRAIN_RESULT_NAME,
+        "Tools": _TOOLS,
+        "TrainConfig": _TRAIN_CONFIG,
+        "TrainResult": _RESULT,
+        "TrainSFTConfig": _TRAIN_SFT_CONFIG,
+        "TrainableModel": _TRAINABLE,
+        "Trajectory": _TRAJECTORY,
+        "TrajectoryGroup": _GROUP,
+        "capture_yielded_trajectory": _YIELD,
+        "current_trajectory": _CURRENT,
+        "dev": Use("arthex.art.dev"),
+        "gather_trajectories": _GATHER,
+        "gather_trajectory_groups": _GATHER_GROUPS,
+        "get_megatron_runtime_config": _MEGATRON_NAME,
+        "get_tokenizer": _GET_TOKENIZER,
+        "init_megatron_runtime_config": _MEGATRON_NAME,
+        "no_capture": _NO_CAPTURE,
+        "retry": _RETRY,
+        "tensorize": _TOKENIZE_NAME,
+        "tokenize": _TOKENIZE_NAME,
+        "trajectory": _YIELD,
+        "trajectory_group": _TRAJECTORY_GROUP,
+        "trajectory_group_batches": _BATCHES,
+        "yield_trajectory": _YIELD,
+    },
+    "art.backend": {
+        "AnyModel": _MODEL,
+        "AnyTrainableModel": _TRAINABLE,
+        "Backend": Use("arthex.core.backend_train", "BackendTrainEntry"),
+    },
+    "art.batches": {"trajectory_group_batches": _BATCHES},
+    "art.dev": {
+        **{name: _shape(name) for name in _SETTINGS_SHAPES},
+        "OpenAIServerConfig": _SERVER_CONFIG,
+        "RolloutWeightUpdateMode": Refuse(_VLLM),
+        "ServerArgs": _SERVER_CONFIG,
+        "TrainConfig": _DEV_TRAIN,
+        "TrainSFTConfig": _DEV_SFT,
+        "get_openai_server_config": _SERVER_CONFIG,
+        "is_dedicated_mode": Refuse(_BACKEND_SETTINGS),
+        "is_external_vllm_mode": Refuse(_VLLM),
+        "validate_dedicated_config": Refuse(_BACKEND_SETTINGS),
+    },
+    "art.dev.engine": {
+        "EngineArgs": _shape("EngineArgs"),
+        "WeightTransferConfig": Refuse(_VLLM),
+    },
+    "art.dev.model": {
+        **{name: _shape(name) for name in _SETTINGS_SHAPES if name != "EngineArgs"},
+        "DebugOption": _HF_TRAINER,
+        "FSDPOption": _HF_TRAINER,
+        "HubStrategy": _HF_TRAINER,
+        "IntervalStrategy": _HF_TRAINER,
+        "OptimizerNames": _HF_TRAINER,
+        "PEFT_ARGS_MIGRATION_MESSAGE": Refuse(_BACKEND_SETTINGS),
+        "RolloutWeightUpdateMode": Refuse(_VLLM),
+        "SaveStrategy": _HF_TRAINER,
+        "SchedulerType": _HF_TRAINER,
+        "VllmRuntimeMode": Refuse(_VLLM),
+    },
+    "art.dev.openai_server": {
+        "OpenAIServerConfig": _SERVER_CONFIG,
+        "ServerArgs": _SERVER_CONFIG,
+        "get_openai_server_config": _SERVER_CONFIG,
+    },
+    "art.dev.train": {"TrainConfig": _DEV_TRAIN, "TrainSFTConfig": _DEV_SFT},
+    "art.errors": {
+        "ARTError": Use("arthex.core.errors", "ArthexError"),
+        "ArtVllmMetricsTimeoutError": Refuse(_VLLM),
+        "ForbiddenBucketCreationError": Refuse(_DEPLOY),
+        "LoRADeploymentTimedOutError": Refuse(_DEPLOY),
+        "LocalServingUnavailableError": Refuse(
+            "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
+        ),
+        "UnsupportedBaseModelDeploymentError": Refuse(_DEPLOY),
+        "UnsupportedLoRADeploymentProviderError": Refuse(_DEPLOY),
+    },
+    "art.gather": {
+        "GatherContext": Refuse(_INTERNAL),
+        "gather_context_var": Refuse(_INTERNAL),
+        "gather_trajectories": _GATHER,
+        "gather_trajectory_groups": _GATHER_GROUPS,
+        "get_gather_context": Refuse(_INTERNAL),
+        "record_metrics": Refuse("set trajectory.metrics[...] in the rollout"),
+        "record_trajectory_completion_tokens": Refuse(_INTERNAL),
+        "set_gather_context": Refuse(_INTERNAL),
+        "wrap_group_awaitable": Refuse(_INTERNAL),
+        "wrap_trajectories_awaitable": Refuse(_INTERNAL),
+    },
+    "art.local": {"LocalBackend": _LOCAL},
+    "art.local.backend": {"LocalBackend": _LOCAL},
+    "art.local.checkpoints": {
+        "delete_checkpoints": Refuse(_RETENTION + ", or `arthex prune`"),
+        "get_last_checkpoint_dir": Refuse(
+            "checkpoints live in {run}/checkpoints/{step:04d}; await model.get_step() is the latest"
+        ),
+        "migrate_checkpoints_to_new_structure": Refuse(
+            "arthex reads ART's checkpoint layout as it is; nothing to migrate"
+        ),
+    },
+    "art.model": {
+        "METRICS_BUILDER_STATE_KEY": _METRICS_NAME,
+        "METRIC_SECTIONS": _METRICS_NAME,
+        "METRIC_SPLITS": _METRICS_NAME,
+        "Model": _MODEL,
+        "TrainableModel": _TRAINABLE,
+        "WANDB_CANONICAL_METRIC_KEYS": _METRICS_NAME,
+        "WANDB_CANONICAL_METRIC_PREFIXES": _METRICS_NAME,
+    },
+    "art.pipeline_trainer": {
+        "CHECKPOINT_CREATED_AT_METRIC": Refuse(_RETENTION),
+        "CHECKPOINT_EVAL_COMPLETED_METRIC": Refuse(_RETENTION),
+        "CHECKPOINT_SAVED_METRIC": Refuse(_RETENTION),
+        "CheckpointInfo": Refuse(_RETENTION),
+        "CheckpointRetentionContext": Refuse(_RETENTION),
+        "CheckpointRetentionStrategy": Refuse(_RETENTION),
+        **_ROLLOUT_TYPES,
+        "PipelineAutotuneConfig": _AUTOTUNE_NAME,
+        "PipelineRuntimeConfig": _AUTOTUNE_NAME,
+        "PipelineTrainer": _PIPELINE,
+        "ScenarioT": Use("arthex.core.pipeline.rollouts", "ScenarioT"),
+        "StatusReporter": Refuse("arthex.PipelineTrainer prints its own progress"),
+        "keep_recent_and_top": Refuse(_RETENTION),
+        "make_group_rollout_fn": _GROUP_ROLLOUT,
+    },
+    "art.pipeline_trainer.trainer": {
+        "PIPELINE_STATE_KEY": Refuse(
+            "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
+        ),
+        "PipelineTrainer": _PIPELINE,
+        "make_group_rollout_fn": _GROUP_ROLLOUT,
+    },
+    "art.pipeline_trainer.types": {**_ROLLOUT_TYPES, "ScalarMetadataValue": _METADATA_VALUE},
+    "art.rewards": {"ruler": _RULER, "ruler_score_group": _RULER_GROUP},
+    "art.rewards.ruler": {
+        "DEFAULT_RUBRIC": Use("arthex.rewards.prompt", "DEFAULT_RUBRIC"),
+        "Response": Refuse("arthex.rewards.ruler(...) returns a list of TrajectoryScore"),
+        "TrajectoryScore": Use("arthex.rewards.prompt", "TrajectoryScore"),
+        "ruler": _RULER,
+        "ruler_score_group": _RULER_GROUP,
+    },
+    "art.serverless": {"ServerlessBackend": _SERVERLESS},
+    "art.serverless.backend": {"ServerlessBackend": _SERVERLESS},
+    "art.tinker": {
+        "OpenAICompatibleTinkerServer": Refuse(_TINKER),
+        "TinkerBackend": _TINKER_BACKEND,
+        "get_renderer_name": Refuse(_TINKER),
+    },
+    "art.tinker.backend": {"TinkerBackend": _TINKER_BACKEND},
+    "art.tokenizer": {"get_tokenizer": _GET_TOKENIZER},
+    "art.trajectories": {
+        "AnthropicMessageSource": _TRAINING_EXCHANGES,
+        "AnthropicMessagesHistory": _TRAINING_EXCHANGES,
+        "ChatCompletionsExchange": _TRAINING_EXCHANGES,
+        "ChatCompletionsHistory": _TRAINING_EXCHANGES,
+        "ChatCompletionsMessageSource": _TRAINING_EXCHANGES,
+        "ChatCompletionsRequest": _TRAINING_EXCHANGES,
+        "CompactDumpable": _COMPACT,
+        "CompactTrajectoryKind": _COMPACT,
+        "CompactTrajectoryPayload": _COMPACT,
+        "CompletionsExchange": _TRAINING_EXCHANGES,
+        "CompletionsRequest": _TRAINING_EXCHANGES,
+        "CompletionsSource": _TRAINING_EXCHANGES,
+        "CompletionsStringHistory": _TRAINING_EXCHANGES,
+        "CompletionsStringSourceSpan": _TRAINING_EXCHANGES,
+        "CompletionsTokenHistory": _TRAINING_EXCHANGES,
+        "CompletionsTokenSourceSpan": _TRAINING_EXCHANGES,
+        "History": Use("arthex.core.trajectories", "History"),
+        "LegacyHistory": _HISTORY_TYPES,
+        "MessagesExchange": _TRAINING_EXCHANGES,
+        "MessagesRequest": _TRAINING_EXCHANGES,
+        "MetadataValue": _METADATA_VALUE,
+        "PydanticException": Refuse("arthex.CapturedException is a group's recorded exception"),
+        "ResponsesExchange": _TRAINING_EXCHANGES,
+        "ResponsesHistory": _TRAINING_EXCHANGES,
+        "ResponsesItemSource": _TRAINING_EXCHANGES,
+        "ResponsesRequest": _TRAINING_EXCHANGES,
+        "TensorizedHistory": _TOKENIZE_NAME,
+        "TensorizedMultiHistoryTrajectory": _TOKENIZE_NAME,
+        "TensorizedTopK": _TOKENIZE_NAME,
+        "TensorizedTrajectory": _TOKENIZE_NAME,
+        "TensorizedTrajectoryGroup": _TOKENIZE_NAME,
+        "TokenFlag": _TOKENIZE_NAME,
+        "TokenizedHistory": _TOKENIZE_NAME,
+        "TokenizedMultiHistoryTrajectory": _TOKENIZE_NAME,
+        "TokenizedTopK": _TOKENIZE_NAME,
+        "TokenizedTrajectory": _TOKENIZE_NAME,
+        "TokenizedTrajectoryGroup": _TOKENIZE_NAME,
+        "Tokenizer": _TOKENIZE_NAME,
+        "Trajectory": _TRAJECTORY,
+        "TrajectoryExchanges": _TRAINING_EXCHANGES,
+        "TrajectoryGroup": _GROUP,
+        "TrajectoryHistory": _HISTORY_TYPES,
+        "compact_dump": _COMPACT,
+        "compact_memory": _COMPACT,
+        "compact_validate": _COMPACT,
+        "compact_validate_json": _COMPACT,
+        "current_trajectory": _CURRENT,
+        "first_occurrence_masks": _TOKENIZE_NAME,
+        "get_messages": Refuse("use trajectory.messages()"),
+        "no_capture": _NO_CAPTURE,
+        "tensorize": _TOKENIZE_NAME,
+        "tokenize": _TOKENIZE_NAME,
+        "trajectory": _YIELD,
+        "trajectory_group": _TRAJECTORY_GROUP,
+    },
+    "art.types": {
+        "LocalTrainResult": _TRAIN_RESULT_NAME,
+        "MegatronRuntimeConfig": _MEGATRON_NAME,
+        "MegatronTopologyConfig": _MEGATRON_NAME,
+        "Message": Use("arthex.core.chat_types", "Message"),
+        "MessageOrChoice": Use("arthex.core.chat_types", "MessageOrChoice"),
+        "Messages": _MESSAGES,
+        "MessagesAndChoices": _MESSAGES_AND_CHOICES,
+        "SFTMetricLoggingConfig": Refuse(
+            "arthex records every SFT gradient step under sft/ in the history; nothing to set"
+        ),
+        "ServerlessTrainResult": _TRAIN_RESULT_NAME,
+        "Tools": _TOOLS,
+        "TrainConfig": _TRAIN_CONFIG,
+        "TrainResult": _RESULT,
+        "TrainSFTConfig": _TRAIN_SFT_CONFIG,
+        "Verbosity": Refuse("pass verbose=True to backend.train(...) or model.train_sft(...)"),
+    },
+    "art.utils": {
+        "format_message": Refuse(REFUSED_MODULES["art.utils.format_message"]),
+        "get_model_step": Refuse(REFUSED_MODULES["art.utils.get_model_step"]),
+        "iterate_dataset": _ITERATE,
+        "limit_concurrency": _LIMIT,
+        "log_http_errors": Refuse(_INTERNAL),
+        "record_provenance": Refuse(REFUSED_MODULES["art.utils.record_provenance"]),
+        "retry": _RETRY,
+    },
+    "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
+    "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
+    "art.utils.retry": {"retry": _RETRY},
+    "art.utils.sft": {
+        "SFTChunk": Refuse(_SFT_FILE),
+        "create_lr_schedule": Use("arthex.core.sft", "create_lr_schedule"),
+        "create_sft_dataset_iterator": Refuse(_SFT_FILE),
+        "get_file_row_count": Refuse(_SFT_FILE),
+        "iterate_file": Refuse("arthex.load_sft_dataset(path) reads a JSONL or parquet file"),
+        "resolve_sft_batch_size": Refuse("set arthex.TrainSFTConfig(batch_size=...)"),
+        "train_sft_from_file": Refuse(_SFT_FILE),
+    },
+    "art.yield_trajectory": {
+        "YieldTrajectoryContext": _YIELD,
+        "capture_yielded_trajectory": _YIELD,
+        "yield_trajectory": _YIELD,
+        "yield_trajectory_context_var": _YIELD,
+    },
+}
+
+
+# -- the runtime side: what the module files call ---------------------------------------------
+
+PREFIX = "arthex."
+
+
+def art_path(module: str) -> str:
+    """`arthex.art.types` -> `art.types`."""
+    return module.removeprefix(PREFIX)
+
+
+def refused_module(path: str) -> str | None:
+    """What to use instead of ART's module `path`, if arthex refuses it (or a package above)."""
+    if path in REFUSED_MODULES:
+        return REFUSED_MODULES[path]
+    for package, instead in REFUSED_PACKAGES.items():
+        if path == package or path.startswith(package + "."):
+            return instead
+    return None
+
+
+def refusal(what: str, instead: str) -> NotInArthexError:
+    return NotInArthexError(f"ART's {what} is not in arthex: {instead} (see {GUIDE})")
+
+
+def refuse_module(module: str) -> NoReturn:
+    """Called by a refused module's file as it is imported."""
+    path = art_path(module)
+    instead = refused_module(path)
+    raise refusal(f"module {path}", instead if instead is not None else _INTERNAL)
+
+
+def children(path: str) -> list[str]:
+    """The modules directly under ART's module `path` that the table knows."""
+    known = [*MODULES, *REFUSED_MODULES, *REFUSED_PACKAGES]
+    depth = path.count(".") + 1
+    return sorted(
+        {k.split(".")[depth] for k in known if k.startswith(path + ".") and k.count(".") >= depth}
+    )
+
+
+def supported(path: str) -> list[str]:
+    return sorted(name for name, entry in MODULES[path].items() if isinstance(entry, Use))
+
+
+def module_attributes(
+    module: str,
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """`__getattr__`, `__dir__` and `__all__` for the module file of ART's module."""
+    path = art_path(module)
+    entries = MODULES[path]
+    below = children(path)
+    names = supported(path)
+    # A name that is also a submodule (`art.utils.iterate_dataset`, `art.rewards.ruler`): ART's
+    # package binds the name as it imports the submodule, so the name wins. Import the
+    # submodule now and drop the attribute the import system set, so the name's entry rules.
+    namespace = vars(sys.modules[module])
+    for name in sorted(set(entries) & set(below)):
+        if refused_module(f"{path}.{name}") is None:
+            importlib.import_module(f"{module}.{name}")
+            namespace.pop(name, None)
+
+    def __getattr__(name: str) -> Any:
+        entry = entries.get(name)
+        if isinstance(entry, Use):
+            value = entry.resolve()
+            setattr(sys.modules[module], name, value)
+            return value
+        if isinstance(entry, Refuse):
+            raise refusal(f"{path}.{name}", entry.instead)
+        if name in below:
+            return importlib.import_module(f"{module}.{name}")
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        modules = [c for c in below if refused_module(f"{path}.{c}") is None and c not in entries]
+        return sorted({*names, *modules})
+
+    return __getattr__, __dir__, names

@@ -1,0 +1,20 @@
+"""ART's `art.pipeline_trainer.types`, under arthex.
+
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.core.pipeline.rollouts import EvalFn as EvalFn
+    from arthex.core.pipeline.rollouts import RolloutFn as RolloutFn
+    from arthex.core.pipeline.rollouts import SingleRolloutFn as SingleRolloutFn
+    from arthex.core.trajectories import MetadataValue as ScalarMetadataValue
+
+    __all__ = ["EvalFn", "RolloutFn", "ScalarMetadataValue", "SingleRolloutFn"]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -1,0 +1,18 @@
+"""ART's `art.utils.iterate_dataset`, under arthex.
+
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.utils.iterate_dataset import DatasetBatch as DatasetBatch
+    from arthex.utils.iterate_dataset import iterate_dataset as iterate_dataset
+
+    __all__ = ["DatasetBatch", "iterate_dataset"]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
