@@ -32,6 +32,7 @@ from .capture.training import training_groups
 from .config import TrainConfig
 from .errors import (
     BackendError,
+    BaseModelChangedError,
     InvalidInputError,
     NotRegisteredError,
 )
@@ -138,8 +139,13 @@ class TrainableModel(FineTuning):
 
         With a backend whose checkpoints other processes see (`Capability.ONE_TRAINER`), the
         run's lease is taken first, before anything is written: a second trainer on the run
-        gets RunBusyError naming the first. The lease is held until `close`."""
+        gets RunBusyError naming the first. The lease is held until `close`.
+
+        A run keeps the base model it was trained from: registering a trained run with
+        another `base_model` raises BaseModelChangedError before anything is written. A run
+        with nothing trained yet (no row past step 0 in its history) may be re-pointed."""
         spec = self.spec()
+        await self._check_base_model()
         took = await self._take_lease(backend)
         try:
             endpoint = await backend.register(spec)
@@ -159,6 +165,22 @@ class TrainableModel(FineTuning):
         self._step = await backend.get_step(self.run)
         async with self._train_lock:
             await self._repair_training_row(self._step)
+
+    async def _check_base_model(self) -> None:
+        """Refuse another base model for a run that has trained; only reads."""
+        recorded = await self._store.read_model_spec(self.run)
+        before = None if recorded is None else recorded.get("base_model")
+        if not isinstance(before, str) or not before or before == self.base_model:
+            return
+        last = (await self._history_index()).last_step
+        if last is not None and last >= 1:
+            raise BaseModelChangedError(self.run, before, self.base_model)
+        logger.warning(
+            "%s had nothing trained yet: its base model changes from %r to %r",
+            self.run,
+            before,
+            self.base_model,
+        )
 
     async def _take_lease(self, backend: TrainingBackend) -> bool:
         """Take the run's lease if this backend needs one and it is not held yet; True when
@@ -226,7 +248,7 @@ class TrainableModel(FineTuning):
     async def train(
         self,
         trajectory_groups: Iterable[TrajectoryGroup],
-        config: TrainConfig | None = None,
+        config: TrainConfig | Mapping[str, Any] | None = None,
         *,
         verbose: bool = False,
         progress: bool | None = None,
@@ -234,11 +256,15 @@ class TrainableModel(FineTuning):
     ) -> TrainResult:
         """One RL update: log the groups at step N, train, record the metrics at N+1.
 
+        `config` is a TrainConfig or a mapping of its fields (`{"learning_rate": 1e-5}`);
+        None trains with TrainConfig's defaults.
+
         `progress` shows a line per gradient step on a terminal (None: only when stderr is a
         terminal; False: never). `log_groups=False` skips logging the groups at N: for groups
         already logged there (read back with `logged_groups` to finish an update a crash
         interrupted), so they are not stored twice."""
-        return await self._train(trajectory_groups, config, log_groups, verbose, progress)
+        checked = TrainConfig.model_validate(config) if config is not None else None
+        return await self._train(trajectory_groups, checked, log_groups, verbose, progress)
 
     async def train_for_backend(
         self,
