@@ -47,6 +47,7 @@ from ...core.errors import (
     RunBusyError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
@@ -243,8 +244,11 @@ class ServerlessBackend(BackendTrainEntry):
                 with contextlib.suppress(Exception):  # best effort: else it expires
                     await client.request("DELETE", path, timeout=min(self.timeout, 10.0))
         self._client = None
-        if client is not None:
-            await client.aclose()
+        try:
+            if client is not None:
+                await client.aclose()
+        finally:
+            await release_leases(self)  # the models registered here give their runs back
 
     async def _heartbeat(self, run: RunRef, ttl_s: float) -> None:
         """Renew the model's lease every third of its TTL while this trainer lives (a long
