@@ -203,7 +203,6 @@ FRONTEND = textwrap.dedent(
     """
     import asyncio, sys
     from arthex.adapters.local import LocalBackend
-from arthex.adapters.local.distributed.channel import Channel
     from arthex.core.config import TrainConfig
     from arthex.core.identity import ModelSpec, RunRef
     from arthex.testing.contracts.training_backend import synthetic_groups
