@@ -22,6 +22,7 @@ import gc
 import sys
 import weakref
 from pathlib import Path
+from types import FrameType
 from typing import Protocol
 
 from .identity import RunRef
@@ -89,10 +90,10 @@ _PACKAGE = (
 def caller_site() -> str:
     """`file:line` of the first frame outside arthex's own code: where the user called
     `register` (a notebook cell shows as its pseudo-file)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_PACKAGE) and "asyncio" not in Path(filename).parts:
             return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return "an unknown place"

@@ -95,7 +95,7 @@ class TrainableModel(FineTuning):
         )
         self._leases = leases
         self._lease: HeldLease | None = None
-        self._lease_finalizer: weakref.finalize[..., None] | None = None
+        self._lease_finalizer: weakref.finalize[[], TrainableModel] | None = None
         if not isinstance(base_model, str) or not base_model:
             raise InvalidInputError(
                 f"base_model must be a model id or directory, got {base_model!r}"

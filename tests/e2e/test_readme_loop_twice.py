@@ -48,7 +48,7 @@ def test_the_readme_loop_runs_twice_in_one_process_and_trains_on(
     code = compile(readme_loop(), "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
     def score(response: Any) -> float:
-        reply = response.choices[0].message.content or ""
+        reply: str = response.choices[0].message.content or ""
         return sum(c.isdigit() for c in reply) / max(len(reply), 1)
 
     async def evaluate(model: arthex.TrainableModel) -> list[arthex.TrajectoryGroup]:
