@@ -34,6 +34,7 @@ from ...core.errors import (
     MissingExtraError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...core.validation import check_training_groups
@@ -266,11 +267,15 @@ class LocalBackend(BackendTrainEntry):
         return await self._pool.serving_for(base_model, spec.run.name, make_engine)
 
     async def close(self) -> None:
-        """Stop every server and engine and drop the trainers; the files stay. A trainer that
-        fails to close is logged and the rest are still closed."""
-        for run in self._runs.close():
-            await self._discard(run)
-        await self._pool.close()
+        """Stop every server and engine and drop the trainers (their rank processes with
+        them); the files stay. A trainer that fails to close is logged and the rest are still
+        closed. Then the models registered here give their run leases back."""
+        try:
+            for run in self._runs.close():
+                await self._discard(run)
+            await self._pool.close()
+        finally:
+            await release_leases(self)
 
     async def _discard(self, run: _Run) -> None:
         """Release a run's trainer (its rank processes, when it has them)."""
