@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "-p",
                 "no:cacheprovider",
                 f"--junitxml={report}",
+                "-o",
+                "junit_family=xunit1",  # its test cases name their file
                 *pytest_args,
             ]
             print(f"hunt: run {run} of {args.runs}: {' '.join(command[1:])}", flush=True)
@@ -84,19 +86,18 @@ def failed_tests(report: Path) -> list[str]:
     for case in ET.parse(report).getroot().iter("testcase"):
         if case.find("failure") is None and case.find("error") is None:
             continue
-        classname, name = case.get("classname", ""), case.get("name", "")
-        failed.append(f"{_test_file(classname)}::{name}" if classname else name)
+        failed.append(_test_id(case.get("file"), case.get("classname", ""), case.get("name", "")))
     return sorted(set(failed))
 
 
-def _test_file(classname: str) -> str:
-    """`tests.unit.test_x.TestY` -> `tests/unit/test_x.py::TestY` (the id pytest prints)."""
-    parts = classname.split(".")
-    for cut in range(len(parts), 0, -1):
-        path = Path(*parts[:cut]).with_suffix(".py")
-        if (ROOT / path).is_file():
-            return "::".join([path.as_posix(), *parts[cut:]])
-    return classname
+def _test_id(file: str | None, classname: str, name: str) -> str:
+    """The id pytest prints, `tests/unit/test_x.py::TestY::test_z`, from a report's `file`
+    (`tests/unit/test_x.py`), `classname` (`tests.unit.test_x.TestY`) and `name`."""
+    if not file:
+        return f"{classname}::{name}" if classname else name
+    module = file.removesuffix(".py").replace("/", ".")
+    inner = classname[len(module) + 1 :] if classname.startswith(module + ".") else ""
+    return "::".join(part for part in (file, *inner.split("."), name) if part)
 
 
 def _summary(failures: dict[str, list[int]], runs: int, took_s: float) -> str:
