@@ -99,6 +99,7 @@ class TinkerEmulator:
         self._state_dir = state_dir
         self._temp_root: Path | None = None
         self._previous_threads: int | None = None
+        self._stopping = False  # requests on connections still open get a 503
         self._service: TinkerService | None = None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -143,6 +144,7 @@ class TinkerEmulator:
             root = Path(self._state_dir)
             root.mkdir(parents=True, exist_ok=True)
         names = {self.base_model_path, self.model_name, str(Path(self.base_model_path).resolve())}
+        self._stopping = False
         self._service = TinkerService(
             base,
             root,
@@ -164,6 +166,7 @@ class TinkerEmulator:
         """Stop serving, fail what is still pending, end every open connection and join the
         threads that served them, and drop the temp state folder."""
         atexit.unregister(self.stop)
+        self._stopping = True
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()  # no new connections
@@ -204,7 +207,7 @@ class TinkerEmulator:
         return key.startswith(("tml-", "eyJ"))
 
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Reply:
-        if self._service is None:
+        if self._service is None or self._stopping:
             raise HttpError(503, "the tinker emulator is stopping")
         return self._service.handle(method, target, headers, body)
 
