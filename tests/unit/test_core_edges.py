@@ -32,7 +32,7 @@ from arthex.core.trajectories import (
 from arthex.ports.training_backend import InferenceEndpoint
 from arthex.testing.builders import make_choice, make_group
 from arthex.testing.contracts.training_backend import synthetic_groups
-from arthex.testing.fake_backend import InMemoryBackend
+from arthex.testing.fakes.backend import InMemoryBackend
 
 # -- gather: the failure budget --------------------------------------------------------------
 
