@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from ...adapters.layout import run_label
+from ...core.errors import install_command
 from .common import (
     BASE_PATH_OPT,
     NAME_OPT,
@@ -105,7 +106,7 @@ def export(
         try:
             from ...adapters.local.export import export_checkpoint
         except ImportError as error:
-            fail(f'export needs its extra: pip install "arthex[local]" ({error})')
+            fail(f"export needs its extra: {install_command('local')} ({error})")
         written = export_checkpoint(
             path,
             out,
