@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
+from ..hf_quiet import quiet_hf
 from .chat import ChatTokenizer
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -64,6 +65,7 @@ class ModelWeights:
             self._device_name or ("cuda" if torch.cuda.is_available() else "cpu")
         )
         chat = ChatTokenizer.load(self.base_model)
+        quiet_hf()
         base = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=self._torch_dtype())
         base.to(self.device).eval()
         base.requires_grad_(False)
@@ -134,6 +136,7 @@ class ModelWeights:
         except ImportError as exc:
             raise MissingExtraError("peft", "local") from exc
         adapter = next(self._adapter_names)
+        quiet_hf()
         try:
             if self._peft is None:
                 self._peft = PeftModel.from_pretrained(
@@ -176,6 +179,7 @@ class ModelWeights:
             return copy.deepcopy(self._base)
         from transformers import AutoModelForCausalLM
 
+        quiet_hf()
         module = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=self._torch_dtype())
         module.to(self.device)
         module.requires_grad_(False)

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
 from ..files import new_folder
+from ..hf_quiet import quiet_hf
 from . import checkpoint_io
 from . import checkpoints as ckpt
 
@@ -121,6 +122,7 @@ def _write_merged(base: str, source: Path, full: bool, out: Path, dtype: str | N
         from transformers import AutoModelForCausalLM
     except ImportError as exc:
         raise MissingExtraError(exc.name or "torch", "local") from exc
+    quiet_hf()
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     except OSError as exc:

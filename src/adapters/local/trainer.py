@@ -31,6 +31,7 @@ import torch
 
 from ...core.config import TrainConfig
 from ...core.errors import CorruptDataError, InvalidInputError
+from ..hf_quiet import quiet_hf
 from . import checkpoint_io
 from . import checkpoints as ckpt
 from .loss import LossSettings, LossStats, next_token_logprobs, policy_loss
@@ -147,6 +148,7 @@ class PolicyTrainer:
     def _base_model(self) -> Any:
         from transformers import AutoModelForCausalLM
 
+        quiet_hf()
         device = torch.device(self.settings.device)
         dtype = torch.float32
         if device.type == "cuda" and self.settings.full_finetune is not True:
