@@ -5,6 +5,11 @@ is rebuilt from its calls: each call's request messages plus the reply form a co
 and a later call whose request repeats an earlier conversation (message by message, compared
 by role, text, tool calls and tool-call id) continues it. Calls that continue nothing (a
 sub-agent, a rewritten history) start conversations of their own, in the order they started.
+
+`trainable` marks the model's own sampled turns, the ones training learns from: the Choices of
+a hand-built trajectory, and in a captured one each call's reply, wherever the conversation
+carries it (a later call re-sends it as history); assistant messages the agent wrote itself
+(few-shot examples) are not marked.
 """
 
 from __future__ import annotations
@@ -23,18 +28,22 @@ from ..trajectories import Trajectory
 class Conversation:
     messages: tuple[dict[str, Any], ...]
     tools: tuple[dict[str, Any], ...] | None = None
+    trainable: frozenset[int] = frozenset()  # indices of the model's sampled turns
 
 
 def conversations(trajectory: Trajectory) -> list[Conversation]:
     """The main conversation first, then the others (additional histories, other threads)."""
     if not trajectory.exchanges:
         main = tuple(cast("dict[str, Any]", message) for message in trajectory.messages())
-        found = [Conversation(main, _tools(trajectory.tools))]
+        found = [
+            Conversation(main, _tools(trajectory.tools), _choices(trajectory.messages_and_choices))
+        ]
         for history in trajectory.additional_histories:
             found.append(
                 Conversation(
                     tuple(_message(item) for item in history.messages_and_choices),
                     _tools(history.tools),
+                    _choices(history.messages_and_choices),
                 )
             )
         return found
@@ -43,12 +52,14 @@ def conversations(trajectory: Trajectory) -> list[Conversation]:
         enumerate(trajectory.exchanges.chat_completions),
         key=lambda item: (item[1].start_time, item[0]),
     )
+    replies: set[tuple[Any, ...]] = set()
     for _, exchange in ordered:
         sent = exchange.request.get("messages")
         listed = sent if isinstance(sent, list) else []
         messages = [dict(m) for m in listed if isinstance(m, Mapping)]
         if exchange.response.choices:
             messages.append(assistant_message(exchange.response.choices[0]))
+            replies.add(_key(messages[-1]))
         keys = [_key(m) for m in messages]
         tools = exchange.request.get("tools")
         for index, (_, known, _) in enumerate(threads):
@@ -57,7 +68,18 @@ def conversations(trajectory: Trajectory) -> list[Conversation]:
                 break
         else:
             threads.append((messages, keys, tools))
-    return [Conversation(tuple(messages), _tools(tools)) for messages, _, tools in threads]
+    return [
+        Conversation(
+            tuple(messages),
+            _tools(tools),
+            frozenset(i for i, key in enumerate(keys) if key in replies),
+        )
+        for messages, keys, tools in threads
+    ]
+
+
+def _choices(items: Sequence[Any]) -> frozenset[int]:
+    return frozenset(i for i, item in enumerate(items) if isinstance(item, Choice))
 
 
 def assistant_message(choice: Choice) -> dict[str, Any]:
