@@ -18,6 +18,7 @@ import attrs
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
 from ..hf_quiet import quiet_hf
+from ..hub import resolve_base_model
 from .chat import ChatTokenizer
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -66,7 +67,9 @@ class ModelWeights:
         )
         chat = ChatTokenizer.load(self.base_model)
         quiet_hf()
-        base = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=self._torch_dtype())
+        base = AutoModelForCausalLM.from_pretrained(
+            resolve_base_model(self.base_model), dtype=self._torch_dtype()
+        )
         base.to(self.device).eval()
         base.requires_grad_(False)
         chat.add_eos_token_ids(getattr(base.generation_config, "eos_token_id", None))
@@ -180,7 +183,9 @@ class ModelWeights:
         from transformers import AutoModelForCausalLM
 
         quiet_hf()
-        module = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=self._torch_dtype())
+        module = AutoModelForCausalLM.from_pretrained(
+            resolve_base_model(self.base_model), dtype=self._torch_dtype()
+        )
         module.to(self.device)
         module.requires_grad_(False)
         return module
