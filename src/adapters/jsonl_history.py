@@ -205,7 +205,7 @@ def _loads(data: bytes) -> Any:
 
 def read_rows(path: Path) -> list[MetricsRow]:
     """Every row of the ledger at `path` (none when it does not exist), read as `rows` reads
-    it: under the shared lock, a torn last line ignored, line numbers on corruption."""
+    it: under the shared lock, a torn last line left out (said once), line numbers on corruption."""
     return _read_from(path, 0, True)[0]
 
 
