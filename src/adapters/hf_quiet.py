@@ -20,17 +20,19 @@ _done = False
 
 
 def quiet_hf() -> None:
-    """Silence the noise above (idempotent; cheap after the first call)."""
+    """Silence the noise above. Idempotent: the warning filter is put back in front each time
+    (code that resets the filters, as pytest does per test, has it again), the bars are
+    switched off once."""
     global _done
-    if _done:
-        return
-    _done = True
     warnings.filterwarnings(
         "ignore",
         message="`is_gradient_checkpointing` is deprecated",
         category=FutureWarning,
         module="transformers.modeling_utils",
     )
+    if _done:
+        return
+    _done = True
     if not _on_a_terminal():
         try:
             from transformers.utils import logging as hf_logging_module

@@ -62,7 +62,7 @@ def test_a_missing_extra_names_this_installs_command() -> None:
     except metadata.PackageNotFoundError:
         pytest.skip("arthex runs from a path without installed metadata")
     found = [f for f in dist.files or () if f.name == "direct_url.json"]
-    origin = json.loads(found[0].locate().read_text()) if found else {}
+    origin = json.loads(Path(str(found[0].locate())).read_text()) if found else {}
     if origin.get("dir_info", {}).get("editable"):
         folder = origin["url"].removeprefix("file://")
         assert message.endswith(f'install it with: pip install -e "{folder}[wandb]"'), message
