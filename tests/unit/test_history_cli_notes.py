@@ -59,7 +59,4 @@ def test_the_note_on_an_update_without_a_gradient_step_names_the_batch_it_traine
     code, out, err = run(["history", str(path.parent)], capsys)
     assert code == 0, err
     notes = [line for line in out.splitlines() if line.startswith("step 16:")]
-    assert notes == [
-        "step 16: no gradient step: in the batch logged at step 15, every group's trajectories "
-        "had equal rewards"
-    ]
+    assert notes == ["step 16: no gradient step: each group of step 15's batch had equal rewards"]

@@ -125,6 +125,5 @@ def history(
         for step, why in sorted(Ledger.of(path).nothing_trained().items()):
             if low <= step <= high:  # type: ignore[operator]
                 # the row at `step` is the batch trained next; the note is about the one before
-                out.print(
-                    f"step {step}: no gradient step: in the batch logged at step {step - 1}, {why}"
-                )
+                note = f"step {step}: no gradient step: {why.format(batch=step - 1)}"
+                out.print(note, soft_wrap=True)

@@ -21,9 +21,10 @@ from ...core.retention import BestStep, Direction
 from ...core.training_row import GRADIENT_STEPS_KEY
 from .common import UsageError
 
-# why an update took no gradient step: what its batch (the one logged a step before) held
-ALL_EQUAL = "every group's trajectories had equal rewards"
-NO_TOKENS = "no trajectory had a trainable token"
+# why an update took no gradient step: what its batch (the one logged a step before) held;
+# `{batch}` is that batch's step
+ALL_EQUAL = "each group of step {batch}'s batch had equal rewards"
+NO_TOKENS = "step {batch}'s batch had no trainable token"
 
 
 @attrs.frozen
