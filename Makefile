@@ -16,9 +16,10 @@ STAMP := $(VENV)/.installed-$(FILESET)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch's CPU build first, so nothing pulls in gigabytes of CUDA wheels
+	# torch first, from TORCH_INDEX_URL when given (PyTorch's CPU index: no CUDA wheels)
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
+	# without setuptools' notice of where a strict editable install keeps its links
+	PYTHONWARNINGS="ignore:Editable installation." $(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
 	rm -f $(VENV)/.installed-*
 	touch $@
 

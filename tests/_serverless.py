@@ -206,7 +206,8 @@ def launch_server(
     ]
     environment = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        # the tests' package, then whatever this process imports arthex from
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         **gate.env,

@@ -132,8 +132,8 @@ class FineTuning(Model):
             raise UnsupportedCapability(
                 "export",
                 type(backend).__name__,
-                "Export needs the checkpoints' files: with LocalBackend call model.export; a "
-                "training server's runs are exported on the server (`arthex export`); a Tinker "
-                "run's weights live in the Tinker service",
+                "Export needs the checkpoints' files: LocalBackend has them, and a training "
+                "server whose backend has them sends them; a Tinker run's weights live in the "
+                "Tinker service",
             )
         return await backend.export(self.run, out_dir, step=step, format=format)

@@ -156,6 +156,9 @@ class TrainableModel(FineTuning):
         took = await self._take_lease(backend, lease_book.caller_site())
         try:
             endpoint = await backend.register(spec)
+            remote_of = getattr(backend, "remote_of", None)  # a backend that trains elsewhere
+            if callable(remote_of):
+                spec = attrs.evolve(spec, remote=remote_of(self.run))
             await self._store.write_model_spec(spec)
         except BaseException:
             if took:

@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
     from arthex.core.config import TrainConfig
     from arthex.core.identity import ModelSpec, RunRef
     from arthex.emulators.tinker import TinkerEmulator
-    from arthex.testing.contracts.training_backend import synthetic_groups
+    from arthex.testing.builders import synthetic_groups
 
     close, tiny, runs = sys.argv[1] == "close", sys.argv[2], sys.argv[3]
     emulator = TinkerEmulator(tiny, api_key="tml-exit", torch_threads=1)

@@ -60,11 +60,12 @@ from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
     BackendCapabilities,
     Capability,
+    ExportFormat,
     InferenceEndpoint,
     SupervisedFineTuning,
     TrainingBackend,
 )
-from . import wire
+from . import export, wire
 from .client_http import (
     httpx_module,
     raise_for_status,
@@ -78,7 +79,7 @@ if TYPE_CHECKING:
     import httpx
 
 URL_ENV = "ARTHEX_SERVERLESS_URL"
-KEY_ENV = "ARTHEX_API_KEY"
+KEY_ENV = export.KEY_ENV
 MAX_BACKOFF_S = 8.0
 EMPTY_POLL_PAUSE_S = 1.0
 LEASE_HEADER = "X-Arthex-Lease"
@@ -201,6 +202,26 @@ class ServerlessBackend(BackendTrainEntry):
 
     async def get_step(self, run: RunRef) -> int:
         return int((await self._checkpoints(run))["step"])
+
+    def remote_of(self, run: RunRef) -> dict[str, str]:
+        """Where the run lives, for the client's model.json: the server and its model id."""
+        return {"server": self.base_url, "model_id": self._model_id(run)}
+
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Fetch a step's checkpoint files from the server and export them here (export.py)."""
+        path = await asyncio.to_thread(
+            export.export_remote,
+            self.base_url,
+            self.api_key,
+            self._model_id(run),
+            out_dir,
+            step=step,
+            format=format,
+            timeout=max(self.timeout, 600.0),
+        )
+        return str(path)
 
     async def checkpoint_steps(self, run: RunRef) -> list[int]:
         return sorted(int(item["step"]) for item in (await self._checkpoints(run))["data"])
@@ -429,12 +450,10 @@ class ServerlessBackend(BackendTrainEntry):
 
 
 def _offered(names: list[str]) -> BackendCapabilities:
-    """The server backend's capabilities this client can use (exporting a step is done on the
-    server, where its checkpoints are: `arthex export` there), and one trainer per run: the
-    server keeps it across processes, the models' run leases within this one."""
-    return BackendCapabilities(
-        (set(names) - {str(Capability.EXPORT)}) | {str(Capability.ONE_TRAINER)}
-    )
+    """The server backend's capabilities this client can use: all of them (an export fetches
+    the step's checkpoint files from the server and exports them here), and one trainer per
+    run: the server keeps it across processes, the models' run leases within this one."""
+    return BackendCapabilities(set(names) | {str(Capability.ONE_TRAINER)})
 
 
 async def _heartbeat(backend: weakref.ref[ServerlessBackend], run: RunRef, ttl_s: float) -> None:

@@ -80,7 +80,7 @@ def history(
     """Show the last rows of a model's history as a table.
 
     Rows that have none of the chosen keys are skipped. Below the table, each step whose
-    update took no gradient step (nothing to train) is named, with the reason."""
+    update took no gradient step (nothing to train) is named, with what its batch held."""
     import polars as pl
 
     from ..loaders import load_history
@@ -124,4 +124,6 @@ def history(
         low, high = shown["step"].min(), shown["step"].max()
         for step, why in sorted(Ledger.of(path).nothing_trained().items()):
             if low <= step <= high:  # type: ignore[operator]
-                out.print(f"step {step}: no gradient step, nothing to train ({why})")
+                # the row at `step` is the batch trained next; the note is about the one before
+                note = f"step {step}: no gradient step: {why.format(batch=step - 1)}"
+                out.print(note, soft_wrap=True)

@@ -20,6 +20,12 @@ Exactly once: see core/pipeline_record.py (what is recorded) and resume.py (how 
 interrupted update is settled). The record is saved before each update (which also records
 the one before as done), when an evaluation ends and when the run ends; scenarios in flight at
 a crash are pending in it and sampled again on resume.
+
+The history is the authoritative ledger of discards too: a scenario discarded while a batch is
+collected is held (pending, in the record) until the update it precedes carries it in
+`in_flight`, and is recorded as discarded with that update's row; discards at the end of the
+stream, which no update follows, get a row of their own at the last step the same way. So
+after any crash the history's `discarded/*` counters and the record agree.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from .evaluation import Evaluator
 from .measures import (
     after_update,
     before_update,
+    discard_metrics,
     group_tokens,
     policy_age_metrics,
     sampled_step,
@@ -170,7 +177,10 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         self._workers: RolloutWorkers
         self._batches: BatchCollector
         self._pending: set[int] = set()
+        # discarded, as the history counts them; and discarded since the last pipeline row,
+        # which the record keeps pending until a row holds them
         self._discarded: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
+        self._held: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
         self._trained_groups = 0
         self._in_flight: InFlight | None = None
         self._stop_at: int | None = None
@@ -254,14 +264,14 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
             queue=self._queue,
             gate=self._gate,
             pending=self._pending,
-            discarded=self._discarded,
+            discarded=self._held,
             stop=self._stop,
             bound=self.max_steps_off_policy,
             min_batch=self.min_batch_size,
             max_batch=self.max_batch_size,
         )
         self._pending.update(record.pending)
-        for reason in DISCARD_REASONS:  # in place: the collector holds these sets
+        for reason in DISCARD_REASONS:
             self._discarded[reason].update(record.discarded[reason])
         self._trained_groups = record.trained_groups
         self._totals = dict(record.totals)
@@ -322,16 +332,18 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
                 self._stop_at = None  # this leg is done: the next train() call starts a new one
                 return
             step = self._gate.step
-            batch, counts, ended = await self._batches.collect(step)
+            batch, _, ended = await self._batches.collect(step)
             if self._stop.is_set():
-                return
+                return  # this batch's groups and discards stay pending
+            counts = {r: len(self._held[r]) for r in DISCARD_REASONS}
+            cum = {r: len(self._discarded[r]) + counts[r] for r in DISCARD_REASONS}
             if batch:
                 rollouts = self._workers.clock.take()
                 before = before_update(
                     collect_s=time.monotonic() - step_started,
                     rollouts=rollouts,
                     discarded_step=counts,
-                    discarded_cum={r: len(self._discarded[r]) for r in DISCARD_REASONS},
+                    discarded_cum=cum,
                     trained_cum=self._trained_groups,
                     dequeued=len(batch) + sum(counts.values()),
                     queue_depth=self._queue.qsize(),
@@ -339,6 +351,8 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
                 before.update(policy_age_metrics(step, batch))
                 await self._update(step, batch, before, step_started, rollouts.tokens)
                 step_started = time.monotonic()
+            elif any(counts.values()):  # the stream ended on discards
+                await self._log_discards(step, discard_metrics(counts, cum, self._trained_groups))
             if ended:
                 self._stop_at = None
                 return
@@ -352,7 +366,12 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         rollout_tokens: int,
     ) -> None:
         indices = [stream_index(group) for group in batch]
-        flight = InFlight(step=step, indices=[i for i in indices if i is not None], metrics=before)
+        flight = InFlight(
+            step=step,
+            indices=[i for i in indices if i is not None],
+            metrics=before,
+            discarded=self._take_held(),
+        )
         self._pending.difference_update(flight.indices)
         self._in_flight = flight
         await self._save()  # the update's intent is durable before the update starts
@@ -375,6 +394,7 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         # end, the run's end) records it, and until then a resume finds the update durable
         # and its row written (resume.py), so a save here would only add an fsync per step.
         self._trained_groups += len(batch)
+        self._discard(flight)
         self._in_flight = None
         if self._evaluator is not None:
             self._evaluator.step_done(result.step, self.eval_every_n_steps)
@@ -384,6 +404,27 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
             self._status.update_done(result.step, len(batch), shown)
         if self.on_step is not None:
             self.on_step(result.step, shown)
+
+    def _take_held(self) -> dict[str, set[int]]:
+        held = {reason: set(indices) for reason, indices in self._held.items()}
+        for indices in self._held.values():
+            indices.clear()
+        return held
+
+    def _discard(self, flight: InFlight) -> None:
+        """Its row is written: its discards are the history's."""
+        for reason in DISCARD_REASONS:
+            self._discarded[reason].update(flight.discarded[reason])
+
+    async def _log_discards(self, step: int, row: dict[str, float]) -> None:
+        """The discards no update follows (the stream ended on them), in a row at `step`: the
+        record carries them in `in_flight` until the row is written (resume.py settles it)."""
+        flight = InFlight(step=step, indices=(), metrics=row, discarded=self._take_held())
+        self._in_flight = flight
+        await self._save()
+        await self.model.log(None, split="train", step=step, metrics=row)
+        self._discard(flight)
+        self._in_flight = None
 
     async def _retain(self) -> None:
         """Delete checkpoints beyond `checkpoint_retention`, never one still in use."""
@@ -407,10 +448,11 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
 
     def _snapshot(self) -> PipelineRecord:
         evaluator = self._evaluator
+        held = [i for indices in self._held.values() for i in indices]
         return PipelineRecord(
             step=self._gate.step,
             offset=self._stream.position,
-            pending=self._pending,
+            pending=[*self._pending, *held],
             discarded=self._discarded,
             trained_groups=self._trained_groups,
             in_flight=self._in_flight,

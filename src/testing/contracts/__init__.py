@@ -5,7 +5,12 @@ imported, so a failing contract test shows the values it compared (`assert 2 == 
 expressions behind them), in a third party's test run as in ours.
 """
 
-import pytest
+from ...core.errors import MissingExtraError
+
+try:
+    import pytest
+except ImportError as error:  # the kit runs under pytest: the `testing` extra brings it
+    raise MissingExtraError("pytest", "testing") from error
 
 # Every module of the kit (a test checks none is missing).
 MODULES = (
