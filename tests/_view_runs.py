@@ -87,7 +87,7 @@ def val_groups(step: int) -> list[arthex.TrajectoryGroup]:
     if step == 2:
         answers = (PLANTED, SCRIPT)
     quiz = [
-        make_trajectory(reward, prompt="What is the capital of Atlantis?", completion=answer)
+        make_trajectory(reward, prompt="What is the capital of Atlantis?", choice=sampled(answer))
         for reward, answer in zip((mean + SPREAD, mean - SPREAD), answers)
     ]
     return [

@@ -33,6 +33,13 @@ function fmt(value, digits = 4) {
   return String(value);
 }
 
+function size(bytes) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = bytes, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
+  return unit ? `${value.toFixed(1)} ${units[unit]}` : `${value} B`;
+}
+
 function when(iso) {
   if (!iso) return "";
   const d = new Date(iso);
@@ -433,12 +440,16 @@ function tokenSpan(token) {
 function messageNode(message, showTokens) {
   const role = message.tool_call_id ? `${message.role} [${message.tool_call_id}]` : message.role;
   const classes = ["msg", message.trainable ? "trainable" : "", message.role === "tool" ? "tool" : ""].join(" ");
-  const text = showTokens && message.tokens
-    ? el("div", { class: "text tokens" }, message.tokens.map(tokenSpan))
+  const tokens = showTokens && message.tokens ? message.tokens : null;
+  // Tokens that spell the text are shaded in place; others (ids without text) go below it.
+  const spelled = tokens && tokens.map((t) => t.token).join("") === message.content;
+  const text = spelled
+    ? el("div", { class: "text tokens" }, tokens.map(tokenSpan))
     : el("div", { class: "text" }, message.content);
   return el("div", { class: classes },
     el("div", { class: "role" }, role, message.trainable ? " · trainable" : ""),
-    message.content || (showTokens && message.tokens) ? text : null,
+    message.content || spelled ? text : null,
+    tokens && !spelled ? el("div", { class: "text tokens sampled" }, tokens.map(tokenSpan)) : null,
     message.tool_calls.map((c) => el("div", { class: "call" }, `→ ${c.name}(${c.arguments})`)));
 }
 
@@ -645,7 +656,7 @@ async function checkpointsPage(project, name, params) {
       el("td", { class: "num" }, c.step), el("td", { class: "num" }, fmt(c.metric)),
       el("td", {}, el("span", { class: `badge ${c.kept ? "kept" : "gone"}` }, c.kept ? "kept" : "would be deleted")),
       el("td", {}, c.why.join(", ")),
-      el("td", { class: "num" }, c.bytes === undefined ? "" : `${(c.bytes / 1048576).toFixed(1)} MB`))));
+      el("td", { class: "num" }, c.bytes === undefined ? "" : size(c.bytes)))));
     const p = data.pipeline;
     pipelineBox.replaceChildren(p ? el("table", {}, el("tbody", {},
       [["step", p.step], ["scenarios taken", p.offset], ["groups trained", p.trained_groups], ["pending", p.pending],
