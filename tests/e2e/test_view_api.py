@@ -327,3 +327,28 @@ def test_a_run_directory_or_project_directory_is_a_path_too(base: Path) -> None:
         assert math.isclose(
             view.json(f"{AGENT}/checkpoints")["checkpoints"][1]["metric"], VAL_MEANS[1]
         )
+
+
+def test_runs_history_and_trajectories_point_to_the_viewer_once(base: Path) -> None:
+    model = base / "proj/models/agent"
+    for args, where in (
+        (["runs", "--base-path", str(base)], base),
+        (["history", str(model)], model),
+        (["trajectories", str(model)], model),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "arthex.apps.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.count("arthex view") == 1 and "arthex view" not in done.stdout
+        assert done.stderr.strip().endswith(f"arthex view {where}")
+    csv = subprocess.run(
+        [sys.executable, "-m", "arthex.apps.cli", "history", str(model), "--format", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "arthex view" not in csv.stdout + csv.stderr  # machine output stays clean

@@ -21,6 +21,7 @@ from .common import (
     local_time,
     one_line_errors,
     resolve_model,
+    view_hint,
 )
 from .ledger import Ledger
 from .tables import Column, print_table
@@ -125,3 +126,4 @@ def history(
         for step, why in sorted(Ledger.of(path).nothing_trained().items()):
             if low <= step <= high:  # type: ignore[operator]
                 out.print(f"step {step}: no gradient step, nothing to train ({why})")
+    view_hint(path)

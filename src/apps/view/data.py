@@ -21,6 +21,7 @@ A damaged file never hides the rest: the answer carries `errors`, one line each,
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import fnmatch
 import json
@@ -255,6 +256,7 @@ class _HistoryCache:
         self.run = run
         self.lock = threading.Lock()
         self.rows: list[MetricsRow] = []
+        self.objects: list[dict[str, Any]] = []  # each row as history.jsonl holds it
         self.offsets: list[int] = []  # the byte offset after each row
         self.offset = 0
         self.errors: list[str] = []
@@ -288,6 +290,7 @@ class _HistoryCache:
         # Rows from one read share its end offset: a cursor past them resumes after all.
         for row in rows:
             self.rows.append(row)
+            self.objects.append(row.to_json())
             self.offsets.append(offset)
             self.index.observe(row)
         self.offset = offset
@@ -319,12 +322,10 @@ class _HistoryCache:
             position = end + 1
         self.offset = len(data)
 
-    def since(self, cursor: int) -> list[MetricsRow]:
-        """The rows after byte `cursor` (a `next` value handed out before)."""
-        if cursor <= 0:
-            return list(self.rows)
-        start = next((i for i, end in enumerate(self.offsets) if end > cursor), len(self.rows))
-        return self.rows[start:]
+    def since(self, cursor: int) -> tuple[list[MetricsRow], list[dict[str, Any]]]:
+        """The rows after byte `cursor` (a `next` value handed out before), and their JSON."""
+        start = bisect.bisect_right(self.offsets, cursor) if cursor > 0 else 0
+        return self.rows[start:], self.objects[start:]
 
     def best(self, metric: str, direction: str) -> int | None:
         tracker = BestStep("min" if direction == "min" else "max")
@@ -339,13 +340,14 @@ def history_rows(
         raise BadRequest(f"since must be a cursor >= 0 returned as 'next', got {since}")
     cache = catalog.history(run)
     with cache.lock:
-        rows = cache.since(since or 0)
+        rows, objects = cache.since(since or 0)
         errors = list(cache.errors)
         cursor = cache.offset
     patterns = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
+    if patterns is None:
+        return {"rows": objects, "next": cursor, "errors": errors}
     out = []
-    for row in rows:
-        obj = row.to_json()
+    for row, obj in zip(rows, objects):
         if patterns is not None:
             chosen = [k for k in row.values if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
             if not chosen:  # a row without any chosen key is left out, as `arthex history` does
