@@ -83,7 +83,8 @@ def _group(rng: random.Random, words: list[str], chars: int) -> TrajectoryGroup:
 def _step_file(path: Path, megabytes: int) -> int:
     """Write groups until the file holds `megabytes` MB; returns how many groups it holds."""
     rng = random.Random(1)
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6)) for _ in range(50_000)]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(letters) for _ in range(6)) for _ in range(50_000)]
     path.parent.mkdir(parents=True, exist_ok=True)
     groups = 0
     with pq.ParquetWriter(str(path), SCHEMA, **WRITE_OPTIONS) as writer:

@@ -81,9 +81,7 @@ def test_runs_lists_every_model_with_its_step_best_and_checkpoints(
     assert runs["other/evals"]["step"] == 0 and runs["other/evals"]["checkpoints"] == 0
 
 
-def test_history_returns_the_rows_as_written_with_keys_and_since(
-    view: Viewer, base: Path
-) -> None:
+def test_history_returns_the_rows_as_written_with_keys_and_since(view: Viewer, base: Path) -> None:
     expected = file_rows(base)
     answer = view.json(f"{AGENT}/history")
     assert answer["rows"] == expected
@@ -130,9 +128,9 @@ def test_trajectories_pages_groups_with_rewards_advantages_and_messages(view: Vi
 def test_search_finds_the_groups_holding_a_text_across_a_step(view: Viewer) -> None:
     found = view.json(f"{AGENT}/trajectories", split="val", step=2, q="poseidonia-7731")
     assert found["total"] == 1 and [g["index"] for g in found["groups"]] == [1]
-    assert view.json(f"{AGENT}/trajectories", split="val", step=1, q="Poseidonia-7731")[
-        "total"
-    ] == 0
+    assert (
+        view.json(f"{AGENT}/trajectories", split="val", step=1, q="Poseidonia-7731")["total"] == 0
+    )
     quoted = view.json(f"{AGENT}/trajectories", split="val", step=2, q="document.title='pwned'")
     assert quoted["total"] == 1
 
@@ -194,9 +192,7 @@ def test_nothing_under_path_changed(
 # --- a damaged run ------------------------------------------------------------------------------
 
 
-def test_a_damaged_run_names_each_bad_file_and_shows_the_rest(
-    base: Path, tmp_path: Path
-) -> None:
+def test_a_damaged_run_names_each_bad_file_and_shows_the_rest(base: Path, tmp_path: Path) -> None:
     damaged = tmp_path / "runs"
     shutil.copytree(base, damaged)
     run = damaged / "proj/models/agent"
@@ -307,9 +303,7 @@ def test_sigterm_stops_it_within_two_seconds(base: Path) -> None:
         (["--port", "70000"], "--port"),
     ],
 )
-def test_bad_arguments_are_one_line_before_anything_listens(
-    args: list[str], message: str
-) -> None:
+def test_bad_arguments_are_one_line_before_anything_listens(args: list[str], message: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "arthex.apps.cli", "view", *args],
         capture_output=True,

@@ -92,9 +92,11 @@ def page(view: Viewer) -> Iterator[Any]:
             opened.on("pageerror", lambda error: problems.append(str(error)))
             opened.on(
                 "request",
-                lambda request: None
-                if request.url.startswith(view.base)
-                else problems.append(f"fetched from elsewhere: {request.url}"),
+                lambda request: (
+                    None
+                    if request.url.startswith(view.base)
+                    else problems.append(f"fetched from elsewhere: {request.url}")
+                ),
             )
             opened.problems = problems
             yield opened
@@ -125,9 +127,7 @@ def test_a_click_opens_the_run_and_its_chart(page: Any, shots: Path) -> None:
     page.screenshot(path=str(shots / "metrics.png"), full_page=True)
 
 
-def test_trajectories_show_the_planted_message_and_scripts_as_text(
-    page: Any, shots: Path
-) -> None:
+def test_trajectories_show_the_planted_message_and_scripts_as_text(page: Any, shots: Path) -> None:
     page.click("#tab-trajectories")
     page.locator("#split-select").wait_for()
     page.select_option("#split-select", "val")

@@ -73,7 +73,9 @@ def test_the_viewer_reads_every_endpoint_of_an_art_run(
             len(g.get("exceptions") or []) for g in groups
         ]
     weather = view.json(f"{RUN}/trajectories", split="val", step=0)["groups"][0]
-    calls = [c["name"] for t in weather["trajectories"] for m in t["messages"] for c in m["tool_calls"]]
+    calls = [
+        c["name"] for t in weather["trajectories"] for m in t["messages"] for c in m["tool_calls"]
+    ]
     assert "get_weather" in calls
     assert view.json(f"{RUN}/checkpoints")["checkpoints"] == []
     assert snapshot(art_run["base"]) == before

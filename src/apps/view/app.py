@@ -28,7 +28,10 @@ class _Json(JSONResponse):
     walk by FastAPI's encoder, which costs more than reading the file."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode()
+
+
 STATIC = resources.files("arthex.apps.view") / "static"
 
 

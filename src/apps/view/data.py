@@ -333,9 +333,7 @@ class _HistoryCache:
         return tracker.step
 
 
-def history_rows(
-    catalog: Catalog, run: Run, keys: str | None, since: int | None
-) -> dict[str, Any]:
+def history_rows(catalog: Catalog, run: Run, keys: str | None, since: int | None) -> dict[str, Any]:
     if since is not None and since < 0:
         raise BadRequest(f"since must be a cursor >= 0 returned as 'next', got {since}")
     cache = catalog.history(run)
@@ -696,9 +694,7 @@ def _matching(file: pq.ParquetFile, query: str) -> list[int]:
             pc.match_substring(batch.column(1), needle, ignore_case=True),
             pc.match_substring(batch.column(2), needle, ignore_case=True),
         )
-        found.update(
-            v for v in pc.filter(batch.column(0), pc.fill_null(hits, False)).to_pylist()
-        )
+        found.update(v for v in pc.filter(batch.column(0), pc.fill_null(hits, False)).to_pylist())
     return sorted(found)
 
 
