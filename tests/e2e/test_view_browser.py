@@ -194,3 +194,19 @@ def test_a_new_history_row_appears_without_a_reload(page: Any, view: Viewer, bas
     assert page.locator("#rows-count").text_content() != rows_before
     assert page.locator("#best-text").text_content().endswith("0.97 at step 4")
     assert page.evaluate("window.__same_document") is True  # no reload happened
+
+
+def test_a_newly_logged_step_replaces_the_newest_one_shown(page: Any, base: Path) -> None:
+    page.click("#tab-trajectories")
+    page.select_option("#split-select", "val")
+    expect(page.locator("#traj-summary")).to_contain_text("val · step 3")
+    logger = (  # an evaluator logs step 5 of the val split in another process
+        "import asyncio, sys, arthex\n"
+        "from tests._view_runs import val_groups\n"
+        "model = arthex.Model(name='agent', project='proj', base_path=sys.argv[1],"
+        " report_metrics=[])\n"
+        "asyncio.run(model.log(val_groups(2), split='val', step=5))\n"
+    )
+    subprocess.run([sys.executable, "-c", logger, str(base)], check=True, timeout=120)
+    expect(page.locator("#traj-summary")).to_contain_text("val · step 5 · 2 group(s)")
+    assert page.get_by_text(PLANTED, exact=True).is_visible()
