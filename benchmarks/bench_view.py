@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -108,9 +109,9 @@ def _serve(base: Path) -> tuple[subprocess.Popen[str], str]:
     return process, process.stdout.readline().strip().rstrip("/")
 
 
-def _timed(run: object) -> float:
+def _timed(run: Callable[[], object]) -> float:
     started = time.perf_counter()
-    run()  # type: ignore[operator]
+    run()
     return time.perf_counter() - started
 
 
@@ -163,15 +164,19 @@ def main() -> None:
             whole_json = _timed(
                 lambda: pq.read_table(str(step_file), columns=["trajectory_json", "group_json"])
             )
-            params = {"split": "train", "step": 0, "limit": PAGE}
+
+            def page(offset: int) -> httpx.Response:
+                params: dict[str, str | int] = {
+                    "split": "train",
+                    "step": 0,
+                    "limit": PAGE,
+                    "offset": offset,
+                }
+                return client.get(f"{api}/trajectories", params=params).raise_for_status()
+
             pages = {}
-            for where, offset in (("first", 0), ("middle", groups // 2), ("last", groups - PAGE)):
-                pages[where] = best_of(
-                    3,
-                    lambda offset=offset: client.get(
-                        f"{api}/trajectories", params={**params, "offset": offset}
-                    ).raise_for_status(),
-                )
+            for where, at in (("first", 0), ("middle", groups // 2), ("last", groups - PAGE)):
+                pages[where] = best_of(3, lambda at=at: page(at))  # type: ignore[misc]
             print_table(
                 f"a page of {PAGE} groups from a {size / 2**20:.0f} MB step file "
                 f"({groups:,} groups of {GROUP_SIZE}; written in {written:.0f} s)",
@@ -191,8 +196,7 @@ def main() -> None:
             rss_before = viewer.memory_info().rss
             samples = []
             for offset in range(0, groups, PAGE):
-                response = client.get(f"{api}/trajectories", params={**params, "offset": offset})
-                response.raise_for_status()
+                page(offset)
                 samples.append(viewer.memory_info().rss)
             print_table(
                 f"viewer resident memory paging through all {groups:,} groups ({len(samples)} "

@@ -166,7 +166,7 @@ def test_checkpoints_say_which_retention_keeps_and_why(view: Viewer) -> None:
     ],
 )
 def test_a_path_that_climbs_out_of_path_is_refused(
-    view: Viewer, path: str, params: dict[str, object], status: int
+    view: Viewer, path: str, params: dict[str, str | int], status: int
 ) -> None:
     import httpx
 

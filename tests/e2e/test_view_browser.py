@@ -98,7 +98,6 @@ def page(view: Viewer) -> Iterator[Any]:
                     else problems.append(f"fetched from elsewhere: {request.url}")
                 ),
             )
-            opened.problems = problems
             yield opened
             assert problems == []
         finally:

@@ -28,7 +28,8 @@ def art_run(
     base = root / ".art"
     task = {"op": "write_native", "project": "artrun", "name": "agent", "run_name": "agent-run",
             "base_model": tiny, "art_path": str(base)}  # fmt: skip
-    (result,) = run_art(art_interpreter, [task], root, TZ)
+    results = run_art(art_interpreter, [task], root, TZ)
+    result: dict[str, Any] = results[0]
     result["base"] = base
     return result
 

@@ -348,9 +348,9 @@ async function metricsPage(runs, params, single) {
       el("label", {}, "smoothing", smoothInput, smoothLabel), el("label", {}, "best is", dirSelect),
       bestText, rowsText),
     chartBox,
-    single ? el("h2", {}, "Latest history rows") : null,
-    single ? el("table", { id: "history-table" }, el("thead", {}, el("tr", {},
-      ["step", "recorded", "values"].map((h) => el("th", {}, h)))), lastRows) : null);
+    ...(single ? [el("h2", {}, "Latest history rows"), el("table", { id: "history-table" },
+      el("thead", {}, el("tr", {}, ["step", "recorded", "values"].map((h) => el("th", {}, h)))),
+      lastRows)] : []));
 
   let best = null;
   function series() {
@@ -388,7 +388,9 @@ async function metricsPage(runs, params, single) {
       axes: [{ label: xAxis === "time" ? "time" : "step" }, { label: chosen || "" }],
       series: [{ label: xAxis }, ...lines.map((l, i) => ({
         label: l.label, stroke: SERIES_COLORS[i % SERIES_COLORS.length], width: 2,
-        points: { show: xs.length < 60 }, spanGaps: false,
+        // Against step, a step a split did not log is a gap; against time, or across runs,
+        // the x values of one line are not those of the others: join its own points.
+        points: { show: xs.length < 60 }, spanGaps: xAxis === "time" || !single,
         value: (u, v) => (v === null || v === undefined ? "-" : fmt(v)),
       }))],
       plugins: [bestMarker(() => best)],
