@@ -7,7 +7,6 @@ first authorised page load sets (the page's own later requests); anything else i
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
@@ -28,8 +27,7 @@ class _Json(JSONResponse):
     walk by FastAPI's encoder, which costs more than reading the file."""
 
     def render(self, content: Any) -> bytes:
-        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        return text.encode()
+        return data.encode(content)
 
 
 STATIC = resources.files("arthex.apps.view") / "static"
@@ -102,8 +100,9 @@ def create_app(paths: Sequence[str], token: str | None = None) -> FastAPI:
     @app.get("/api/runs/{project}/{name}/history")
     def history(
         project: str, name: str, keys: str | None = None, since: int | None = None
-    ) -> _Json:
-        return _Json(data.history_rows(catalog, catalog.run(project, name), keys, since))
+    ) -> Response:
+        body = data.history_rows(catalog, catalog.run(project, name), keys, since)
+        return Response(body, media_type="application/json")
 
     @app.get("/api/runs/{project}/{name}/trajectories")
     def trajectories(

@@ -29,6 +29,7 @@ import math
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -255,23 +256,39 @@ class _HistoryCache:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every row: the next refresh reads the ledger from its first byte."""
         self.rows: list[MetricsRow] = []
         self.objects: list[dict[str, Any]] = []  # each row as history.jsonl holds it
         self.offsets: list[int] = []  # the byte offset after each row
         self.offset = 0
         self.errors: list[str] = []
-        self.index = HistoryIndex()
+        self.encoded: list[bytes] = []  # each row's JSON, encoded once
+        self.keys: dict[str, None] = {}  # every metric key, in order of first appearance
+        self.last_step: int | None = None
+        self.updated: datetime | None = None
+        self._index: HistoryIndex | None = None  # built when first asked for
+        self._best: dict[tuple[str, str], BestStep] = {}
+
+    @property
+    def index(self) -> HistoryIndex:
+        """Per-step means, as the policies keep them (built on first use, then kept current)."""
+        if self._index is None:
+            self._index = HistoryIndex(self.rows)
+        return self._index
 
     def refresh(self) -> None:
         path = self.run.file(HISTORY)
         stat = self.run.root.stat(path)
         size = 0 if stat is None else stat[0]
         if size < self.offset:  # replaced or cut: read it again from the top
-            self.__init__(self.run)  # type: ignore[misc]
+            self.reset()
         if size == self.offset:
             return
         if self.errors:  # a damaged ledger is re-read whole each time it changes
-            self.__init__(self.run)  # type: ignore[misc]
+            self.reset()
         try:
             rows, offset = self._read_since(path)
         except CorruptDataError:
@@ -289,15 +306,22 @@ class _HistoryCache:
     def _add(self, rows: list[MetricsRow], offset: int) -> None:
         # Rows from one read share its end offset: a cursor past them resumes after all.
         for row in rows:
+            obj = row.to_json()
             self.rows.append(row)
-            self.objects.append(row.to_json())
+            self.objects.append(obj)
+            self.encoded.append(encode(obj))
             self.offsets.append(offset)
-            self.index.observe(row)
+            self.keys.update(dict.fromkeys(row.values))
+            self.last_step = row.step if self.last_step is None else max(self.last_step, row.step)
+            if self.updated is None or row.recorded_at > self.updated:
+                self.updated = row.recorded_at
+            if self._index is not None:
+                self._index.observe(row)
         self.offset = offset
 
     def _read_tolerant(self, path: str) -> None:
         """A ledger damaged in the middle: every line that is a row, and each bad line named."""
-        self.__init__(self.run)  # type: ignore[misc]
+        self.reset()
         data = self.run.root.read_bytes(path) or b""
         position, number = 0, 0
         where = Path(self.run.root.location(path))
@@ -322,38 +346,50 @@ class _HistoryCache:
             position = end + 1
         self.offset = len(data)
 
-    def since(self, cursor: int) -> tuple[list[MetricsRow], list[dict[str, Any]]]:
-        """The rows after byte `cursor` (a `next` value handed out before), and their JSON."""
-        start = bisect.bisect_right(self.offsets, cursor) if cursor > 0 else 0
-        return self.rows[start:], self.objects[start:]
+    def start(self, cursor: int) -> int:
+        """The index of the first row after byte `cursor` (a `next` value handed out before)."""
+        return bisect.bisect_right(self.offsets, cursor) if cursor > 0 else 0
 
     def best(self, metric: str, direction: str) -> int | None:
-        tracker = BestStep("min" if direction == "min" else "max")
-        self.index.subscribe(metric, tracker)
+        """The best step by `metric`, from one tracker per (metric, direction) that the index
+        keeps current as rows arrive (as `delete_checkpoints` decides)."""
+        key = (metric, direction)
+        tracker = self._best.get(key)
+        if tracker is None:
+            tracker = self._best[key] = BestStep("min" if direction == "min" else "max")
+            self.index.subscribe(metric, tracker)
         return tracker.step
 
 
-def history_rows(catalog: Catalog, run: Run, keys: str | None, since: int | None) -> dict[str, Any]:
+def history_rows(catalog: Catalog, run: Run, keys: str | None, since: int | None) -> bytes:
+    """The answer of the history endpoint, as JSON bytes."""
     if since is not None and since < 0:
         raise BadRequest(f"since must be a cursor >= 0 returned as 'next', got {since}")
     cache = catalog.history(run)
+    patterns = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
     with cache.lock:
-        rows, objects = cache.since(since or 0)
+        start = cache.start(since or 0)
         errors = list(cache.errors)
         cursor = cache.offset
-    patterns = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
-    if patterns is None:
-        return {"rows": objects, "next": cursor, "errors": errors}
+        if patterns is None:  # every row: the JSON encoded when the row was read
+            rows = b"[" + b",".join(cache.encoded[start:]) + b"]"
+            tail = encode({"next": cursor, "errors": errors})
+            return b'{"rows":' + rows + b"," + tail[1:]
+        chosen_rows = list(zip(cache.rows[start:], cache.objects[start:]))
     out = []
-    for row, obj in zip(rows, objects):
-        if patterns is not None:
-            chosen = [k for k in row.values if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
-            if not chosen:  # a row without any chosen key is left out, as `arthex history` does
-                continue
-            fixed = ("step", "training_step", "recorded_at")
-            obj = {k: obj[k] for k in (*chosen, *fixed) if k in obj}
-        out.append(obj)
-    return {"rows": out, "next": cursor, "errors": errors}
+    for row, obj in chosen_rows:
+        chosen = [k for k in row.values if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+        if not chosen:  # a row without any chosen key is left out, as `arthex history` does
+            continue
+        fixed = ("step", "training_step", "recorded_at")
+        out.append({k: obj[k] for k in (*chosen, *fixed) if k in obj})
+    return encode({"rows": out, "next": cursor, "errors": errors})
+
+
+def encode(value: Any) -> bytes:
+    """JSON as the API answers it (the values are already JSON values)."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode()
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -364,11 +400,12 @@ def run_summary(catalog: Catalog, run: Run, metric: str | None, direction: str) 
     cache = catalog.history(run)
     with cache.lock:
         errors.extend(cache.errors)
-        last_step = max((r.step for r in cache.rows), default=None)
-        updated = max((r.recorded_at for r in cache.rows), default=None)
-        keys: dict[str, None] = {}
-        for row in cache.rows:
-            keys.update(dict.fromkeys(row.values))
+        last_step, updated, keys, rows = (
+            cache.last_step,
+            cache.updated,
+            list(cache.keys),
+            len(cache.rows),
+        )
         best = None
         for key in [metric] if metric else list(DEFAULT_METRICS):
             at = cache.best(key, direction)
@@ -385,8 +422,8 @@ def run_summary(catalog: Catalog, run: Run, metric: str | None, direction: str) 
         "path": run.root.location(run.dir),
         "step": step,
         "updated": None if updated is None else updated.isoformat(),
-        "rows": len(cache.rows),
-        "keys": list(keys),
+        "rows": rows,
+        "keys": keys,
         "best": best,
         "checkpoints": len(found["steps"]),
         "checkpoints_where": found["where"],
