@@ -346,3 +346,37 @@ def test_runs_history_and_trajectories_point_to_the_viewer_once(base: Path) -> N
         timeout=120,
     )
     assert "arthex view" not in csv.stdout + csv.stderr  # machine output stays clean
+
+
+def test_the_trainer_lease_and_the_pipeline_record_are_shown(base: Path, tmp_path: Path) -> None:
+    import asyncio
+    import socket
+
+    from arthex.adapters.run_files.lease import FileRunLeases
+    from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
+    from arthex.core.identity import RunRef
+    from arthex.core.pipeline_record import PipelineRecord
+
+    copy = tmp_path / "runs"
+    shutil.copytree(base, copy)
+    run = RunRef("proj", "agent")
+    record = PipelineRecord(
+        step=3, offset=20, pending=[18, 19], trained_groups=12, last_eval_step=2,
+        discarded={"stale": [0], "zero_variance": [1, 2, 3], "errored": []},
+        best_eval=(1, 0.9),
+    )  # fmt: skip
+    asyncio.run(JsonPipelineStateStore(str(copy)).save(run, record))
+    lease = FileRunLeases(str(copy)).acquire_now(run)
+    try:
+        with viewer([str(copy)]) as view:
+            shown = {r["name"]: r for r in view.json("/api/runs")["runs"]}["agent"]["lease"]
+            assert shown["pid"] == os.getpid() and shown["alive"] is True
+            assert shown["host"] == socket.gethostname()
+            pipeline = view.json(f"{AGENT}/checkpoints")["pipeline"]
+            assert pipeline["discarded"] == {"stale": 1, "zero_variance": 3, "errored": 0}
+            assert (pipeline["step"], pipeline["offset"], pipeline["pending"]) == (3, 20, 2)
+            assert pipeline["trained_groups"] == 12 and pipeline["best_eval"] == [1, 0.9]
+            lease.release_now()
+            assert {r["name"]: r for r in view.json("/api/runs")["runs"]}["agent"]["lease"] is None
+    finally:
+        lease.release_now()
