@@ -39,6 +39,9 @@ def view(
     Read-only: it never writes into a run directory. Prints the URL, then serves until
     Ctrl-C or SIGTERM."""
     try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+
         from ..view.serve import serve
     except ImportError as error:  # fastapi/uvicorn come with the `view` extra
         fail(f"arthex view needs the view extra (pip install 'arthex[view]'): {first_line(error)}")
