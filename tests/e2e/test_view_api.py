@@ -380,3 +380,14 @@ def test_the_trainer_lease_and_the_pipeline_record_are_shown(base: Path, tmp_pat
             assert {r["name"]: r for r in view.json("/api/runs")["runs"]}["agent"]["lease"] is None
     finally:
         lease.release_now()
+
+
+def test_without_a_token_only_loopback_names_are_answered(view: Viewer) -> None:
+    import httpx
+
+    for host in ("127.0.0.1", "localhost"):
+        port = view.base.rsplit(":", 1)[1]
+        ok = httpx.get(f"{view.base}/api/runs", headers={"Host": f"{host}:{port}"}, timeout=30)
+        assert ok.status_code == 200
+    rebound = httpx.get(f"{view.base}/api/runs", headers={"Host": "evil.example"}, timeout=30)
+    assert rebound.status_code == 400 and "runs" not in rebound.text

@@ -149,6 +149,10 @@ def test_trajectories_show_the_planted_message_and_scripts_as_text(page: Any, sh
     page.locator('.group[data-group="1"] .diff-button').click()
     diff = page.locator("#diff").text_content()
     assert f"+ assistant: {PLANTED}" in diff and f"- assistant: {SCRIPT}" in diff
+    page.locator('.group[data-group="1"] .across-button').click()
+    across = page.locator("#across tbody tr")
+    expect(across).to_have_count(len(VAL_MEANS))  # the scenario at every val step
+    assert PLANTED in across.nth(2).text_content()
 
 
 def test_search_finds_the_planted_message(page: Any) -> None:

@@ -15,11 +15,13 @@ from typing import Any
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from ...core.errors import ArthexError, InvalidInputError
 from . import data
 
 COOKIE = "arthex_view_token"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 class _Json(JSONResponse):
@@ -46,7 +48,11 @@ def create_app(paths: Sequence[str], token: str | None = None) -> FastAPI:
     app.state.catalog = catalog
     static_dir = str(STATIC)
 
-    if token is not None:
+    if token is None:
+        # Without a token only this machine may ask, and only by a loopback name: a page on
+        # another site that rebinds its own name to 127.0.0.1 sends its name as Host, refused.
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_NAMES))
+    else:
         if not token:
             raise InvalidInputError("the token must not be empty")
 
