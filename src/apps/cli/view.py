@@ -14,7 +14,7 @@ VIEW_HINT = "To browse runs, their charts and trajectories in a web page: arthex
 def view(
     paths: list[str] | None = typer.Argument(
         None,
-        metavar="[PATH]...",
+        metavar="PATH",
         help="A base path (default .art), a project or model directory, or a URI such as "
         "s3://bucket/runs.",
         show_default=False,
@@ -25,7 +25,9 @@ def view(
         metavar="HOST",
         help="The address to listen on; any non-loopback one requires a token.",
     ),
-    port: int = typer.Option(8765, "--port", min=0, max=65535, metavar="PORT", help="0: any."),
+    port: int = typer.Option(
+        8765, "--port", min=0, max=65535, metavar="PORT", help="The port; 0 picks a free one."
+    ),
     token: str | None = typer.Option(
         None,
         "--token",
@@ -34,10 +36,10 @@ def view(
         show_default=False,
     ),
 ) -> None:
-    """Serve a live web page of the runs under PATH: runs, metrics, trajectories, checkpoints.
+    """Browse the runs under PATH in a live, read-only web page.
 
-    Read-only: it never writes into a run directory. Prints the URL, then serves until
-    Ctrl-C or SIGTERM."""
+    Runs, metrics, trajectories and checkpoints; it never writes into a run directory.
+    Prints the URL, then serves until Ctrl-C or SIGTERM."""
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
