@@ -94,7 +94,7 @@ def page(view: Viewer) -> Iterator[Any]:
                 "request",
                 lambda request: (
                     None
-                    if request.url.startswith(view.base)
+                    if request.url.startswith(("http://127.0.0.1:", "data:"))
                     else problems.append(f"fetched from elsewhere: {request.url}")
                 ),
             )
@@ -213,3 +213,25 @@ def test_a_newly_logged_step_replaces_the_newest_one_shown(page: Any, base: Path
     subprocess.run([sys.executable, "-c", logger, str(base)], check=True, timeout=120)
     expect(page.locator("#traj-summary")).to_contain_text("val · step 5 · 2 group(s)")
     assert page.get_by_text(PLANTED, exact=True).is_visible()
+
+
+def test_a_damaged_file_is_named_on_the_page_and_the_rest_shows(
+    page: Any, base: Path, tmp_path: Path
+) -> None:
+    damaged = tmp_path / "runs"
+    shutil.copytree(base, damaged)
+    run = damaged / "proj/models/agent"
+    bad = run / "trajectories/val/0001.parquet"
+    bad.write_bytes(b"PAR1 not parquet PAR1")
+    history = run / "history.jsonl"
+    lines = history.read_bytes().splitlines(keepends=True)
+    history.write_bytes(b"".join([*lines[:3], b"{torn\n", *lines[3:]]))
+    with viewer([str(damaged)]) as other:
+        page.goto(f"{other.base}/#/run/proj/agent/trajectories?split=val&step=1")
+        expect(page.locator(".error-line", has_text=str(bad))).to_have_count(1)
+        expect(page.locator(".error-line", has_text=f"line 4 of {history}")).to_have_count(1)
+        page.select_option("#step-select", "2")
+        page.get_by_text(PLANTED, exact=True).wait_for(state="visible")
+        page.click("#tab-metrics")
+        page.locator("#chart canvas").first.wait_for(state="visible")
+        expect(page.locator(".error-line", has_text=f"line 4 of {history}")).to_have_count(1)

@@ -397,7 +397,8 @@ async function metricsPage(runs, params, single) {
     };
     charts.push(new uPlot(opts, data, chartBox));
     rowsText.textContent = `${state.reduce((n, r) => n + r.rows.length, 0)} history rows`;
-    errors.replaceChildren(errorsBox(state.flatMap((r) => r.errors)));
+    // A single run's header already names its damaged files (its history's among them).
+    errors.replaceChildren(errorsBox(single ? [] : state.flatMap((r) => r.errors)));
     if (single) {
       const rows = state[0].rows.slice(-8).reverse();
       lastRows.replaceChildren(...rows.map((row) => el("tr", {},
