@@ -236,6 +236,7 @@ function runHeader(project, name, tab) {
   return { node, refresh };
 }
 
+const STEP_TICKS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
 const SERIES_COLORS = ["#2b6cb0", "#dd6b20", "#2f855a", "#b83280", "#6b46c1", "#c53030", "#2c7a7b", "#975a16"];
 
 function smooth(values, weight) {
@@ -385,7 +386,9 @@ async function metricsPage(runs, params, single) {
       width, height: Math.min(420, Math.max(260, Math.round(width * 0.35))),
       title: chosen ? `${chosen} against ${xAxis}` : "no metrics logged yet",
       scales: { x: { time: xAxis === "time" } },
-      axes: [{ label: xAxis === "time" ? "time" : "step" }, { label: chosen || "" }],
+      // Steps are whole numbers: ticks at 1, 2, 5, 10, ... apart, never between two steps.
+      axes: [xAxis === "time" ? { label: "time" } : { label: "step", incrs: STEP_TICKS },
+        { label: chosen || "" }],
       series: [{ label: xAxis }, ...lines.map((l, i) => ({
         label: l.label, stroke: SERIES_COLORS[i % SERIES_COLORS.length], width: 2,
         // Against step, a step a split did not log is a gap; against time, or across runs,
@@ -403,7 +406,7 @@ async function metricsPage(runs, params, single) {
       const rows = state[0].rows.slice(-8).reverse();
       lastRows.replaceChildren(...rows.map((row) => el("tr", {},
         el("td", { class: "num" }, fmt(row.step)), el("td", {}, when(row.recorded_at)),
-        el("td", { class: "kv" }, Object.entries(row).filter(([k]) => k !== "step" && k !== "recorded_at")
+        el("td", { class: "kv" }, Object.entries(row).filter(([k]) => !["step", "training_step", "recorded_at"].includes(k))
           .map(([k, v]) => `${k}=${fmt(v)}`).join("  ")))));
     }
   }
