@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup demo test lint typecheck unit bench mutants hunt clean
+.PHONY: setup browser demo test lint typecheck unit bench mutants hunt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,15 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation." $(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# The browser tests of `arthex view` drive Debian's chromium (never a downloaded one). Installed
+# when missing and apt-get may run (root, or passwordless sudo); otherwise a note, and those
+# tests skip outside CI (CI=true makes them fail instead).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium chromium-driver; \
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -q && sudo apt-get install -y -q chromium chromium-driver; \
+	  else echo "note: chromium is not installed and apt-get cannot run here; the browser tests of arthex view will skip (apt-get install chromium)"; fi; }
 
 setup: $(STAMP)
 
@@ -40,7 +49,7 @@ unit: setup
 
 # Test files are spread over one worker per core (at most 4); the tests of one file share a
 # worker, so a file's module fixtures are built once.
-test: lint typecheck
+test: lint typecheck browser
 	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 bench: setup
@@ -55,7 +64,7 @@ mutants: setup
 # HUNT_ARGS replaces the pytest arguments: make hunt RUNS=2 HUNT_ARGS="tests/unit -q"
 RUNS ?= 5
 HUNT_ARGS ?=
-hunt: setup
+hunt: setup browser
 	$(BIN)/python tools/hunt.py --runs $(RUNS) $(if $(HUNT_ARGS),-- $(HUNT_ARGS))
 
 clean:

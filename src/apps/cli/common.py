@@ -157,6 +157,11 @@ def _named(model: str, base_path: Path) -> Path:
     )
 
 
+def view_hint(where: Path) -> None:
+    """One line on stderr after a table: the same data, live, in `arthex view`."""
+    typer.echo(f"see it live in a browser: arthex view {where}", err=True)
+
+
 # --- showing values ---------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from .common import (
     local_time,
     one_line_errors,
     resolve_model,
+    view_hint,
 )
 from .ledger import Ledger
 from .tables import Column, print_table
@@ -127,3 +128,4 @@ def history(
                 # the row at `step` is the batch trained next; the note is about the one before
                 note = f"step {step}: no gradient step: {why.format(batch=step - 1)}"
                 out.print(note, soft_wrap=True)
+    view_hint(path)

@@ -66,11 +66,12 @@ def demo(
     if sft:
         rl_steps = SFT_RL_STEPS if steps is None else steps
         asyncio.run(run_sft_demo(base_path=str(base_path), seed=seed, rl_steps=rl_steps))
-        return
-    kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
-    asyncio.run(  # prints its summary
-        run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
-    )
+    else:
+        kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
+        asyncio.run(  # prints its summary
+            run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
+        )
+    typer.echo(f"watch the run in a browser: arthex view {base_path}")
 
 
 def export(

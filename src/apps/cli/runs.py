@@ -20,6 +20,7 @@ from .common import (
     local_time,
     one_line_errors,
     size,
+    view_hint,
 )
 from .ledger import Ledger
 from .server_runs import server_runs
@@ -65,6 +66,7 @@ def runs(
         return
     out.print(f"{len(rows)} model(s) under {base_path}")
     print_table(out, COLUMNS, rows)
+    view_hint(base_path)
 
 
 def run_row(

@@ -26,6 +26,7 @@ from .common import (
     fmt,
     one_line_errors,
     resolve_model,
+    view_hint,
 )
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def trajectories(
             index += 1
     if group is not None and group >= index:
         fail(f"there are {index} groups at {split} step {chosen_step}; --group {group} is not one")
+    view_hint(path)
 
 
 def _print_group(out: Console, index: int, group: TrajectoryGroup, max_chars: int) -> None:
