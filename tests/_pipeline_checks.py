@@ -25,8 +25,7 @@ from arthex.core.pipeline_record import DISCARD_REASONS, PipelineRecord
 from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
 from arthex.ports.metrics_reporter import MetricsHistory
-from arthex.ports.pipeline_state import PipelineStateStore
-from arthex.ports.trajectory_store import TrajectoryStore
+from arthex.ports.trajectory_store import PipelineStateStore, TrajectoryStore
 
 SERVED_KEY = "served_step"
 TRAINING_ROW_KEY = "data/step_num_gradient_steps"

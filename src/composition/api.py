@@ -18,11 +18,8 @@ from ..core import pipeline, trainable
 from ..core.config import LossName
 from ..core.pipeline.rollouts import ConfigT, ModelT, ScenarioT
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
-from ..ports.pipeline_state import PipelineStateStore
-from ..ports.run_lease import RunLeases
-from ..ports.run_state import RunStateStore
-from ..ports.training_backend import TrainingBackend
-from ..ports.trajectory_store import TrajectoryStore
+from ..ports.training_backend import RunLeases, TrainingBackend
+from ..ports.trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
 from .container import container
 
 

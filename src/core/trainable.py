@@ -20,10 +20,11 @@ from ..ports.metrics_reporter import (
     MetricsHistory,
     MetricsReporter,
 )
-from ..ports.run_lease import HeldLease, RunLeases
 from ..ports.training_backend import (
     Capability,
+    HeldLease,
     InferenceEndpoint,
+    RunLeases,
     StepMetricsSource,
     TrainingBackend,
 )
@@ -60,7 +61,7 @@ from .validation import check_finite_values, check_training_groups
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-    from ..ports.run_state import RunStateStore
+    from ..ports.trajectory_store import RunStateStore
 
 logger = logging.getLogger("arthex")
 

@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.errors import RunBusyError
 from ...core.identity import RunRef
-from ...ports.run_lease import LeaseHolder, held_by_this_process
+from ...ports.training_backend import LeaseHolder, held_by_this_process
 from ..files import unwritable_directory_error
 from ..layout import LEASE, RunLayout
 
 if TYPE_CHECKING:
-    from ...ports.run_lease import HeldLease, RunLeases
+    from ...ports.training_backend import HeldLease, RunLeases
 
 logger = logging.getLogger("arthex")
 

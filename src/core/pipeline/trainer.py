@@ -38,8 +38,8 @@ from typing import Any, Generic
 
 import attrs
 
-from ...ports.pipeline_state import PipelineStateStore
 from ...ports.training_backend import Capability, TrainingBackend
+from ...ports.trajectory_store import PipelineStateStore
 from ..config import LOSSES, LossName, TrainConfig
 from ..errors import InvalidInputError, NotRegisteredError
 from ..metrics import summarize

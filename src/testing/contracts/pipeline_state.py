@@ -16,7 +16,7 @@ import pytest
 
 from ...core.identity import RunRef
 from ...core.pipeline_record import InFlight, PipelineRecord
-from ...ports.pipeline_state import PipelineStateStore
+from ...ports.trajectory_store import PipelineStateStore
 
 T = TypeVar("T")
 RUN = RunRef("contract-project", "contract-run")

@@ -21,7 +21,7 @@ import pytest
 
 from ...core.errors import RunBusyError
 from ...core.identity import RunRef
-from ...ports.run_lease import HeldLease, RunLeases
+from ...ports.training_backend import HeldLease, RunLeases
 
 RUN = RunRef("contract-project", "leased")
 OTHER = RunRef("contract-project", "other")

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from ...core.errors import RunBusyError
 from ...core.identity import RunRef
-from ...ports.run_lease import LeaseHolder
+from ...ports.training_backend import LeaseHolder
 
 if TYPE_CHECKING:
-    from ...ports.run_lease import HeldLease, RunLeases
+    from ...ports.training_backend import HeldLease, RunLeases
 
 
 class InMemoryLease:
