@@ -26,8 +26,7 @@ from typing import Any
 from openai.types.chat.chat_completion import Choice
 
 import arthex
-from arthex.testing.builders import make_choice, make_exception, make_trajectory
-from arthex.testing.builders import synthetic_groups
+from arthex.testing.builders import make_choice, make_exception, make_trajectory, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 
 PLANTED = "The capital of Atlantis is Poseidonia-7731"
