@@ -223,7 +223,7 @@ def backend_calls(model_dir: str, size: int, device: str, rounds: int) -> dict[s
                 order = list(made.items())
                 for name, backend in order if r % 2 == 0 else order[::-1]:
                     started = time.perf_counter()
-                    async for _ in backend.train(RUN, groups, CONFIG):
+                    async for _ in backend.train_steps(RUN, groups, CONFIG):
                         pass
                     if r:  # the first round is warm-up
                         times[name].append(time.perf_counter() - started)

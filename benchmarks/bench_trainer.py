@@ -206,7 +206,7 @@ def measure(
     loop.run_until_complete(backend.register(spec))
 
     async def backend_train() -> None:
-        async for _ in backend.train(RUN, groups, config):
+        async for _ in backend.train_steps(RUN, groups, config):
             pass
 
     async def prune() -> None:

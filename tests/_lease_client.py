@@ -39,7 +39,7 @@ async def read_line() -> str:
 
 
 async def train_one(backend: ServerlessBackend) -> int:
-    async for _ in backend.train(RUN, synthetic_groups(1), TrainConfig()):
+    async for _ in backend.train_steps(RUN, synthetic_groups(1), TrainConfig()):
         pass
     return await backend.get_step(RUN)
 

@@ -1,28 +1,28 @@
 """`backend.train(model, groups, learning_rate=..., ...)`: ART 0.5.23's training call, on
 every arthex backend.
 
-A backend's port method is `train(run, groups, config)`, an async iterator of per-step
+A backend's port method is `train_steps(run, groups, config)`, an async iterator of per-step
 metrics that the frontend drives. ART scripts call `train` on the backend with the model and
-keyword options instead. The mixin's `train` tells the two apart by the first argument: a
-`RunRef` goes to the backend's `train_steps`, anything else must be a registered
-`TrainableModel`, which is handed the call back (`train_for_backend`): the frontend keeps
-every rule (validation, steps, the history, the learning-rate policy) whichever way it is
-called. The options map onto `TrainConfig`; an option arthex does not implement raises an
+keyword options instead: this mixin's `train` is that call and nothing else. It hands the
+call back to the registered `TrainableModel` (`train_for_backend`), so the frontend keeps
+every rule (validation, steps, the history, the learning-rate policy) whichever way training
+is called. The options map onto `TrainConfig`; an option arthex does not implement raises an
 error that names what to do instead, before anything is trained.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_overloads, overload
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from .config import LossName, TrainConfig
 from .errors import InvalidInputError
 from .identity import RunRef
 from .trajectories import TrajectoryGroup
+from .validation import check_finite_values, check_training_groups
 
 if TYPE_CHECKING:
+    from ..ports.training_backend import TrainingBackend
     from .model import TrainResult
     from .trainable import TrainableModel
 
@@ -124,22 +124,10 @@ def train_config_from_options(options: Mapping[str, Any]) -> TrainConfig:
 
 
 class BackendTrainEntry:
-    """Mixed into a backend: `train(run, groups, config)` (the port) and
-    `train(model, groups, **options)` (ART's call) on one method."""
+    """Mixed into a backend: ART's `backend.train(model, trajectory_groups, *, ...)`. The port's
+    method, `train_steps(run, groups, config)`, is each backend's own."""
 
-    def train_steps(
-        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
-    ) -> AsyncIterator[Mapping[str, float]]:
-        """The port's `train`: the backend's own training, one metrics dict per step."""
-        raise NotImplementedError
-
-    @overload
-    def train(
-        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
-    ) -> AsyncIterator[Mapping[str, float]]: ...
-
-    @overload
-    def train(
+    async def train(
         self,
         model: TrainableModel,
         trajectory_groups: Iterable[TrajectoryGroup],
@@ -183,66 +171,39 @@ class BackendTrainEntry:
         lr_multiplier_window: int | None = None,
         min_lr_multiplier: float = 0.1,
         max_lr_multiplier: float = 10.0,
-    ) -> Coroutine[Any, Any, TrainResult]: ...
-
-    def train(self, *args: Any, **kwargs: Any) -> Any:
-        """`train(run, groups, config)`, the port: an async iterator of per-step metrics.
-
-        `await train(model, trajectory_groups, *, learning_rate=5e-6, loss_fn="cispo", ...)`,
-        ART's call: one update of a registered TrainableModel, its metrics recorded at the new
-        step, the groups left for the script to log; returns a TrainResult. Its keywords are
-        ART 0.5.23's (see the overload, or docs/migrating-from-art.md): those arthex
-        implements set the update's TrainConfig, the others are taken at ART's default only.
-        `help()` and `inspect.signature` show this ART form, every option named."""
-        first = args[0] if args else kwargs.get("run", kwargs.get("model"))
-        if isinstance(first, RunRef):
-            run, groups, config = _port_arguments(args, kwargs)
-            return self.train_steps(run, groups, config)
-        return _train_model(self, args, kwargs)
-
-
-def _art_form() -> inspect.Signature:
-    for form in get_overloads(BackendTrainEntry.train):
-        signature = inspect.signature(form)
-        if "trajectory_groups" in signature.parameters:
-            return signature
-    raise AssertionError("BackendTrainEntry.train has no ART form")
+    ) -> TrainResult:
+        """One update of `model`, a TrainableModel registered with this backend, its metrics
+        recorded at the new step and the groups left for the script to log (ART's call);
+        returns a TrainResult. The keywords are ART 0.5.23's (docs/migrating-from-art.md):
+        those arthex implements set the update's TrainConfig, the others are taken at ART's
+        default only."""
+        given = dict(locals())  # first: the parameters, every ART option among them
+        options = {
+            name: value
+            for name, value in given.items()
+            if name not in ("self", "model", "trajectory_groups", "verbose")
+        }
+        if not callable(getattr(model, "train_for_backend", None)):
+            raise InvalidInputError(
+                "train takes a TrainableModel registered with this backend, got "
+                f"{type(model).__name__} (the backend port's own method is "
+                "train_steps(run, groups, config))"
+            )
+        config = train_config_from_options(options)
+        return await model.train_for_backend(self, trajectory_groups, config, verbose=verbose)
 
 
-# What a user reads (help(backend.train), an IDE's hover) is ART's call with every option, not
-# `(*args, **kwargs)`; the port form is for backend authors and is in the docstring.
-BackendTrainEntry.train.__signature__ = _art_form()  # type: ignore[attr-defined]
-
-
-def _port_arguments(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[RunRef, Sequence[TrajectoryGroup], TrainConfig]:
-    names = ("run", "groups", "config")
-    values = dict(zip(names, args, strict=False))
-    for key, value in kwargs.items():
-        if key not in names or key in values:
-            raise TypeError(f"train(run, groups, config) got an unexpected argument {key!r}")
-        values[key] = value
-    missing = [name for name in names if name not in values]
-    if missing or len(args) > len(names):
-        raise TypeError(f"train(run, groups, config) takes three arguments; missing {missing}")
-    return values["run"], values["groups"], values["config"]
-
-
-async def _train_model(backend: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    options = dict(kwargs)
-    positional = list(args)
-    model = positional.pop(0) if positional else options.pop("model", None)
-    groups = positional.pop(0) if positional else options.pop("trajectory_groups", None)
-    if positional:
-        raise TypeError("train(model, trajectory_groups, **options) takes its options by keyword")
-    if not callable(getattr(model, "train_for_backend", None)):
-        raise InvalidInputError(
-            f"train takes a RunRef (the backend port) or a TrainableModel registered with this "
-            f"backend, got {type(model).__name__}"
-        )
-    if groups is None:
-        raise TypeError("train(model, trajectory_groups) is missing the trajectory groups")
-    verbose = bool(options.pop("verbose", False))
-    config = train_config_from_options(options)
-    return await model.train_for_backend(backend, groups, config, verbose=verbose)
+def checked_train_steps(
+    backend: TrainingBackend,
+    run: RunRef,
+    groups: Iterable[TrajectoryGroup],
+    config: TrainConfig,
+) -> AsyncIterator[Mapping[str, float]]:
+    """A backend's `train_steps` behind the core's input checks, for callers of the port other
+    than the model (which runs the same checks before it writes anything): the groups
+    (`check_training_groups`, finite values) and the capabilities the config needs. Backends
+    trust their input; the checks run here, once, raising before any step."""
+    checked = check_training_groups(groups, config)
+    check_finite_values(checked, training=True)
+    backend.capabilities.check(config, type(backend).__name__)
+    return backend.train_steps(run, checked, config)

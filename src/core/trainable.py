@@ -350,7 +350,7 @@ class TrainableModel(FineTuning):
             samples: list[dict[str, float]] = []
             try:
                 trained = training_groups(groups, effective)
-                async for sample in backend.train(self.run, trained, effective):
+                async for sample in backend.train_steps(self.run, trained, effective):
                     samples.append(dict(sample))
                     loss = sample.get("loss/train", sample.get("loss"))
                     bar.advance(note="" if loss is None else f"loss={loss:.4g}")

@@ -65,8 +65,8 @@ class BackendCapabilities:
 
     def check(self, config: TrainConfig, backend: str) -> None:
         """Raise UnsupportedCapability for the first thing `config` asks that the backend
-        lacks (its loss; a KL penalty). The model calls it before `train` writes anything;
-        backends call it too, so a direct caller is refused the same way."""
+        lacks (its loss; a KL penalty). The callers of `train_steps` call it (the model before
+        anything is written, the training server before it accepts a job); backends trust it."""
         for name in required_capabilities(config):
             self.require(name, backend)
 
@@ -103,11 +103,13 @@ class TrainingBackend(Protocol):
         """The newest durable checkpoint's step; 0 before any training."""
         ...
 
-    def train(
+    def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         """Train on the groups, yielding one metrics dict per gradient step. When it is done,
-        `get_step` is one higher, even if nothing was trainable."""
+        `get_step` is one higher, even if nothing was trainable. The groups and the config
+        were checked by the core (`validation.check_training_groups`, the capabilities) before
+        this is called. (ART's `backend.train(model, ...)` is another call: the model's.)"""
         ...
 
     async def checkpoint_steps(self, run: RunRef) -> list[int]:

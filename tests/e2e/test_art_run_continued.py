@@ -193,7 +193,7 @@ def test_a_step_with_nothing_to_train_after_an_art_adapter_is_a_whole_arthex_che
         try:
             await backend.register(ModelSpec(run, base_model=base_model, base_path=str(tmp_path)))
             config = TrainConfig(learning_rate=1e-2)
-            async for _ in backend.train(run, synthetic_groups(2, 2, equal=True), config):
+            async for _ in backend.train_steps(run, synthetic_groups(2, 2, equal=True), config):
                 pass
             return await backend.get_step(run)
         finally:

@@ -66,7 +66,7 @@ async def train(
     config: TrainConfig = CONFIG,
     run: RunRef = RUN,
 ) -> list[dict[str, float]]:
-    return [dict(m) async for m in backend.train(run, groups, config)]
+    return [dict(m) async for m in backend.train_steps(run, groups, config)]
 
 
 def checkpoint(root: Path, step: int, run: RunRef = RUN) -> Path:
@@ -337,7 +337,7 @@ def test_concurrent_train_calls_never_interleave(base_model: str, tmp_path: Path
 
     async def one(b: LocalBackend, offset: int) -> None:
         start: float | None = None
-        async for _m in b.train(
+        async for _m in b.train_steps(
             RUN,
             synthetic_groups(2, 4, offset=offset),
             TrainConfig(learning_rate=1e-3, grad_accumulation_sequences=2),

@@ -87,7 +87,7 @@ async def train_all(
 ) -> list[dict[str, float]]:
     out: list[dict[str, float]] = []
     for groups, config in calls:
-        out += [dict(m) async for m in b.train(RUN, groups, config)]
+        out += [dict(m) async for m in b.train_steps(RUN, groups, config)]
     return out
 
 
@@ -285,7 +285,7 @@ def test_a_caller_that_stops_reading_leaves_the_ranks_on_the_checkpoint(
     nobody reads, then load the newest checkpoint, so memory never drifts from disk."""
 
     async def body(b: LocalBackend) -> tuple[int, list[str], int]:
-        steps = b.train(
+        steps = b.train_steps(
             RUN,
             synthetic_groups(2, 4),
             TrainConfig(learning_rate=1e-3, grad_accumulation_sequences=1),

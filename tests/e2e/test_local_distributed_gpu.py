@@ -101,7 +101,7 @@ def test_a_killed_gpu_rank_ends_the_call_within_thirty_seconds(
         pids = b.rank_processes(RUN)
         sent = 0.0
         try:
-            async for _ in b.train(
+            async for _ in b.train_steps(
                 RUN,
                 synthetic_groups(2, 4),
                 TrainConfig(learning_rate=1e-3, grad_accumulation_sequences=1),

@@ -56,7 +56,7 @@ def test_adam_starts_afresh_when_a_run_switches_objective_and_resumes_its_own(
             async for _m in backend.train_sft(spec.run, DATA, TWO_STEPS):
                 pass
             counts.append(_adam_steps(backend, spec.run))
-            async for _m in backend.train(
+            async for _m in backend.train_steps(
                 spec.run, synthetic_groups(), TrainConfig(learning_rate=1e-3)
             ):
                 pass

@@ -137,7 +137,9 @@ def test_finished_checkpoints_survive_a_server_kill(server: list[ServerProcess],
         backend = ServerlessBackend(url, key)
         try:
             await backend.register(spec)
-            async for _ in backend.train(run, synthetic_groups(), TrainConfig(learning_rate=1e-3)):
+            async for _ in backend.train_steps(
+                run, synthetic_groups(), TrainConfig(learning_rate=1e-3)
+            ):
                 pass
             return await backend.get_step(run), await backend.checkpoint_steps(run)
         finally:

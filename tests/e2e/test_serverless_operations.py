@@ -351,7 +351,7 @@ def test_a_checkpoint_quota_refuses_what_would_pass_it_with_507_until_some_are_d
         try:
             await backend.register(ModelSpec(run=run, base_model=tiny))
             for _ in range(steps):
-                async for _ in backend.train(run, synthetic_groups(), TrainConfig()):
+                async for _ in backend.train_steps(run, synthetic_groups(), TrainConfig()):
                     pass
             return await backend.checkpoint_steps(run)
         finally:

@@ -204,7 +204,7 @@ def test_oversized_bodies_are_413_and_leave_nothing(server: ServerProcess) -> No
         async def scenario() -> None:
             try:
                 await backend.register(ModelSpec(run=RunRef("proj", "agent")))
-                async for _ in backend.train(
+                async for _ in backend.train_steps(
                     RunRef("proj", "agent"), synthetic_groups(60, size=8), TrainConfig()
                 ):
                     pass
@@ -227,7 +227,7 @@ def test_second_job_on_a_training_model_is_409(server: ServerProcess) -> None:
         try:
             await backend.register(ModelSpec(run=RunRef("proj", "agent")))
             with pytest.raises(ModelBusyError, match="one job per model"):
-                async for _ in backend.train(
+                async for _ in backend.train_steps(
                     RunRef("proj", "agent"), synthetic_groups(), TrainConfig()
                 ):
                     pass

@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent(
     async def main() -> int:
         await backend.register(spec)
         config = TrainConfig(learning_rate=1e-3)
-        async for _ in backend.train(spec.run, synthetic_groups(1), config):
+        async for _ in backend.train_steps(spec.run, synthetic_groups(1), config):
             pass
         step = await backend.get_step(spec.run)
         if close:

@@ -65,7 +65,7 @@ def preference() -> list[TrajectoryGroup]:
 async def train_steps(backend: TinkerBackend, spec: ModelSpec, steps: int) -> int:
     await backend.register(spec)
     for _ in range(steps):
-        async for _m in backend.train(spec.run, preference(), LEARN):
+        async for _m in backend.train_steps(spec.run, preference(), LEARN):
             pass
     return await backend.get_step(spec.run)
 
@@ -118,7 +118,7 @@ def test_a_new_backend_and_a_restarted_service_resume_from_the_newest_state(
                     await resumed.get_step(spec.run),
                     await resumed.checkpoint_steps(spec.run),
                 )
-                async for _m in resumed.train(spec.run, preference(), LEARN):
+                async for _m in resumed.train_steps(spec.run, preference(), LEARN):
                     pass
                 return step, steps, await resumed.get_step(spec.run)
             finally:

@@ -79,7 +79,7 @@ async def train_until_hit(
 
     async def consume() -> None:
         nonlocal seen, sent
-        async for _ in b.train(RUN, synthetic_groups(2, 4, offset=1), ONE_ROW_PER_STEP):
+        async for _ in b.train_steps(RUN, synthetic_groups(2, 4, offset=1), ONE_ROW_PER_STEP):
             seen += 1
             if seen == 1:
                 os.kill(pids[rank], hit)
@@ -115,7 +115,7 @@ def test_a_failing_rank_ends_the_call_and_the_next_call_resumes(
         b = LocalBackend(full_finetune=True, world_size=2)
         try:
             await b.register(ModelSpec(run=RUN, base_model=base_model, base_path=str(tmp_path)))
-            async for _ in b.train(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
+            async for _ in b.train_steps(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
                 pass
             ranks = b.rank_processes(RUN)
             monkeypatch.delenv("ARTHEX_RANK_ZYGOTE", raising=False)  # the restart forks
@@ -130,7 +130,7 @@ def test_a_failing_rank_ends_the_call_and_the_next_call_resumes(
             }
             live = {**weights, **optimizer}
             differing = [k for k in live if not (k in saved and bool((live[k] == saved[k]).all()))]
-            async for _ in b.train(RUN, synthetic_groups(2, 4, offset=2), ONE_ROW_PER_STEP):
+            async for _ in b.train_steps(RUN, synthetic_groups(2, 4, offset=2), ONE_ROW_PER_STEP):
                 pass
             return seen, error, took, lost, differing, await b.get_step(RUN)
         finally:
@@ -178,7 +178,7 @@ def test_a_remote_rank_that_stops_answering_is_named_by_its_heartbeat(
             # the frontend cannot signal a rank on another machine; the test can
             seen, error, sent = 0, None, 0.0
             try:
-                async for _ in b.train(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
+                async for _ in b.train_steps(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
                     seen += 1
                     if seen == 1:
                         node.send_signal(signal.SIGSTOP)
@@ -214,7 +214,7 @@ FRONTEND = textwrap.dedent(
         print(" ".join(str(p) for p in b.rank_processes(run).values()), flush=True)
         config = TrainConfig(learning_rate=1e-3, grad_accumulation_sequences=1)
         while True:
-            async for _ in b.train(run, synthetic_groups(2, 4), config):
+            async for _ in b.train_steps(run, synthetic_groups(2, 4), config):
                 pass
 
     asyncio.run(main())
@@ -305,7 +305,7 @@ def test_a_backend_closed_after_a_rank_was_killed_leaves_no_process(
                 ModelSpec(run=RUN, base_model=base_model, base_path=str(tmp_path))
             )
             try:
-                async for _ in backend.train(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
+                async for _ in backend.train_steps(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
                     seen += 1
                     if seen == 1 and point == "mid-call":
                         kill()

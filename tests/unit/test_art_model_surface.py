@@ -255,8 +255,8 @@ def test_backend_train_takes_arts_options_and_names_the_arthex_way_for_the_rest(
             await backend.train(model, groups(), kl_ref_adapter_path="/tmp/adapter")
         with pytest.raises(InvalidInputError, match="delete_checkpoints"):
             await backend.train(model, groups(), save_checkpoint=False)
-        with pytest.raises(InvalidInputError, match="unknown option 'learning_rat'"):
-            await backend.train(model, groups(), learning_rat=1e-5)  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match="unexpected keyword argument 'learning_rat'"):
+            await backend.train(model, groups(), learning_rat=1e-5)  # type: ignore[call-arg]
         with pytest.raises(UnsupportedCapability):  # the option reached the backend
             await backend.train(model, groups(), loss_fn="ppo")
         with pytest.raises(InvalidInputError, match="registered with InMemoryBackend"):
@@ -273,7 +273,7 @@ def test_backend_train_takes_arts_options_and_names_the_arthex_way_for_the_rest(
         )
         assert result.step == 1 and result.metrics["loss/learning_rate"] == pytest.approx(2e-5)
         # the port call still works on the same method
-        run_steps = [m async for m in backend.train(model.run, groups(), art.TrainConfig())]
+        run_steps = [m async for m in backend.train_steps(model.run, groups(), art.TrainConfig())]
         assert len(run_steps) >= 1
 
     asyncio.run(main())

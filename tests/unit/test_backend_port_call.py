@@ -1,10 +1,11 @@
-"""The port form of `backend.train(run, groups, config)`: its three arguments may come by
-position or keyword and reach the backend's own training unchanged; anything else is a
-TypeError naming what was wrong, raised before a step runs."""
+"""`train` means one thing: a backend's `train` is ART's call on a model; the port's own method
+is `train_steps(run, groups, config)`. A port-form call of `train` is refused in one line that
+names `train_steps`, before anything trains."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -12,12 +13,14 @@ import pytest
 
 from arthex.core.backend_train import BackendTrainEntry
 from arthex.core.config import TrainConfig
+from arthex.core.errors import InvalidInputError
 from arthex.core.identity import RunRef
 from arthex.core.trajectories import TrajectoryGroup
+from arthex.ports.training_backend import TrainingBackend
 from arthex.testing.builders import make_group
 
 RUN = RunRef("proj", "agent")
-CONFIG = TrainConfig(learning_rate=2e-5)
+GROUPS = [make_group((0.0, 1.0)), make_group((1.0, 0.5))]
 
 
 class _Backend(BackendTrainEntry):
@@ -26,79 +29,28 @@ class _Backend(BackendTrainEntry):
     def __init__(self) -> None:
         self.calls: list[tuple[RunRef, Sequence[TrajectoryGroup], TrainConfig]] = []
 
-    async def _steps(
+    async def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         self.calls.append((run, groups, config))
-        yield {"groups": float(len(groups)), "learning_rate": config.learning_rate}
-
-    def train_steps(
-        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
-    ) -> AsyncIterator[Mapping[str, float]]:
-        return self._steps(run, groups, config)
+        yield {"groups": float(len(groups))}
 
 
-def _drive(steps: Any) -> list[Mapping[str, float]]:
-    async def collect() -> list[Mapping[str, float]]:
-        return [metrics async for metrics in steps]
-
-    return asyncio.run(collect())
-
-
-GROUPS = [make_group((0.0, 1.0)), make_group((1.0, 0.5))]
-
-
-@pytest.mark.parametrize(
-    ("args", "kwargs"),
-    [
-        ((RUN, GROUPS, CONFIG), {}),
-        ((RUN, GROUPS), {"config": CONFIG}),
-        ((RUN,), {"groups": GROUPS, "config": CONFIG}),
-        ((), {"run": RUN, "groups": GROUPS, "config": CONFIG}),
-    ],
-    ids=["by position", "config by keyword", "groups and config by keyword", "all by keyword"],
-)
-def test_the_run_groups_and_config_reach_the_backends_training_however_they_are_passed(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
+def test_a_port_form_call_of_train_is_refused_naming_train_steps() -> None:
     backend = _Backend()
-    steps = _drive(backend.train(*args, **kwargs))
-    assert steps == [{"groups": 2.0, "learning_rate": 2e-5}]
-    assert backend.calls == [(RUN, GROUPS, CONFIG)]
-
-
-@pytest.mark.parametrize(
-    ("args", "kwargs", "key"),
-    [
-        ((RUN, GROUPS, CONFIG), {"verbose": True}, "verbose"),
-        ((RUN, GROUPS, CONFIG), {"config": CONFIG}, "config"),
-    ],
-    ids=["an unknown keyword", "an argument given twice"],
-)
-def test_an_unexpected_or_repeated_keyword_is_a_type_error_naming_it(
-    args: tuple[Any, ...], kwargs: dict[str, Any], key: str
-) -> None:
-    backend = _Backend()
-    with pytest.raises(TypeError) as raised:
-        backend.train(*args, **kwargs)
-    assert str(raised.value) == f"train(run, groups, config) got an unexpected argument {key!r}"
+    untyped: Any = backend.train  # a call the types refuse, as an untyped script makes it
+    with pytest.raises(InvalidInputError, match=r"train_steps\(run, groups, config\)") as raised:
+        asyncio.run(untyped(RUN, GROUPS))
+    assert "\n" not in str(raised.value)
     assert backend.calls == []
 
 
-def test_a_missing_config_is_a_type_error_naming_it() -> None:
-    backend = _Backend()
-    untyped: Any = backend.train  # a call the types refuse, as an untyped script makes it
-    with pytest.raises(TypeError) as raised:
-        untyped(RUN, GROUPS)
-    assert str(raised.value) == (
-        "train(run, groups, config) takes three arguments; missing ['config']"
+def test_the_port_names_train_steps_and_the_entry_names_arts_parameters() -> None:
+    assert "train_steps" in {name for name, _ in inspect.getmembers(TrainingBackend)}
+    assert "train" not in TrainingBackend.__dict__
+    parameters = inspect.signature(BackendTrainEntry.train).parameters
+    assert list(parameters)[:3] == ["self", "model", "trajectory_groups"]
+    assert parameters["learning_rate"].default == 5e-6  # ART 0.5.23's default
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(parameters.values())[3:]), (
+        "ART's options are keywords"
     )
-    assert backend.calls == []
-
-
-def test_a_fourth_positional_argument_is_a_type_error() -> None:
-    backend = _Backend()
-    untyped: Any = backend.train  # a call the types refuse, as an untyped script makes it
-    with pytest.raises(TypeError, match=r"takes three arguments"):
-        untyped(RUN, GROUPS, CONFIG, CONFIG)
-    assert backend.calls == []

@@ -7,7 +7,6 @@ import asyncio
 import inspect
 import logging
 import re
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -152,21 +151,15 @@ def test_a_call_the_model_cannot_take_is_refused_before_anything_is_trained(
     async def main() -> None:
         backend, model = await _registered(tmp_path)
         untyped: Any = backend  # as an untyped script calls it
-        with pytest.raises(TypeError) as positional:
-            await untyped.train(model, _groups(), 1e-5)
-        assert str(positional.value) == (
-            "train(model, trajectory_groups, **options) takes its options by keyword"
-        )
-        missing = "train(model, trajectory_groups) is missing the trajectory groups"
-        with pytest.raises(TypeError) as caught:
+        with pytest.raises(TypeError, match="takes 3 positional arguments but 4 were given"):
+            await untyped.train(model, _groups(), 1e-5)  # ART's options are keywords
+        with pytest.raises(TypeError, match="missing 1 required positional argument"):
             await untyped.train(model)
-        assert str(caught.value) == missing
-        with pytest.raises(TypeError) as caught:
+        with pytest.raises(TypeError, match="'trajectory_groups'"):
             await untyped.train(model=model)
-        assert str(caught.value) == missing
         with pytest.raises(InvalidInputError, match="registered with this backend, got str"):
             await untyped.train("agent", _groups())
-        with pytest.raises(InvalidInputError, match="got NoneType"):
+        with pytest.raises(TypeError, match="'model'"):
             await untyped.train(trajectory_groups=_groups())
         assert await model.get_step() == 0
 
@@ -175,12 +168,7 @@ def test_a_call_the_model_cannot_take_is_refused_before_anything_is_trained(
 
 def _art_form() -> inspect.Signature:
     """The signature of `backend.train(model, trajectory_groups, *, ...)`, ART's call."""
-    (art_form,) = [
-        inspect.signature(form)
-        for form in typing.get_overloads(BackendTrainEntry.train)
-        if "trajectory_groups" in inspect.signature(form).parameters
-    ]
-    return art_form
+    return inspect.signature(BackendTrainEntry.train)
 
 
 def test_the_art_form_names_every_option_it_takes_and_arts_defaults() -> None:

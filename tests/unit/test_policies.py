@@ -185,7 +185,7 @@ def test_the_in_memory_backend_learns_in_the_direction_of_the_reward() -> None:
     async def go() -> dict[int, float]:
         backend = InMemoryBackend()
         await backend.register(ModelSpec(run, base_model="tiny"))
-        async for _ in backend.train(run, [TrajectoryGroup([good, bad])], TrainConfig()):
+        async for _ in backend.train_steps(run, [TrajectoryGroup([good, bad])], TrainConfig()):
             pass
         return backend.weights(run)
 

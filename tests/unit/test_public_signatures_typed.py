@@ -88,7 +88,7 @@ WRONG = {
     "backend_train_misspelt": "await backend.train(model, groups, learning_rat=1e-5)",
     "backend_train_loss": 'await backend.train(model, groups, loss_fn="dro")',
     "backend_train_groups": 'await backend.train(model, "groups")',
-    "backend_train_port_config": 'backend.train(model.run, groups, {"learning_rate": 1e-5})',
+    "backend_train_port_config": 'backend.train_steps(model.run, groups, {"learning_rate": 1e-5})',
     "serverless_train": "await serverless.train(model, groups, scale_rewards=None)",
     "tinker_train": 'await tinker.train(model, groups, epsilon="0.2")',
     "model_train_config": "await model.train(groups, config=3)",
@@ -125,13 +125,13 @@ WRONG = {
 }
 
 EXPECTED = {
-    "backend_train_value": "call-overload",
-    "backend_train_misspelt": "call-overload",
-    "backend_train_loss": "call-overload",
+    "backend_train_value": "arg-type",
+    "backend_train_misspelt": "call-arg",
+    "backend_train_loss": "arg-type",
     "backend_train_groups": "arg-type",
-    "backend_train_port_config": "call-overload",
-    "serverless_train": "call-overload",
-    "tinker_train": "call-overload",
+    "backend_train_port_config": "arg-type",
+    "serverless_train": "arg-type",
+    "tinker_train": "arg-type",
     "model_train_config": "arg-type",
     "model_train_groups": "arg-type",
     "model_train_sft_config": "arg-type",

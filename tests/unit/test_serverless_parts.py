@@ -395,7 +395,7 @@ def test_posts_are_never_retried(failure: str) -> None:
     backend, log = backend_with(handler)
 
     async def train() -> None:
-        async for _ in backend.train(RUN, synthetic_groups(), TrainConfig()):
+        async for _ in backend.train_steps(RUN, synthetic_groups(), TrainConfig()):
             pass
 
     with pytest.raises(BackendError, match="overloaded" if failure == "status" else "not retried"):
@@ -428,7 +428,7 @@ def test_the_event_cursor_advances_past_every_event(monkeypatch: pytest.MonkeyPa
     backend, log = backend_with(handler)
 
     async def train() -> list[dict[str, float]]:
-        return [dict(m) async for m in backend.train(RUN, synthetic_groups(), TrainConfig())]
+        return [dict(m) async for m in backend.train_steps(RUN, synthetic_groups(), TrainConfig())]
 
     metrics = use(backend, train)
     assert metrics[0] == {"loss": 0.5} and metrics[1]["loss"] != metrics[1]["loss"]  # NaN
@@ -448,7 +448,7 @@ def test_a_failed_job_raises_with_the_servers_message() -> None:
     backend, _ = backend_with(handler)
 
     async def train() -> None:
-        async for _ in backend.train(RUN, synthetic_groups(), TrainConfig()):
+        async for _ in backend.train_steps(RUN, synthetic_groups(), TrainConfig()):
             pass
 
     with pytest.raises(TrainingJobFailed, match="failed: out of memory"):

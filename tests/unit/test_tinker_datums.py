@@ -253,7 +253,9 @@ def train(
     async def main() -> list[dict[str, float]]:
         await backend.register(spec())
         try:
-            return [dict(m) async for m in backend.train(RUN, groups, config or TrainConfig())]
+            return [
+                dict(m) async for m in backend.train_steps(RUN, groups, config or TrainConfig())
+            ]
         finally:
             await backend.close()
 
@@ -415,7 +417,7 @@ def refused(
         await backend.register(spec())
         try:
             with pytest.raises(InvalidInputError) as raised:
-                async for _m in backend.train(RUN, groups, config):
+                async for _m in backend.train_steps(RUN, groups, config):
                     pass
             return await backend.get_step(RUN), str(raised.value)
         finally:
@@ -550,7 +552,7 @@ def test_state_every_k_steps_and_a_restart_rewinds_to_the_newest_state(tmp_path:
         await backend.register(spec())
         try:
             for _ in range(3):
-                async for _m in backend.train(RUN, [group], TrainConfig()):
+                async for _m in backend.train_steps(RUN, [group], TrainConfig()):
                     pass
         finally:
             await backend.close()
@@ -583,10 +585,10 @@ def test_a_failed_step_keeps_the_step_and_the_next_call_resumes_from_state(tmp_p
         try:
             fake.fail_next_forward_backward = True
             with pytest.raises(BackendError, match="forward_backward"):
-                async for _m in backend.train(RUN, [group], TrainConfig()):
+                async for _m in backend.train_steps(RUN, [group], TrainConfig()):
                     pass
             failed_step = await backend.get_step(RUN)
-            async for _m in backend.train(RUN, [group], TrainConfig()):
+            async for _m in backend.train_steps(RUN, [group], TrainConfig()):
                 pass
             return failed_step, await backend.get_step(RUN)
         finally:
@@ -610,7 +612,7 @@ def test_delete_removes_both_paths_and_keeps_the_latest(tmp_path: Path) -> None:
         await backend.register(spec())
         try:
             for _ in range(2):
-                async for _m in backend.train(RUN, [group], TrainConfig()):
+                async for _m in backend.train_steps(RUN, [group], TrainConfig()):
                     pass
             deleted = await backend.delete_checkpoint_files(RUN, {0})
             return deleted, await backend.checkpoint_steps(RUN)

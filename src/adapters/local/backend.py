@@ -37,7 +37,6 @@ from ...core.identity import ModelSpec, RunRef
 from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
-from ...core.validation import check_training_groups
 from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
@@ -304,7 +303,7 @@ class LocalBackend(BackendTrainEntry):
 
     # --- training -----------------------------------------------------------------------
 
-    async def train_steps(  # the port's `train` (see BackendTrainEntry)
+    async def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         """Pack, train (one metrics dict per optimizer step), save checkpoint N+1, serve it.
@@ -317,8 +316,6 @@ class LocalBackend(BackendTrainEntry):
         from .packing import pack
 
         state = self._require(run)
-        groups = check_training_groups(groups, config)
-        self.capabilities.check(config, "LocalBackend")
         async with state.lock:
             step = ckpt.latest_step(state.model_dir) or 0
             reference = self._kl_reference(state, config)

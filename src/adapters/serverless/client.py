@@ -237,7 +237,7 @@ class ServerlessBackend(BackendTrainEntry):
         payload = (await self._request("DELETE", path, json={"steps": doomed})).json()
         return sorted(int(step) for step in payload["deleted"])
 
-    async def train_steps(  # the port's `train` (see BackendTrainEntry)
+    async def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         """Create a training job and yield each gradient step's metrics as the server

@@ -327,7 +327,7 @@ class TinkerBackend(BackendTrainEntry):
 
     # --- training -----------------------------------------------------------------------
 
-    async def train_steps(  # the port's `train` (see BackendTrainEntry)
+    async def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[Mapping[str, float]]:
         """One optimizer step on the trainable Choices, then step N+1 is saved and served.
@@ -335,7 +335,6 @@ class TinkerBackend(BackendTrainEntry):
         from .datums import build_batch
 
         state = self._require(run)
-        self.capabilities.check(config, "TinkerBackend")
         loss = self._loss_for(config)
         batch = build_batch(groups, config)
         async with state.lock:

@@ -26,6 +26,7 @@ from ...adapters.serverless.errors import ModelBusyError
 from ...adapters.serverless.wire import (
     parse_count,
 )
+from ...core.backend_train import checked_train_steps
 from ...core.errors import (
     InvalidInputError,
     NotRegisteredError,
@@ -306,13 +307,18 @@ class TrainingService:
         record = self.model(tenant, model_id_value)
         config = parse_config(config_json)
         groups = parse_groups(groups_json)
-        self.backend.capabilities.check(config, type(self.backend).__name__)
+        # the core's checks, before the job starts (they raise here, nothing written)
+        updates = checked_train_steps(self.backend, record.run, groups, config)
         started = {
             "num_groups": len(groups),
             "num_trajectories": sum(len(g.trajectories) for g in groups),
         }
         return await self.launch(
-            tenant, record, started, lambda: self.backend.train(record.run, groups, config), lease
+            tenant,
+            record,
+            started,
+            lambda: updates,
+            lease,
         )
 
     async def launch(

@@ -30,7 +30,9 @@ class LifecycleContract(BackendFixtures):
             async def one(offset: int) -> int:
                 n = 0
                 try:
-                    async for _m in b.train(s.run, self.make_groups(offset=offset), self.config()):
+                    async for _m in b.train_steps(
+                        s.run, self.make_groups(offset=offset), self.config()
+                    ):
                         n += 1
                 except ArthexError:
                     return 0  # refused while another train runs: also allowed
@@ -59,7 +61,7 @@ class LifecycleContract(BackendFixtures):
 
         async def first(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
             for i in range(2):
-                async for _m in b.train(s.run, self.make_groups(offset=i), self.config()):
+                async for _m in b.train_steps(s.run, self.make_groups(offset=i), self.config()):
                     pass
             return await b.get_step(s.run)
 
@@ -67,7 +69,7 @@ class LifecycleContract(BackendFixtures):
             b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None
         ) -> tuple[int, int]:
             resumed = await b.get_step(s.run)
-            async for _m in b.train(s.run, self.make_groups(offset=2), self.config()):
+            async for _m in b.train_steps(s.run, self.make_groups(offset=2), self.config()):
                 pass
             return resumed, await b.get_step(s.run)
 

@@ -67,7 +67,7 @@ class ServingContract(BackendFixtures):
             before = await greedy(endpoint, s.run.inference_name(0))
             for i in range(2):
                 groups = await rollout_groups(endpoint, s.run.inference_name(), offset=i)
-                async for _m in b.train(
+                async for _m in b.train_steps(
                     s.run, groups, self.config(learning_rate=self.learning_signal_lr)
                 ):
                     pass
@@ -101,7 +101,9 @@ class ServingContract(BackendFixtures):
             assert endpoint is not None
             before = await greedy(endpoint, s.run.inference_name(0))
             groups = await rollout_groups(endpoint, s.run.inference_name(0))
-            training = b.train(s.run, groups, self.config(learning_rate=self.learning_signal_lr))
+            training = b.train_steps(
+                s.run, groups, self.config(learning_rate=self.learning_signal_lr)
+            )
             await anext(training)  # the call is open: more metrics or its end are still due
             during = await asyncio.wait_for(
                 greedy(endpoint, s.run.inference_name(0)), SERVE_WHILE_TRAINING_S
@@ -155,7 +157,7 @@ class ServingContract(BackendFixtures):
                 ]
             )
             for _ in range(4):
-                async for _m in b.train(
+                async for _m in b.train_steps(
                     s.run, [group], self.config(learning_rate=self.learning_signal_lr)
                 ):
                     pass

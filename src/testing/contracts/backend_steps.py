@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ...core.backend_train import checked_train_steps
 from ...core.errors import ArthexError, InvalidInputError, UnsupportedCapability
 from ...core.identity import ModelSpec, RunRef
 from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
@@ -31,7 +32,9 @@ class StepContract(BackendFixtures):
         async def scenario(
             b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None
         ) -> tuple[list[dict[str, float]], int, list[int]]:
-            samples = [dict(m) async for m in b.train(s.run, self.make_groups(), self.config())]
+            samples = [
+                dict(m) async for m in b.train_steps(s.run, self.make_groups(), self.config())
+            ]
             return samples, await b.get_step(s.run), await b.checkpoint_steps(s.run)
 
         samples, step, steps = run_scenario(backend, spec, scenario)
@@ -45,7 +48,7 @@ class StepContract(BackendFixtures):
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
         async def scenario(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
-            async for _m in b.train(s.run, self.make_groups(equal=True), self.config()):
+            async for _m in b.train_steps(s.run, self.make_groups(equal=True), self.config()):
                 pass
             return await b.get_step(s.run)
 
@@ -58,7 +61,7 @@ class StepContract(BackendFixtures):
             b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None
         ) -> tuple[list[int], list[int], list[int]]:
             for i in range(3):
-                async for _m in b.train(s.run, self.make_groups(offset=i), self.config()):
+                async for _m in b.train_steps(s.run, self.make_groups(offset=i), self.config()):
                     pass
             before = await b.checkpoint_steps(s.run)
             deleted = await b.delete_checkpoint_files(s.run, {1, 3})
@@ -78,7 +81,7 @@ class StepContract(BackendFixtures):
             b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None
         ) -> tuple[int, list[int]]:
             for i in range(2):
-                async for _m in b.train(s.run, self.make_groups(offset=i), self.config()):
+                async for _m in b.train_steps(s.run, self.make_groups(offset=i), self.config()):
                     pass
             await b.delete_checkpoint_files(s.run, set())
             return await b.get_step(s.run), await b.checkpoint_steps(s.run)
@@ -94,7 +97,7 @@ class StepContract(BackendFixtures):
     def test_empty_groups_raise(self, backend: TrainingBackend, spec: ModelSpec) -> None:
         async def scenario(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
             with pytest.raises(InvalidInputError):
-                async for _m in b.train(s.run, [], self.config()):
+                async for _m in checked_train_steps(b, s.run, [], self.config()):
                     pass
             return await b.get_step(s.run)
 
@@ -116,11 +119,11 @@ class StepContract(BackendFixtures):
         async def scenario(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
             config = self.config(loss_fn=loss)
             if supported:
-                async for _m in b.train(s.run, self.make_groups(), config):
+                async for _m in b.train_steps(s.run, self.make_groups(), config):
                     pass
-            else:
+            else:  # refused by the core's checks, from what the backend declares
                 with pytest.raises(UnsupportedCapability):
-                    async for _m in b.train(s.run, self.make_groups(), config):
+                    async for _m in checked_train_steps(b, s.run, self.make_groups(), config):
                         pass
             return await b.get_step(s.run)
 
@@ -134,11 +137,11 @@ class StepContract(BackendFixtures):
         async def scenario(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
             config = self.config(kl_penalty_coef=0.1, kl_penalty_reference_step=0)
             if supported:
-                async for _m in b.train(s.run, self.make_groups(), config):
+                async for _m in b.train_steps(s.run, self.make_groups(), config):
                     pass
-            else:
+            else:  # refused by the core's checks, from what the backend declares
                 with pytest.raises(UnsupportedCapability):
-                    async for _m in b.train(s.run, self.make_groups(), config):
+                    async for _m in checked_train_steps(b, s.run, self.make_groups(), config):
                         pass
             return await b.get_step(s.run)
 

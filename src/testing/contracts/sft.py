@@ -182,7 +182,7 @@ class SupervisedFineTuningContract:
             async for _m in b.train_sft(s.run, self.sft_data(), self.sft_config(epochs=1)):
                 pass
             steps.append(await b.get_step(s.run))
-            async for _m in b.train(s.run, make_groups(), rl_config):
+            async for _m in b.train_steps(s.run, make_groups(), rl_config):
                 pass
             steps.append(await b.get_step(s.run))
             async for _m in b.train_sft(s.run, self.sft_data(), self.sft_config(epochs=1)):
