@@ -23,20 +23,28 @@ from ..ports.trajectory_store import PipelineStateStore, RunStateStore, Trajecto
 from .container import container
 
 
-def _ports(
-    base_path: str,
-    report_metrics: Sequence[str] | None,
-    entity: str | None,
-    store: TrajectoryStore | None,
-    history: MetricsHistory | None,
-    mirrors: Sequence[MetricsReporter] | None,
-    state: RunStateStore | None,
-) -> tuple[TrajectoryStore, MetricsHistory, Sequence[MetricsReporter], RunStateStore | None]:
-    return (
-        store if store is not None else container.trajectory_store(base_path),
-        history if history is not None else container.history(base_path),
-        mirrors if mirrors is not None else container.mirrors(base_path, report_metrics, entity),
-        state if state is not None else container.run_state(base_path),
+def model_ports(
+    base_path: str = ".art",
+    report_metrics: Sequence[str] | None = None,
+    entity: str | None = None,
+    *,
+    store: TrajectoryStore | None = None,
+    reporter: MetricsHistory | None = None,
+    mirrors: Sequence[MetricsReporter] | None = None,
+    state: RunStateStore | None = None,
+    leases: RunLeases | None = None,
+) -> core.ModelPorts:
+    """A model's ports, built once: each adapter given wins, the rest are the defaults under
+    `base_path` (parquet trajectories, the `history.jsonl` ledger, `state.json`, the trainer
+    lease file) and the mirrors `report_metrics` names."""
+    return core.ModelPorts(
+        store=store if store is not None else container.trajectory_store(base_path),
+        reporter=reporter if reporter is not None else container.history(base_path),
+        mirrors=(
+            mirrors if mirrors is not None else container.mirrors(base_path, report_metrics, entity)
+        ),
+        state=state if state is not None else container.run_state(base_path),
+        leases=leases if leases is not None else container.run_leases(base_path),
     )
 
 
@@ -80,23 +88,28 @@ class Model(core.Model):
         base_path: str = ".art",
         report_metrics: Sequence[str] | None = None,
         store: TrajectoryStore | None = None,
-        history: MetricsHistory | None = None,
+        reporter: MetricsHistory | None = None,
         mirrors: Sequence[MetricsReporter] | None = None,
         state: RunStateStore | None = None,
         run_name: str | None = None,
+        ports: core.ModelPorts | None = None,
     ) -> None:
-        store, history, mirrors, state = _ports(
-            base_path, report_metrics, entity, store, history, mirrors, state
-        )
+        if ports is None:
+            ports = model_ports(
+                base_path,
+                report_metrics,
+                entity,
+                store=store,
+                reporter=reporter,
+                mirrors=mirrors,
+                state=state,
+            )
         super().__init__(
             name=name,
             project=project,
-            store=store,
-            history=history,
-            mirrors=mirrors,
+            ports=ports,
             base_path=base_path,
             config=config,
-            state=state,
             run_name=run_name,
             inference_base_url=inference_base_url,
             inference_api_key=inference_api_key,
@@ -130,27 +143,32 @@ class TrainableModel(trainable.TrainableModel, Model):
         lora_config: object = None,
         _internal_config: object = None,
         store: TrajectoryStore | None = None,
-        history: MetricsHistory | None = None,
+        reporter: MetricsHistory | None = None,
         mirrors: Sequence[MetricsReporter] | None = None,
         state: RunStateStore | None = None,
         leases: RunLeases | None = None,
+        ports: core.ModelPorts | None = None,
     ) -> None:
         _warn_backend_settings(lora_config, _internal_config)
-        store, history, mirrors, state = _ports(
-            base_path, report_metrics, entity, store, history, mirrors, state
-        )
+        if ports is None:
+            ports = model_ports(
+                base_path,
+                report_metrics,
+                entity,
+                store=store,
+                reporter=reporter,
+                mirrors=mirrors,
+                state=state,
+                leases=leases,
+            )
         super().__init__(
             name=name,
             project=project,
             base_model=base_model,
-            store=store,
-            history=history,
-            mirrors=mirrors,
+            ports=ports,
             base_path=base_path,
             config=config,
-            state=state,
             run_name=run_name,
-            leases=leases if leases is not None else container.run_leases(base_path),
         )
         self.entity = entity
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from pydantic import BaseModel as PydanticModel
@@ -20,7 +20,8 @@ from ..ports.metrics_reporter import (
     SampleRecorder,
     Startable,
 )
-from ..ports.trajectory_store import TrajectoryStore
+from ..ports.training_backend import RunLeases
+from ..ports.trajectory_store import RunStateStore, TrajectoryStore
 from .errors import (
     CorruptDataError,
     InvalidInputError,
@@ -47,9 +48,6 @@ from .training_row import (
 from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_finite_values, groups_from_log_input
 
-if TYPE_CHECKING:
-    from ..ports.trajectory_store import RunStateStore
-
 logger = logging.getLogger("arthex")
 
 LogInput = Iterable[TrajectoryGroup] | Iterable[Trajectory | BaseException] | TrajectoryGroup
@@ -61,6 +59,26 @@ class TrainResult:
 
     step: int
     metrics: Mapping[str, float | None]
+
+
+def _reporters(reporters: Iterable[MetricsReporter]) -> tuple[MetricsReporter, ...]:
+    return tuple(reporters)
+
+
+@attrs.frozen
+class ModelPorts:
+    """What a model works through, built once (the composition root's `model_ports`, or by
+    hand when embedding arthex): the three roles' adapters and their facets. `store` keeps the
+    trajectories and the model's card (`state`, the run-state facet, sits beside it);
+    `reporter` is the ledger the model reports to and its policies read, `mirrors` the
+    reporters that copy its rows (wandb); `leases` guard a backend's checkpoints (one trainer
+    per run). The backend, the third role, is given at `register`."""
+
+    store: TrajectoryStore
+    reporter: MetricsHistory
+    mirrors: tuple[MetricsReporter, ...] = attrs.field(default=(), converter=_reporters)
+    state: RunStateStore | None = None
+    leases: RunLeases | None = None
 
 
 class Model(RunStateMixin, InferenceTarget):
@@ -76,12 +94,9 @@ class Model(RunStateMixin, InferenceTarget):
         *,
         name: str,
         project: str,
-        store: TrajectoryStore,
-        history: MetricsHistory,
-        mirrors: Sequence[MetricsReporter] = (),
+        ports: ModelPorts,
         base_path: str = ".art",
         config: Mapping[str, Any] | PydanticModel | None = None,
-        state: RunStateStore | None = None,
         run_name: str | None = None,
         inference_base_url: str | None = None,
         inference_api_key: str | None = None,
@@ -91,15 +106,16 @@ class Model(RunStateMixin, InferenceTarget):
             raise InvalidNameError(f"name must be a non-empty string, got {name!r}")
         self.run = RunRef(project=project, name=run_name if run_name is not None else name)
         self._name = name
-        self._state_store = state
+        self.ports = ports
+        self._state_store = ports.state
         self._init_inference(inference_base_url, inference_api_key, inference_model_name)
         self.base_path = base_path
         self.config: Any = config if config is not None else {}
         config_json(self.config)  # a config that cannot be recorded fails here, not later
         self._trained = TrainingRecord()
-        self._store = store
-        self._history = history
-        self._mirrors = tuple(mirrors)
+        self._store = ports.store
+        self._history = ports.reporter
+        self._mirrors = ports.mirrors
         self._index: HistoryIndex | None = None
         self._lr_policies: dict[int | None, RewardStdDevPolicy] = {}
         self._best_steps: dict[tuple[str, Direction], BestStep] = {}

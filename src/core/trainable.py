@@ -10,26 +10,21 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from pydantic import BaseModel as PydanticModel
 
-from ..ports.metrics_reporter import (
-    MetricsHistory,
-    MetricsReporter,
-)
 from ..ports.training_backend import (
     Capability,
+    ExportFormat,
     HeldLease,
     InferenceEndpoint,
-    RunLeases,
     StepMetricsSource,
     TrainingBackend,
 )
-from ..ports.trajectory_store import TrajectoryStore
-from . import lease_book
+from . import fine_tuning, lease_book
 from .capture.endpoints import register_endpoint
 from .capture.training import training_groups
 from .config import TrainConfig
@@ -40,15 +35,15 @@ from .errors import (
     NotRegisteredError,
     RunBusyError,
 )
-from .fine_tuning import FineTuning
 from .identity import ModelSpec
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
 from .metrics import (
     MetricsRow,
 )
-from .model import TrainResult, config_json
+from .model import Model, ModelPorts, TrainResult, config_json
 from .progress import ProgressLine
 from .retention import BestStep, Direction, RetentionDecision, decide
+from .sft import TrainSFTConfig
 from .training_row import (
     GRADIENT_STEPS_KEY,
     TRAINER_SECONDS_KEY,
@@ -61,12 +56,11 @@ from .validation import check_finite_values, check_training_groups
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-    from ..ports.trajectory_store import RunStateStore
 
 logger = logging.getLogger("arthex")
 
 
-class TrainableModel(FineTuning):
+class TrainableModel(Model):
     """A model trained by a backend: `register`, then `train`, `log`, `delete_checkpoints`."""
 
     def __init__(
@@ -75,27 +69,20 @@ class TrainableModel(FineTuning):
         name: str,
         project: str,
         base_model: str,
-        store: TrajectoryStore,
-        history: MetricsHistory,
-        mirrors: Sequence[MetricsReporter] = (),
+        ports: ModelPorts,
         base_path: str = ".art",
         config: Mapping[str, Any] | PydanticModel | None = None,
-        state: RunStateStore | None = None,
         run_name: str | None = None,
-        leases: RunLeases | None = None,
     ) -> None:
         super().__init__(
             name=name,
             project=project,
-            store=store,
-            history=history,
-            mirrors=mirrors,
+            ports=ports,
             base_path=base_path,
             config=config,
-            state=state,
             run_name=run_name,
         )
-        self._leases = leases
+        self._leases = ports.leases
         self._lease: HeldLease | None = None
         self._lease_finalizer: weakref.finalize[[], TrainableModel] | None = None
         if not isinstance(base_model, str) or not base_model:
@@ -139,6 +126,31 @@ class TrainableModel(FineTuning):
                 f"model {self.run} has no backend yet; call `await model.register(backend)` first"
             )
         return self._backend
+
+    async def train_sft(
+        self,
+        trajectories: Iterable[object],
+        config: TrainSFTConfig | Mapping[str, Any] | None = None,
+        *,
+        verbose: bool = False,
+        progress: bool | None = None,
+    ) -> TrainResult:
+        """Supervised fine-tuning as one step of the run (see core/sft.py): train on the
+        conversations (Trajectory objects, OpenAI fine-tuning records or message lists) with
+        the loss on assistant tokens, then record each gradient step under `sft/` and the
+        means as the new step's training row. The new step is served like an RL step's.
+        `config` is a TrainSFTConfig or a mapping of its fields."""
+        return await fine_tuning.train_sft(
+            self, trajectories, config, verbose=verbose, progress=progress
+        )
+
+    async def export(
+        self, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Write step `step` (latest when None) into the new folder `out_dir`: "merged" a
+        Hugging Face model directory that `transformers` loads without arthex, "peft" a PEFT
+        adapter directory (LoRA runs). Returns the folder."""
+        return await fine_tuning.export(self, out_dir, step=step, format=format)
 
     async def register(self, backend: TrainingBackend) -> None:
         """Hand the model to a backend: it prepares training and serving for it.

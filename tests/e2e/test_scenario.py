@@ -215,13 +215,13 @@ class FailingOnceHistory(InMemoryHistory):
 
 async def _lost_training_row(base: Path) -> tuple[list[arthex.MetricsRow], int]:
     backend, history = InMemoryBackend(), FailingOnceHistory()
-    model = trainable(base, history=history)
+    model = trainable(base, reporter=history)
     await model.register(backend)
     with pytest.raises(OSError, match="No space"):
         await model.train(synthetic_groups())
     assert await backend.get_step(model.run) == 1  # the update itself is durable
     # a restarted process registers again: the lost row of step 1 is rebuilt
-    again = trainable(base, history=history)
+    again = trainable(base, reporter=history)
     await again.register(backend)
     await again.register(backend)  # and only once
     await again.train(synthetic_groups(offset=1))

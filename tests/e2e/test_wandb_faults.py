@@ -20,6 +20,7 @@ from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.adapters.wandb_reporter import RUN_RECORD, WandbReporter, WandbUnavailableError
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
+from arthex.core.model import ModelPorts
 from arthex.core.trainable import TrainableModel
 from arthex.testing.builders import make_group
 from arthex.testing.fakes.backend import InMemoryBackend
@@ -144,10 +145,8 @@ def test_training_completes_and_the_history_is_complete_when_wandb_fails(
         name=RUN.name,
         project=RUN.project,
         base_model="tiny",
-        store=store,
-        history=JsonlHistory(root),
-        mirrors=[reporter],
         base_path=root,
+        ports=ModelPorts(store=store, reporter=JsonlHistory(root), mirrors=[reporter]),
     )
     fail_after(monkeypatch, "log", 3)
 
@@ -205,10 +204,10 @@ def model_with(root: str, reporter: WandbReporter) -> TrainableModel:
         name=RUN.name,
         project=RUN.project,
         base_model="tiny",
-        store=ParquetTrajectoryStore(root),
-        history=JsonlHistory(root),
-        mirrors=[reporter],
         base_path=root,
+        ports=ModelPorts(
+            store=ParquetTrajectoryStore(root), reporter=JsonlHistory(root), mirrors=[reporter]
+        ),
     )
 
 

@@ -21,6 +21,7 @@ import attrs
 from arthex.core.config import TrainConfig
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
+from arthex.core.model import ModelPorts
 from arthex.core.pipeline import PipelineTrainer, RolloutFn, make_group_rollout_fn
 from arthex.core.pipeline_record import PipelineRecord
 from arthex.core.trainable import TrainableModel
@@ -151,8 +152,7 @@ class World:
             name=RUN.name,
             project=RUN.project,
             base_model="in-memory",
-            store=self.store,
-            history=self.history,
+            ports=ModelPorts(store=self.store, reporter=self.history),
         )
 
     def trainer(

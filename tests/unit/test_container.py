@@ -31,7 +31,7 @@ def test_overridden_providers_are_used_and_explicit_ports_win(tmp_path: Path) ->
 
     explicit = InMemoryHistory()
     model = arthex.Model(
-        name="m", project="p", base_path=str(tmp_path), report_metrics=[], history=explicit
+        name="m", project="p", base_path=str(tmp_path), report_metrics=[], reporter=explicit
     )
     asyncio.run(model.log(metrics={"score": 3.0}))
     assert len(asyncio.run(explicit.rows(model.run))) == 1

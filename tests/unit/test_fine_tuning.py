@@ -20,6 +20,7 @@ from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.core.identity import RunRef
 from arthex.core.metrics import MetricsRow
+from arthex.core.model import ModelPorts
 from arthex.core.sft import TrainSFTConfig
 from arthex.core.trainable import TrainableModel
 from arthex.testing.fakes.backend import InMemoryBackend
@@ -52,9 +53,11 @@ def _model(backend: InMemoryBackend, mirror: ConfigMirror | None = None) -> Trai
         name="m",
         project="p",
         base_model="fake",
-        store=InMemoryTrajectoryStore(),
-        history=InMemoryHistory(),
-        mirrors=[mirror] if mirror is not None else [],
+        ports=ModelPorts(
+            store=InMemoryTrajectoryStore(),
+            reporter=InMemoryHistory(),
+            mirrors=[mirror] if mirror is not None else [],
+        ),
     )
     asyncio.run(model.register(backend))
     return model

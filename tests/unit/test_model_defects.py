@@ -255,7 +255,7 @@ def test_a_retry_after_the_batch_row_failed_writes_the_part_once(tmp_path: Path)
     groups = synthetic_groups()
 
     async def go() -> int:
-        model = trainable(tmp_path, history=FailingHistory(str(tmp_path)))
+        model = trainable(tmp_path, reporter=FailingHistory(str(tmp_path)))
         await model.register(InMemoryBackend())
         with pytest.raises(OSError, match="disk hiccup"):
             await model.train(groups)

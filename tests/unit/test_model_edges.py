@@ -15,7 +15,7 @@ import pytest
 import arthex as art
 from arthex.core.errors import InvalidInputError, InvalidNameError, NotRegisteredError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.core.model import Model
+from arthex.core.model import Model, ModelPorts
 from arthex.core.run_state import deep_merge
 from arthex.ports.training_backend import InferenceEndpoint
 from arthex.ports.trajectory_store import StateChange
@@ -46,14 +46,17 @@ class DictRunState:
 
 
 def core_model(**kwargs: Any) -> Model:
-    options: dict[str, Any] = {
-        "name": "m",
-        "project": "p",
-        "store": InMemoryTrajectoryStore(),
-        "history": InMemoryHistory(),
-        **kwargs,
-    }
-    return Model(**options)
+    ports: dict[str, Any] = {"store": InMemoryTrajectoryStore(), "reporter": InMemoryHistory()}
+    for key, field in (
+        ("store", "store"),
+        ("history", "reporter"),
+        ("mirrors", "mirrors"),
+        ("state", "state"),
+        ("leases", "leases"),
+    ):
+        if key in kwargs:
+            ports[field] = kwargs.pop(key)
+    return Model(name="m", project="p", ports=ModelPorts(**ports), **kwargs)
 
 
 def prompted(tmp_path: Path, name: str = "m", **kwargs: Any) -> art.Model:

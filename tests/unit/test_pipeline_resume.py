@@ -19,6 +19,7 @@ import pytest
 from arthex.core.config import TrainConfig
 from arthex.core.errors import BackendError, CorruptDataError
 from arthex.core.identity import RunRef
+from arthex.core.model import ModelPorts
 from arthex.core.pipeline.measures import STREAM_INDEX_KEY
 from arthex.core.pipeline.resume import settle
 from arthex.core.pipeline_record import InFlight, PipelineRecord
@@ -64,8 +65,7 @@ class Disk:
             name=RUN.name,
             project=RUN.project,
             base_model="in-memory",
-            store=self.store,
-            history=self.history,
+            ports=ModelPorts(store=self.store, reporter=self.history),
         )
         await model.register(self.backend)
         return model

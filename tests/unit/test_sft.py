@@ -11,6 +11,7 @@ import pytest
 
 from arthex.core.conversations import conversation_from, conversations_from
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
+from arthex.core.model import ModelPorts
 from arthex.core.sft import TrainSFTConfig, create_lr_schedule, sft_key
 from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
@@ -216,8 +217,7 @@ def _model(backend: InMemoryBackend, history: InMemoryHistory) -> TrainableModel
         name="m",
         project="p",
         base_model="fake",
-        store=InMemoryTrajectoryStore(),
-        history=history,
+        ports=ModelPorts(store=InMemoryTrajectoryStore(), reporter=history),
     )
     asyncio.run(model.register(backend))
     return model

@@ -33,7 +33,7 @@ from arthex.core.exchanges import TrajectoryExchanges
 from arthex.core.history_index import HistoryIndex
 from arthex.core.identity import ModelSpec, RunRef, validate_name
 from arthex.core.metrics import MetricsRow
-from arthex.core.model import Model, config_json
+from arthex.core.model import Model, ModelPorts, config_json
 from arthex.core.retention import RetentionDecision
 from arthex.core.trainable import TrainableModel
 from arthex.core.training_row import TRAINER_SECONDS_KEY
@@ -49,15 +49,18 @@ from .test_run_lease_model import trainable as leased_trainable
 
 
 def core_trainable(**kwargs: Any) -> TrainableModel:
-    options: dict[str, Any] = {
-        "name": "m",
-        "project": "p",
-        "base_model": "tiny",
-        "store": InMemoryTrajectoryStore(),
-        "history": InMemoryHistory(),
-        **kwargs,
-    }
-    return TrainableModel(**options)
+    ports: dict[str, Any] = {"store": InMemoryTrajectoryStore(), "reporter": InMemoryHistory()}
+    for key, field in (
+        ("store", "store"),
+        ("history", "reporter"),
+        ("mirrors", "mirrors"),
+        ("state", "state"),
+        ("leases", "leases"),
+    ):
+        if key in kwargs:
+            ports[field] = kwargs.pop(key)
+    options: dict[str, Any] = {"name": "m", "project": "p", "base_model": "tiny", **kwargs}
+    return TrainableModel(**options, ports=ModelPorts(**ports))
 
 
 # -- names, steps and values refused ----------------------------------------------------------
@@ -126,20 +129,25 @@ def test_a_model_name_must_be_a_non_empty_string() -> None:
     for name in names:
         with pytest.raises(InvalidNameError) as caught:
             Model(
-                name=name, project="p", store=InMemoryTrajectoryStore(), history=InMemoryHistory()
+                name=name,
+                project="p",
+                ports=ModelPorts(store=InMemoryTrajectoryStore(), reporter=InMemoryHistory()),
             )
         assert str(caught.value) == f"name must be a non-empty string, got {name!r}"
 
 
 def test_models_keep_their_base_path_and_default_to_dot_art() -> None:
-    plain = Model(name="m", project="p", store=InMemoryTrajectoryStore(), history=InMemoryHistory())
+    plain = Model(
+        name="m",
+        project="p",
+        ports=ModelPorts(store=InMemoryTrajectoryStore(), reporter=InMemoryHistory()),
+    )
     assert plain.base_path == ".art"
     placed = Model(
         name="m",
         project="p",
-        store=InMemoryTrajectoryStore(),
-        history=InMemoryHistory(),
         base_path="runs",
+        ports=ModelPorts(store=InMemoryTrajectoryStore(), reporter=InMemoryHistory()),
     )
     assert placed.base_path == "runs"
     assert core_trainable().spec().base_path == ".art"
