@@ -58,7 +58,7 @@ def test_vllm_engine_without_vllm_names_the_extra() -> None:
     engine = VllmEngine("some/model", gpu_memory_utilization=0.3, enforce_eager=True)
     assert engine.engine_kwargs == {"enforce_eager": True}
     assert engine.served_models() == []
-    with pytest.raises(MissingExtraError, match=r'pip install "arthex\[vllm\]"'):
+    with pytest.raises(MissingExtraError, match=r'pip install (-e )?"[^"]*\[vllm\]"'):
         engine.engine_args()
     with pytest.raises(MissingExtraError) as raised:
         asyncio.run(engine.load("agent@0", None))
