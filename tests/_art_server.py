@@ -5,6 +5,7 @@ tests/interop/nat/record_wire.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
@@ -13,22 +14,50 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from arthex.adapters.local.backend import LocalBackend
+from arthex.core.config import TrainConfig
+from arthex.core.identity import RunRef
+from arthex.core.trajectories import TrajectoryGroup
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "unit" / "data" / "art_protocol" / "nat-1.9.0-requests.json"
 RECORDED_BASE_MODEL = "tiny-model"  # the recording's base_model, replaced by a real path
 
 
+PAUSE_DIR_ENV = "ARTHEX_TEST_ART_PAUSE_DIR"
+
+
 def torch_backend() -> LocalBackend:
     """`--backend tests._art_server:torch_backend`: LocalBackend sampling with torch."""
     return LocalBackend(engine="torch")
+
+
+class PausableBackend(LocalBackend):
+    """LocalBackend(engine="torch") whose update waits while `$ARTHEX_TEST_ART_PAUSE_DIR/pause`
+    exists, after touching `paused` there: a test can hold an update in flight (to kill the
+    server mid-job) and know when it is."""
+
+    async def train_steps(
+        self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[Mapping[str, float]]:
+        folder = Path(os.environ[PAUSE_DIR_ENV])
+        if (folder / "pause").exists():
+            (folder / "paused").touch()
+            while (folder / "pause").exists():  # noqa: ASYNC110 (another process removes it)
+                await asyncio.sleep(0.05)
+        async for metrics in super().train_steps(run, groups, config):
+            yield metrics
+
+
+def pausable_backend() -> PausableBackend:
+    """`--backend tests._art_server:pausable_backend` (set ARTHEX_TEST_ART_PAUSE_DIR)."""
+    return PausableBackend(engine="torch")
 
 
 def recorded_requests(base_model: str) -> list[dict[str, Any]]:
@@ -76,6 +105,7 @@ def start_art_server(
     inference_port: int = 0,
     backend: str = "tests._art_server:torch_backend",
     extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
     timeout_s: float = 180.0,
 ) -> ArtServer:
     base_path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +123,7 @@ def start_art_server(
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
+        **(env or {}),
     }
     with log.open("wb") as log_file:
         process = subprocess.Popen(

@@ -93,3 +93,75 @@ def finetune_config() -> Any:
     from nat.data_models.finetuning import FinetuneConfig
 
     return FinetuneConfig()
+
+
+PROMPTS = ("Say hello.", "What is 2 + 2?")
+
+
+async def sampled_collection(
+    base_url: str, api_key: str, served_name: str, run_id: str, *, size: int = 2
+) -> Any:
+    """Two groups of `size` rollouts sampled from the server's inference endpoint, as NAT's
+    trajectory builder hands them over: the assistant turn's text and the logprobs its LLM
+    client recorded (the OpenAI ChoiceLogprobs, tokens `token_id:N`), nothing else of the
+    response. Rewards alternate 1 and 0 so every group has something to learn."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key)
+    groups = []
+    try:
+        for g, prompt in enumerate(PROMPTS):
+            group = []
+            for t in range(size):
+                messages = [
+                    {"role": "system", "content": "Answer briefly."},
+                    {"role": "user", "content": prompt},
+                ]
+                response = await client.chat.completions.create(
+                    model=served_name, messages=messages, max_tokens=6, logprobs=True,
+                    temperature=1.0, seed=100 * g + t,
+                )  # fmt: skip
+                choice = response.choices[0]
+                assert choice.logprobs is not None and choice.logprobs.content
+                turns = [
+                    *messages,
+                    {
+                        "role": "assistant",
+                        "content": choice.message.content or "",
+                        "logprobs": choice.logprobs.model_dump(mode="json"),
+                    },
+                ]
+                group.append(episode(turns, float(t % 2 == 0), f"q{g}"))
+            groups.append(group)
+    finally:
+        await client.close()
+    return collection(groups, run_id)
+
+
+def run_layout(base_path: str, project: str, name: str) -> dict[str, Any]:
+    """What ART's Model wrote on the client side: history rows and trajectory files, read
+    with ART's own readers."""
+    import os
+
+    import polars as pl
+
+    from art.utils.trajectory_logging import read_trajectory_groups_parquet
+
+    model_dir = os.path.join(base_path, project, "models", name)
+    history = pl.read_ndjson(os.path.join(model_dir, "history.jsonl")).to_dicts()
+    trajectories = {}
+    train_dir = os.path.join(model_dir, "trajectories", "train")
+    for file in sorted(os.listdir(train_dir)):
+        groups = read_trajectory_groups_parquet(os.path.join(train_dir, file))
+        trajectories[file] = [len(group.trajectories) for group in groups]
+    return {
+        "files": sorted(
+            os.path.relpath(os.path.join(root, f), model_dir)
+            for root, _, files in os.walk(model_dir)
+            for f in files
+        ),
+        "history_steps": [row.get("step") for row in history],
+        "history_learning_rates": [row.get("loss/learning_rate") for row in history],
+        "history_keys": sorted({k for row in history for k in row}),
+        "trajectories": trajectories,
+    }
