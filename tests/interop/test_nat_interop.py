@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import random
+import re
 import socket
 import subprocess
 import time
@@ -31,8 +32,18 @@ from tests._art_server import PAUSE_DIR_ENV, ArtServer, start_art_server
 from .art_env import art_environment
 from .nat_env import SCRIPTS, nat_python, run_nat
 
-NAT_LEARNING_RATE = 1e-4  # nat_common.adapter_config's `training: learning_rate`
 DRIVER_TIMEOUT_S = 600.0
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "backends" / "nat.md"
+
+
+def docs_config() -> dict[str, Any]:
+    """The NAT config YAML of docs/backends/nat.md (the block after `<!-- nat-config -->`)."""
+    import yaml
+
+    found = re.search(r"<!-- nat-config -->\n```yaml\n(.*?)```", DOCS.read_text(), re.DOTALL)
+    assert found is not None, "docs/backends/nat.md lost its NAT config block"
+    config: dict[str, Any] = yaml.safe_load(found.group(1))
+    return config
 
 
 def free_loopback_address() -> str:
@@ -84,26 +95,30 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny: str) -> Iterator[tupl
 def test_nat_adapter_trains_two_epochs(
     nat: Path, tiny: str, server: tuple[ArtServer, str], tmp_path: Path
 ) -> None:
+    """With the NAT config of docs/backends/nat.md (its address and base model replaced)."""
     process, address = server
-    payload = {
-        "ip": address, "port": port_of(process), "base_model": tiny, "name": "agent",
-        "project": "nat-run", "learning_rate": NAT_LEARNING_RATE,
-    }  # fmt: skip
+    config = docs_config()
+    adapter = config["trainer_adapters"][config["finetuning"]["trainer_adapter"]]
+    name, project = adapter["backend"]["name"], adapter["backend"]["project"]
+    learning_rate = adapter["training"]["learning_rate"]
+    assert adapter["backend"]["delete_old_checkpoints"] is True
+    payload = {"config": config, "ip": address, "port": port_of(process), "base_model": tiny}
     result = run_nat(nat, "drive_adapter.py", payload, tmp_path, DRIVER_TIMEOUT_S)
     # initialize: register + prepare (ART's naming, the inference server on 8000) + health
     assert result["registered"] == {
         "inference_base_url": f"http://{address}:8000/v1",
         "inference_api_key": "default",
-        "inference_model_name": "agent@0",
+        "inference_model_name": f"{name}@0",
     }
     assert result["healthy"] is True
     assert [s["status"] for s in result["submissions"]] == ["completed", "completed"]
     assert result["steps"] == [0, 1, 2]
     # ART's delete_checkpoints keeps the latest step and the best `val/reward` (none was
     # logged): before the second update it kept step 1 only, so step 0 is gone
-    assert checkpoints(process, "nat-run", "agent") == [1, 2]
-    assert "agent@2" in result["served"] and "agent@0" not in result["served"]
-    assert (result["chat_status"], result["chat_model"]) == (200, "agent@2")
+    assert checkpoints(process, project, name) == [1, 2]
+    assert f"{name}@2" in result["served"] and f"{name}@0" not in result["served"]
+    assert name in result["served"], "the bare name: the newest step, for NAT's rollouts"
+    assert (result["chat_status"], result["chat_model"]) == (200, f"{name}@2")
     # the NAT side's ART Model wrote its own run, in ART's layout
     layout = result["layout"]
     assert {"history.jsonl", "trajectories/train/0001.parquet"} <= set(layout["files"])
@@ -111,11 +126,11 @@ def test_nat_adapter_trains_two_epochs(
     assert layout["history_steps"] == [1, 2]
     assert layout["trajectories"] == {"0001.parquet": [2, 2], "0002.parquet": [2, 2]}
     # the learning rate NAT's config set, not the 5e-05 its adapter always sends
-    assert all(math.isclose(lr, NAT_LEARNING_RATE) for lr in layout["history_learning_rates"])
+    assert all(math.isclose(lr, learning_rate) for lr in layout["history_learning_rates"])
     # the client's files are the client's: the server wrote none of them
-    server_run = process.base_path / "nat-run" / "models" / "agent"
+    server_run = process.base_path / project / "models" / name
     assert not (server_run / "history.jsonl").exists()
-    assert (tmp_path / ".art" / "nat-run" / "models" / "agent" / "history.jsonl").is_file()
+    assert (tmp_path / ".art" / project / "models" / name / "history.jsonl").is_file()
 
 
 def test_plain_art_trainable_model_over_nats_remote_backend(

@@ -6,7 +6,12 @@ submissions of a two-group TrajectoryCollection sampled from the server's infere
 (the second with `delete_old_checkpoints`, as NAT's config turns it on), each waited on with
 `wait_until_complete`; then what is served, and what ART's Model wrote on this side.
 
-stdin: {"ip", "port", "base_model", "name", "project", "learning_rate", "out"}
+The config is the NAT config of docs/backends/nat.md: every finetuning section of it is
+validated with NAT's own classes, and the adapter is built from its `trainer_adapters`
+section with only the address and the base model replaced.
+
+stdin: {"config": the docs' YAML as JSON, "adapter": its adapter's name, "ip", "port",
+        "base_model", "out"}
 """
 
 from __future__ import annotations
@@ -20,18 +25,33 @@ import nat_common as common
 
 
 async def main() -> None:
+    from nat.data_models.finetuning import FinetuneConfig
+    from nat.llm.openai_llm import OpenAIModelConfig
+    from nat.plugins.openpipe.config import (
+        ARTTrainerAdapterConfig,
+        ARTTrainerConfig,
+        ARTTrajectoryBuilderConfig,
+    )
     from nat.plugins.openpipe.trainer_adapter import ARTTrainerAdapter
 
     payload = common.read_payload()
-    config = common.adapter_config(
-        payload["ip"],
-        payload["port"],
-        name=payload["name"],
-        project=payload["project"],
-        base_model=payload["base_model"],
-        learning_rate=payload["learning_rate"],
-        delete_old_checkpoints=False,
+    sections = payload["config"]
+    finetuning = FinetuneConfig.model_validate(sections["finetuning"])
+    for llm in sections["llms"].values():
+        OpenAIModelConfig.model_validate(llm)
+    ARTTrajectoryBuilderConfig.model_validate(
+        sections["trajectory_builders"][finetuning.trajectory_builder]
     )
+    ARTTrainerConfig.model_validate(sections["trainers"][finetuning.trainer])
+    section = sections["trainer_adapters"][finetuning.trainer_adapter]
+    backend = {
+        **section["backend"],
+        "ip": payload["ip"],
+        "port": payload["port"],
+        "base_model": payload["base_model"],
+    }
+    config = ARTTrainerAdapterConfig.model_validate({**section, "backend": backend})
+    configured_delete = config.backend.delete_old_checkpoints
     adapter = ARTTrainerAdapter(config)
     result: dict[str, Any] = {"submissions": []}
     await adapter.initialize(common.finetune_config())
@@ -43,7 +63,8 @@ async def main() -> None:
     }
     result["healthy"] = await adapter.is_healthy()
     steps = [await model.get_step()]
-    for run_id, delete in (("epoch-1", False), ("epoch-2", True)):
+    # the first epoch without deleting, the second as the docs' config says (it deletes)
+    for run_id, delete in (("epoch-1", False), ("epoch-2", configured_delete)):
         adapter.adapter_config.backend.delete_old_checkpoints = delete
         served = f"{model.name}@{steps[-1]}"
         collection = await common.sampled_collection(
