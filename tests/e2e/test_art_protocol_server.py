@@ -158,6 +158,25 @@ def _train_body(tiny: str, name: str, tokens: list[str]) -> dict[str, Any]:
         ("/register", b'{"name": "../x", "project": "p"}', 422, "safe path segment"),
         ("/register", b'{"name": "x", "project": "p", "trainable": true}', 422, "base_model"),
         ("/_delete_checkpoint_files", b'{"steps_to_keep": [1]}', 422, "no 'model'"),
+        # a folder that is not a model and a path that does not exist: one answer, no probing
+        (
+            "/register",
+            b'{"name": "x1", "project": "p", "trainable": true, "base_model": "/etc"}',
+            422,
+            "cannot be loaded by this server's backend",
+        ),
+        (
+            "/_get_step",
+            b'{"name": "x2", "project": "p", "trainable": true, "base_model": "/no/such/dir"}',
+            422,
+            "cannot be loaded by this server's backend",
+        ),
+        (
+            "/register",
+            b'{"name": "x3", "project": "p", "trainable": true, "base_model": "a\\u0000b"}',
+            422,
+            "printable characters",
+        ),
         ("/_train_model", b'{"model": {"name": "a", "project": "p"}}', 422, "trajectory_groups"),
         ("/nothing", b"{}", 404, "Not Found"),
     ],

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from openai.types.chat.chat_completion import Choice
@@ -139,9 +139,12 @@ def test_nat_choices_get_the_sampled_ids_and_the_rendered_prompt(
     groups = parse_groups(raw)
 
     def render(messages: Any, tools: Any) -> list[int]:
-        ids = tokenizer.apply_chat_template(
-            list(messages), tools=tools, add_generation_prompt=True, tokenize=True,
-            return_dict=False,
+        ids = cast(
+            list[Any],
+            tokenizer.apply_chat_template(
+                list(messages), tools=tools, add_generation_prompt=True, tokenize=True,
+                return_dict=False,
+            ),
         )  # fmt: skip
         return [int(i) for i in ids]
 

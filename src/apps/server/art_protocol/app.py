@@ -36,11 +36,12 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ....adapters.inference.asgi import ASGIApp, Receive, Scope, Send
 from ....adapters.serverless import wire as serverless_wire
 from ....adapters.serverless.errors import http_answer
 from ....core.errors import ArthexError, BackendError, InvalidInputError
 from ..bodies import BadJsonError, json_object
-from ..guard import ASGIApp, Guard, bearer_token, send_json
+from ..guard import Guard, bearer_token, send_json
 from ..keys import KeyRing
 from ..limits import ServerLimits
 from .service import ArtConflictError, ArtService
@@ -57,7 +58,6 @@ logger = logging.getLogger("arthex.art_protocol")
 
 ART_DEFAULT_API_KEY = "default"  # what ART's server answers when the client names none
 UPSTREAM_TIMEOUT_S = 1200.0
-Scope = dict[str, Any]
 
 
 def art_error(status: int, message: str, _kind: str = "") -> dict[str, Any]:
@@ -94,7 +94,7 @@ class _Health:
         self.app = app
         self.path = path
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "GET":
             await send_json(send, 200, {"status": "ok"})
             return
@@ -108,7 +108,7 @@ class _LiveKeys(Guard):
         super().__init__(app, keys=keys.current(), **kwargs)
         self._live = keys
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.keys = self._live.current()
         await super().__call__(scope, receive, send)
 

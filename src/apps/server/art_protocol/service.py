@@ -169,7 +169,19 @@ class ArtService:
             spec = ModelSpec(
                 run=run, base_model=model.base_model, trainable=True, base_path=str(self.base_path)
             )
-            endpoint = await self.backend.register(spec)
+            try:
+                endpoint = await self.backend.register(spec)
+            except Exception as exc:
+                if isinstance(exc, UnsupportedCapability):
+                    raise
+                # One answer whatever the reason (a missing path, a folder that is not a
+                # model, a hub id out of reach), so a client cannot probe the server's
+                # files; the reason is the operator's, in the log.
+                logger.warning("the backend could not load base_model %r: %r", spec.base_model, exc)
+                raise InvalidInputError(
+                    f"base_model {spec.base_model!r:.200} cannot be loaded by this server's "
+                    f"backend ({type(self.backend).__name__}); name a model the server offers"
+                ) from None
             if endpoint is None:
                 raise UnsupportedCapability(
                     Capability.INFERENCE,
@@ -272,13 +284,16 @@ class ArtService:
 
     async def _run(self, job: TrainJob, groups: list[TrajectoryGroup], config: TrainConfig) -> None:
         count = 0
+        updates = backend_train(self.backend, job.run, groups, config)
         try:
-            async with contextlib.aclosing(
-                backend_train(self.backend, job.run, groups, config)
-            ) as updates:
+            try:
                 async for metrics in updates:
                     count += 1
                     job.put(_Metrics(numeric(metrics)))
+            finally:  # a cancelled update is closed here, so the backend rolls it back now
+                close = getattr(updates, "aclose", None)
+                if close is not None:
+                    await close()
             step = await self.backend.get_step(job.run)
             logger.info("%s trained to step %d (%d gradient steps)", job.run, step, count)
             job.put(_Done())

@@ -44,6 +44,7 @@ __all__ = [
 logger = logging.getLogger("arthex.art_protocol")
 
 ART_DEFAULT_LEARNING_RATE = 5e-6  # art.types.TrainConfig's default
+MAX_BASE_MODEL_LENGTH = 1024
 MAX_STEP = 10**9
 
 # Fields ART's Trajectory dumps that arthex's does not keep (ART's policy versions).
@@ -91,8 +92,16 @@ def parse_model(payload: object, what: str = "the model") -> ArtModel:
     if not isinstance(trainable, bool):
         raise InvalidInputError(f"{what}'s trainable must be true or false, got {trainable!r}")
     base_model = body.get("base_model")
-    if base_model is not None and (not isinstance(base_model, str) or not base_model.strip()):
-        raise InvalidInputError(f"{what}'s base_model must be a model name, got {base_model!r}")
+    if base_model is not None and (
+        not isinstance(base_model, str)
+        or not base_model.strip()
+        or len(base_model) > MAX_BASE_MODEL_LENGTH
+        or any(ord(c) < 32 for c in base_model)
+    ):
+        raise InvalidInputError(
+            f"{what}'s base_model must be a model name (1-{MAX_BASE_MODEL_LENGTH} printable "
+            f"characters), got {base_model!r:.80}"
+        )
     if trainable and base_model is None:
         raise InvalidInputError(f"{what} is trainable but has no base_model")
     internal = body.get("_internal_config")
