@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,13 @@ import httpx
 import pytest
 
 from arthex.testing.tiny_model import tiny_model
-from tests._art_server import REPO, ArtServer, recorded_requests, start_art_server
+from tests._art_server import (
+    PAUSE_DIR_ENV,
+    REPO,
+    ArtServer,
+    recorded_requests,
+    start_art_server,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -250,3 +258,66 @@ def test_keys_guard_the_api_and_the_inference_server(tmp_path: Path, tiny: str) 
         assert "keyed@0" in {item["id"] for item in ok.json()["data"]}
     finally:
         server.stop()
+
+
+def test_a_stopped_server_rolls_the_update_back_and_frees_its_ports(
+    tmp_path: Path, tiny: str
+) -> None:
+    """SIGTERM while an update runs: the update is rolled back (no step, no partial files),
+    its client is answered rather than left waiting, the process exits, and both ports are
+    free at once for a restart, which trains from the last checkpoint."""
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = {PAUSE_DIR_ENV: str(pause)}
+    backend = "tests._art_server:pausable_backend"
+    server = start_art_server(tmp_path / "runs", backend=backend, env=env)
+    api_port = int(server.api_url.rsplit(":", 1)[1])
+    inference_port = int(server.inference_url.split(":")[2].split("/")[0])
+    model = _model(tiny, "stopped")
+    body = _train_body(tiny, "stopped", ["token_id:5", "token_id:6"])
+    outcome: list[Any] = []
+
+    def train() -> None:
+        try:
+            url = server.api_url + "/_train_model"
+            with httpx.stream("POST", url, json=body, timeout=120) as response:
+                outcome.append((response.status_code, response.read()))
+        except httpx.HTTPError as exc:
+            outcome.append(exc)
+
+    try:
+        assert httpx.post(server.api_url + "/register", json=model, timeout=120).status_code == 200
+        (pause / "pause").touch()
+        thread = threading.Thread(target=train)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while not (pause / "paused").exists():
+            assert time.monotonic() < deadline, "the update never started"
+            time.sleep(0.05)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=60) == 0, server.log_text()[-3000:]
+        thread.join(timeout=60)
+        assert len(outcome) == 1
+        if isinstance(outcome[0], tuple):  # answered before the process ended
+            status, content = outcome[0]
+            assert status == 503 and b"rolled back" in content, outcome
+        assert "stopped during the update; rolled back" in server.log_text()
+    finally:
+        server.stop()
+        (pause / "pause").unlink(missing_ok=True)
+    restarted = start_art_server(
+        tmp_path / "runs",
+        port=api_port,
+        inference_port=inference_port,
+        backend=backend,
+        env=env,
+    )
+    try:
+        client = httpx.Client(base_url=restarted.api_url, timeout=300)
+        assert client.post("/_get_step", json=model).json() == 0
+        folder = restarted.base_path / "nat-project" / "models" / "stopped" / "checkpoints"
+        assert sorted(p.name for p in folder.iterdir()) == ["0000"]
+        train_lines(client, body)
+        assert client.post("/_get_step", json=model).json() == 1
+    finally:
+        restarted.stop()

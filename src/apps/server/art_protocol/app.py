@@ -15,7 +15,8 @@ The ART API (ART 0.5.17's `art run` routes, bodies and answers):
 Errors are ART's shape, `{"detail": message}`, with a 4xx status for anything the request got
 wrong (400 not JSON, 401 no or wrong key when `--keys` is given, 404 unknown route, 409 a
 conflict with a registered model, 413 body too large, 422 an invalid field, 429 rate limit,
-431 headers too large, 501 a capability the backend lacks); 500 only for a server fault, its
+431 headers too large, 501 a capability the backend lacks, 503 the server stopped during the
+update, which was rolled back); 500 only for a server fault, its
 message scrubbed of the server's paths. An update that fails after its stream started ends
 the stream without its last chunk, so the client raises instead of reading a short update
 as complete.
@@ -44,7 +45,7 @@ from ..bodies import BadJsonError, json_object
 from ..guard import Guard, bearer_token, send_json
 from ..keys import KeyRing
 from ..limits import ServerLimits
-from .service import ArtConflictError, ArtService
+from .service import ArtConflictError, ArtService, ServerStoppedError
 from .wire import parse_groups, parse_model, parse_steps, train_config
 
 if TYPE_CHECKING:
@@ -126,11 +127,25 @@ def _starlette(
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
+    def refused(request: Request, exc: Exception) -> Response:
+        response = answer(exc)
+        if response.status_code < 500:  # a client that swallows errors still leaves a trace
+            logger.warning(
+                "%s %s refused (%d): %s",
+                request.method,
+                request.url.path,
+                response.status_code,
+                exc,
+            )
+        return response
+
     def answer(exc: Exception) -> Response:
         if isinstance(exc, BadJsonError):
             status, kind = 400, serverless_wire.INVALID_REQUEST
         elif isinstance(exc, ArtConflictError):
             status, kind = 409, serverless_wire.INVALID_REQUEST
+        elif isinstance(exc, ServerStoppedError):
+            status, kind = 503, serverless_wire.INTERNAL_ERROR
         else:
             found = http_answer(exc)
             if found is None:
@@ -150,7 +165,7 @@ def _starlette(
             try:
                 result = await handler(request)
             except Exception as exc:
-                return answer(exc)
+                return refused(request, exc)
             return result if isinstance(result, Response) else JSONResponse(result)
 
         return run

@@ -145,6 +145,9 @@ async def serve_art(
             loop.remove_signal_handler(signum)
         api_server.should_exit = True
         inference_server.should_exit = True
+        # Updates end first (rolled back), so their streams end now, not at the servers'
+        # graceful-shutdown timeout.
+        await service.stop_jobs()
         for task in (api_task, inference_task):
             with contextlib.suppress(BaseException):
                 await task

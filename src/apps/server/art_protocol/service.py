@@ -34,7 +34,7 @@ from ....ports.training_backend import Capability, InferenceEndpoint, TrainingBa
 from .sampled_ids import Render, fill_sampled_ids
 from .wire import ArtModel
 
-__all__ = ["ArtConflictError", "ArtService", "TrainJob", "backend_train"]
+__all__ = ["ArtConflictError", "ArtService", "ServerStoppedError", "TrainJob", "backend_train"]
 
 logger = logging.getLogger("arthex.art_protocol")
 
@@ -48,6 +48,10 @@ def backend_train(
 
 class ArtConflictError(InvalidInputError):
     """The request disagrees with what the server already has (HTTP 409)."""
+
+
+class ServerStoppedError(BackendError):
+    """The server stopped while an update ran; it was rolled back (HTTP 503)."""
 
 
 @attrs.define
@@ -298,7 +302,15 @@ class ArtService:
             logger.info("%s trained to step %d (%d gradient steps)", job.run, step, count)
             job.put(_Done())
         except asyncio.CancelledError:
-            job.put(_Failed(BackendError("the server stopped during this training step")))
+            logger.warning("%s: the server stopped during the update; rolled back", job.run)
+            job.put(
+                _Failed(
+                    ServerStoppedError(
+                        "the server stopped during this update; it was rolled back to the "
+                        "latest checkpoint: train the same groups again"
+                    )
+                )
+            )
             raise
         except Exception as exc:
             if not isinstance(exc, ArthexError):
@@ -311,14 +323,19 @@ class ArtService:
     def running_jobs(self) -> int:
         return len(self._jobs)
 
-    async def close(self) -> None:
-        """Stop the running jobs (the backend rolls each back), then close the backend."""
+    async def stop_jobs(self) -> None:
+        """Cancel the running updates and wait for them: the backend rolls each back to its
+        latest checkpoint, and each one's stream ends with its failure."""
         tasks = list(self._jobs)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+
+    async def close(self) -> None:
+        """Stop the running jobs, then close the backend."""
+        await self.stop_jobs()
         await self.backend.close()
 
 
