@@ -11,16 +11,26 @@ TORCH_SPEC ?= torch==2.13.0
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup demo test lint typecheck unit bench mutants clean
+.PHONY: setup browser demo test lint typecheck unit bench mutants hunt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch's CPU build first, so nothing pulls in gigabytes of CUDA wheels
+	# torch first, from TORCH_INDEX_URL when given (PyTorch's CPU index: no CUDA wheels)
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
+	# without setuptools' notice of where a strict editable install keeps its links
+	PYTHONWARNINGS="ignore:Editable installation." $(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# The browser tests of `arthex view` drive Debian's chromium (never a downloaded one). Installed
+# when missing and apt-get may run (root, or passwordless sudo); otherwise a note, and those
+# tests skip outside CI (CI=true makes them fail instead).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium chromium-driver; \
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -q && sudo apt-get install -y -q chromium chromium-driver; \
+	  else echo "note: chromium is not installed and apt-get cannot run here; the browser tests of arthex view will skip (apt-get install chromium)"; fi; }
 
 setup: $(STAMP)
 
@@ -39,7 +49,7 @@ unit: setup
 
 # Test files are spread over one worker per core (at most 4); the tests of one file share a
 # worker, so a file's module fixtures are built once.
-test: lint typecheck
+test: lint typecheck browser
 	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 bench: setup
@@ -48,6 +58,14 @@ bench: setup
 # Mutation testing of src/core and the ledger's rules against the fast tests (long; not in CI).
 mutants: setup
 	PYTHON=$(BIN)/python tools/mutants.sh
+
+# Flaky-test hunt: the whole suite RUNS times in a row (as `make test` runs it) with the CPUs
+# kept busy by spinning processes; lists every test that failed in any run (long; not in CI).
+# HUNT_ARGS replaces the pytest arguments: make hunt RUNS=2 HUNT_ARGS="tests/unit -q"
+RUNS ?= 5
+HUNT_ARGS ?=
+hunt: setup browser
+	$(BIN)/python tools/hunt.py --runs $(RUNS) $(if $(HUNT_ARGS),-- $(HUNT_ARGS))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .mutants

@@ -15,6 +15,7 @@ BENCHMARKS = (
     "pipeline",
     "server_memory",
     "distributed",
+    "view",
 )
 
 

@@ -23,7 +23,7 @@ from arthex.adapters.serverless import ServerlessBackend
 from arthex.core.config import TrainConfig
 from arthex.core.errors import RunBusyError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 
 RUN = RunRef("lease", "agent")
 MAX_ATTEMPTS = 3000

@@ -11,24 +11,26 @@ one place that lists them.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from arthex.core.identity import RunRef
+from arthex.core.metrics import MetricsRow
 from arthex.core.pipeline import RolloutFn
 from arthex.core.pipeline.measures import INITIAL_STEP_KEY, STREAM_INDEX_KEY
-from arthex.core.pipeline_record import PipelineRecord
+from arthex.core.pipeline_record import DISCARD_REASONS, PipelineRecord
 from arthex.core.trainable import TrainableModel
 from arthex.core.trajectories import Trajectory, TrajectoryGroup, trajectory_group
 from arthex.ports.metrics_reporter import MetricsHistory
-from arthex.ports.pipeline_state import PipelineStateStore
-from arthex.ports.trajectory_store import TrajectoryStore
+from arthex.ports.trajectory_store import PipelineStateStore, TrajectoryStore
 
 SERVED_KEY = "served_step"
 TRAINING_ROW_KEY = "data/step_num_gradient_steps"
 PIPELINE_ROW_KEY = "discarded/cum/stale_groups"
+UPDATE_ROW_KEY = "queue/groups_depth"  # on a pipeline row of an update, not on one of discards
 SUMMARY_ROW_KEY = "data/step_num_scenarios"  # ART's count, on every train-split row
 
 
@@ -91,9 +93,29 @@ async def check_pipeline_run(
         return sorted(r.step for r in rows if key in r.values)
 
     assert steps_with(TRAINING_ROW_KEY) == list(range(1, steps + 1))
-    assert steps_with(PIPELINE_ROW_KEY) == list(range(1, steps + 1))
+    assert steps_with(UPDATE_ROW_KEY) == list(range(1, steps + 1))
+    pipeline_rows = [r for r in rows if PIPELINE_ROW_KEY in r.values]
+    tails = [r.step for r in pipeline_rows if UPDATE_ROW_KEY not in r.values]
+    assert tails in ([], [steps]), f"rows of discards no update followed at steps {tails}"
+    check_discard_ledger(pipeline_rows, record)
     assert steps_with(SUMMARY_ROW_KEY) == list(range(steps))
     return Outcome(trained=trained, discarded=discarded, steps=steps, record=record)
+
+
+def check_discard_ledger(rows: Sequence[MetricsRow], record: PipelineRecord) -> None:
+    """The history accounts for every discard the record lists: per reason, the pipeline rows'
+    `discarded/step/*` add up to the record's count, and the last row's `discarded/cum/*` is it."""
+    pipeline_rows = sorted(
+        (r for r in rows if PIPELINE_ROW_KEY in r.values), key=lambda r: r.step
+    )  # a stable sort: rows of one step keep the order they were written in
+    for reason in DISCARD_REASONS:
+        recorded = len(record.discarded[reason])
+        summed = sum(r.values[f"discarded/step/{reason}_groups"] or 0 for r in pipeline_rows)
+        last = pipeline_rows[-1].values[f"discarded/cum/{reason}_groups"] if pipeline_rows else 0
+        assert (summed, last) == (recorded, recorded), (
+            f"{reason}: the history's rows add up to {summed} discards and end at {last}, the "
+            f"record lists {recorded}"
+        )
 
 
 async def check_run_files(
@@ -116,7 +138,9 @@ async def check_run_files(
     )
 
 
-def chat_rollout_fn(group_size: int = 2, max_tokens: int = 4) -> RolloutFn:
+def chat_rollout_fn(
+    group_size: int = 2, max_tokens: int = 4
+) -> RolloutFn[TrainableModel, Any, Any]:
     """Rollouts as users write them: chat completions with logprobs from the model's own
     endpoint, on the name `get_inference_name()` gives (its step kept under SERVED_KEY). The
     i-th rollout of a group earns i plus a little for digits, so every group trains."""

@@ -6,7 +6,8 @@ append to one run's ledger at once; the lock keeps their lines whole and each wr
 its own order. A crash between `write` and the newline reaching the disk can still leave a torn
 last line; the next writer, under the lock, moves that fragment to `history.jsonl.torn` and cuts
 the file back to its last newline before appending, so one crash never poisons the ledger.
-Readers take a shared lock, so they never see a repair half-done, and ignore a torn last line.
+Readers take a shared lock, so they never see a repair half-done, and leave a torn last line
+out, saying so once per process (a warning naming the file and the line).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,6 +35,9 @@ HISTORY_FILE = HISTORY
 TORN_SUFFIX = ".torn"
 _NEWLINE = b"\n"
 _TAIL_CHUNK = 64 * 1024
+
+logger = logging.getLogger("arthex")
+_torn_seen: set[tuple[str, int]] = set()  # (ledger, byte offset) of torn lines warned about
 
 
 class JsonlHistory:
@@ -200,7 +205,7 @@ def _loads(data: bytes) -> Any:
 
 def read_rows(path: Path) -> list[MetricsRow]:
     """Every row of the ledger at `path` (none when it does not exist), read as `rows` reads
-    it: under the shared lock, a torn last line ignored, line numbers on corruption."""
+    it: under the shared lock, a torn last line left out (said once), line numbers on corruption."""
     return _read_from(path, 0, True)[0]
 
 
@@ -256,12 +261,28 @@ def parse_lines(
                 if fragment.strip():
                     rows.append(_row(fragment, path, offset + position, number, count_lines))
                 position = len(data)
+            else:
+                _warn_torn(path, offset + position, number if count_lines else None)
             break
         line = data[position:end]
         if line.strip():
             rows.append(_row(line, path, offset + position, number, count_lines))
         position = end + 1
     return rows, offset + position
+
+
+def _warn_torn(path: Path, at: int, number: int | None) -> None:
+    """Say once per process that the torn line at byte `at` of `path` is left out."""
+    if (str(path), at) in _torn_seen:
+        return
+    _torn_seen.add((str(path), at))
+    where = f"line {number}" if number is not None else f"the line at byte {at}"
+    logger.warning(
+        "%s: %s is torn (a write cut short) and is left out; the next append moves it to %s",
+        path,
+        where,
+        path.name + TORN_SUFFIX,
+    )
 
 
 def _row(line: bytes, path: Path, at: int, number: int, count_lines: bool) -> MetricsRow:

@@ -98,6 +98,11 @@ def step_name(step: int) -> str:
     return f"{step:04d}"
 
 
+def is_step_name(name: str) -> bool:
+    """A folder or file stem that names a step (`0007`, `12345`); ART reads only these."""
+    return name.isascii() and name.isdigit()
+
+
 # -- finding runs on disk ---------------------------------------------------------------------
 
 

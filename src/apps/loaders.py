@@ -278,7 +278,7 @@ def load_history(path_or_model: str | os.PathLike[str] | Model) -> pl.DataFrame:
     the same step are kept separately (e.g. a train row and a val row); aggregate with
     `.group_by("step").mean()`.
 
-    The file is read with arthex's own ledger reader (a shared lock, a torn last line ignored,
+    The file is read with arthex's own ledger reader (a shared lock, a torn last line left out,
     ART's `Infinity` read as null), so it is safe to call while a run is writing. A model
     without a history gives an empty frame with the two fixed columns.
     """

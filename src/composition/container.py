@@ -15,11 +15,8 @@ from dependency_injector import containers, providers
 
 from ..core.errors import InvalidInputError
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
-from ..ports.pipeline_state import PipelineStateStore
-from ..ports.run_lease import RunLeases
-from ..ports.run_state import RunStateStore
-from ..ports.training_backend import TrainingBackend
-from ..ports.trajectory_store import TrajectoryStore
+from ..ports.training_backend import RunLeases, TrainingBackend
+from ..ports.trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
 
 MIRRORS = ("wandb",)
 

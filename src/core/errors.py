@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.metadata import Distribution
+
 
 class ArthexError(Exception):
     """Root of every error arthex raises on purpose."""
@@ -29,6 +34,20 @@ class UnsupportedCapability(ArthexError, NotImplementedError):
         super().__init__(f"{message}. {hint}".strip() if hint else message)
 
 
+class BaseModelChangedError(InvalidInputError):
+    """A run that has trained was registered with another base model than the one it was
+    trained from. Raised before anything in the run directory changes."""
+
+    def __init__(self, run: object, recorded: str, given: str) -> None:
+        super().__init__(
+            f"run {run} was trained from base model {recorded!r}, not {given!r}: a trained run "
+            f"keeps its base model; to train {given!r}, start a new run under another name "
+            "(TrainableModel(..., run_name='<new name>'))"
+        )
+        self.recorded = recorded
+        self.given = given
+
+
 class CorruptDataError(ArthexError):
     """A file on disk cannot be read as what it claims to be."""
 
@@ -42,12 +61,11 @@ class TooManyExceptionsError(ArthexError):
 
 
 class MissingExtraError(ArthexError, ImportError):
-    """An optional dependency is not installed; the message names the extra to install."""
+    """An optional dependency is not installed; the message names the extra to install, with
+    the command that installs it the way arthex itself was installed (`install_command`)."""
 
     def __init__(self, package: str, extra: str) -> None:
-        super().__init__(
-            f'{package} is not installed; install it with: pip install "arthex[{extra}]"'
-        )
+        super().__init__(f"{package} is not installed; install it with: {install_command(extra)}")
         self.package = package
         self.extra = extra
 
@@ -56,6 +74,41 @@ class NotInArthexError(ArthexError, ImportError):
     """An ART module or name (under `arthex.art`) that arthex does not implement; the one-line
     message says what to use instead. An `ImportError`, so `from arthex.art.x import name`
     shows that line rather than a bare "cannot import name"."""
+
+
+def install_command(extra: str, distribution: Distribution | None = None) -> str:
+    """The pip command that adds `extra` to this arthex, as it was installed (PEP 610's
+    direct_url.json): `pip install -e "DIR[extra]"` for an editable checkout, `pip install
+    "DIR[extra]"` for a checkout or file installed as is, `pip install "arthex[extra] @
+    git+URL@COMMIT"` from version control, and `pip install "arthex[extra]"` from an index."""
+    import json
+    from importlib import metadata
+    from urllib.parse import unquote, urlsplit
+
+    plain = f'pip install "arthex[{extra}]"'
+    if distribution is None:
+        try:
+            distribution = metadata.distribution("arthex")
+        except metadata.PackageNotFoundError:
+            return plain
+    try:
+        origin = json.loads(distribution.read_text("direct_url.json") or "null")
+        url = origin["url"]
+    except (ValueError, TypeError, KeyError):
+        return plain
+    if not isinstance(url, str) or not isinstance(origin, dict):
+        return plain
+    vcs = origin.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        commit = vcs.get("requested_revision") or vcs.get("commit_id")
+        at = f"@{commit}" if isinstance(commit, str) else ""
+        return f'pip install "arthex[{extra}] @ {vcs["vcs"]}+{url}{at}"'
+    parsed = urlsplit(url)
+    if parsed.scheme != "file":
+        return f'pip install "arthex[{extra}] @ {url}"'
+    where = unquote(parsed.path)
+    editable = isinstance(origin.get("dir_info"), dict) and origin["dir_info"].get("editable")
+    return f'pip install {"-e " if editable else ""}"{where}[{extra}]"'
 
 
 class RunBusyError(ArthexError, RuntimeError):

@@ -85,23 +85,28 @@ class TrajectoryExchanges(BaseModel):
             + len(self.messages)
         )
 
-    def threads(self) -> list[tuple[list[dict[str, Any]], Any]]:
-        """The conversations the chat completions hold, as (messages, the request's tools):
-        each call's request messages plus its reply form a conversation, and a later call
-        whose request repeats an earlier conversation (message by message, compared by role,
-        text, tool calls and tool-call id) continues it. Calls that continue nothing (a
-        sub-agent, a rewritten history) start their own, in the order they started."""
+    def threads(self) -> list[tuple[list[dict[str, Any]], Any, frozenset[int]]]:
+        """The conversations the chat completions hold, as (messages, the request's tools, the
+        indices of the model's own replies): each call's request messages plus its reply form
+        a conversation, and a later call whose request repeats an earlier conversation
+        (message by message, compared by role, text, tool calls and tool-call id) continues
+        it. Calls that continue nothing (a sub-agent, a rewritten history) start their own, in
+        the order they started. A reply is the model's wherever a conversation carries it (a
+        later call re-sends it as history); assistant messages the agent wrote itself (few-shot
+        examples) are not."""
         threads: list[tuple[list[dict[str, Any]], list[tuple[Any, ...]], Any]] = []
         ordered = sorted(
             enumerate(self.chat_completions),
             key=lambda item: (item[1].start_time, item[0]),
         )
+        replies: set[tuple[Any, ...]] = set()
         for _, exchange in ordered:
             sent = exchange.request.get("messages")
             listed = sent if isinstance(sent, list) else []
             messages = [dict(as_message(dict(m))) for m in listed if isinstance(m, Mapping)]
             if exchange.response.choices:
                 messages.append(dict(as_message(exchange.response.choices[0])))
+                replies.add(_key(messages[-1]))
             keys = [_key(m) for m in messages]
             tools = exchange.request.get("tools")
             for index, (_, known, _) in enumerate(threads):
@@ -110,7 +115,10 @@ class TrajectoryExchanges(BaseModel):
                     break
             else:
                 threads.append((messages, keys, tools))
-        return [(messages, tools) for messages, _, tools in threads]
+        return [
+            (messages, tools, frozenset(i for i, key in enumerate(keys) if key in replies))
+            for messages, keys, tools in threads
+        ]
 
 
 def _key(message: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -68,12 +68,17 @@ class ModelSpec:
     trainable: bool = True
     base_path: str = ".art"
     config: Mapping[str, Any] = attrs.field(factory=dict)
+    # where a backend that trains elsewhere keeps the run (a training server and its model id)
+    remote: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "project": self.run.project,
             "name": self.run.name,
             "base_model": self.base_model,
             "trainable": self.trainable,
             "config": dict(self.config),
         }
+        if self.remote is not None:
+            data["remote"] = dict(self.remote)
+        return data

@@ -48,7 +48,7 @@ from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_finite_values, groups_from_log_input
 
 if TYPE_CHECKING:
-    from ..ports.run_state import RunStateStore
+    from ..ports.trajectory_store import RunStateStore
 
 logger = logging.getLogger("arthex")
 

@@ -9,7 +9,13 @@ Scenarios are known by their index in the stream (0, 1, 2, ...). At any moment e
   split, stamped with its index; the record only counts these),
 - discarded: listed under its reason (`stale`, `zero_variance`, `errored`),
 - pending: taken from the stream but not yet trained or discarded: a rollout in flight, a
-  group in the queue, or the batch of the update in progress (`in_flight`).
+  group in the queue, a group discarded whose count is not yet in the history, or the batch
+  of the update in progress (`in_flight`).
+
+A scenario is listed as discarded only once the history holds its count (the pipeline row of
+the update it was discarded before), so the ledger and the record never disagree: the
+discards of the update in progress travel with it in `in_flight` and become discarded when
+its row is written, or pending again if the update never started.
 
 Indices at or above `offset` were never taken. A resumed run replays the pending indices first
 and then reads the stream from `offset`, so a scenario lost in a crash (a rollout in flight, a
@@ -41,12 +47,17 @@ def _discards(values: Mapping[str, Iterable[int]]) -> dict[str, tuple[int, ...]]
 
 @attrs.frozen
 class InFlight:
-    """The update in progress: the batch's scenario indices, the step it trains from, and the
-    pipeline metrics measured before it started (written at the new step once it is durable)."""
+    """The update in progress: the batch's scenario indices, the step it trains from, the
+    pipeline metrics measured before it started (written at the new step once it is durable)
+    and the scenarios discarded while its batch was collected (counted in those metrics).
+
+    With no indices it is the discards at the end of the stream, which no update follows:
+    their row is written at `step` itself."""
 
     step: int
     indices: tuple[int, ...] = attrs.field(converter=_indices)
     metrics: Mapping[str, float] = attrs.field(factory=dict)
+    discarded: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict, converter=_discards)
 
 
 @attrs.frozen
@@ -85,6 +96,9 @@ class PipelineRecord:
                 "step": flight.step,
                 "indices": _ranges(flight.indices),
                 "metrics": dict(flight.metrics),
+                "discarded": {
+                    reason: _ranges(flight.discarded[reason]) for reason in DISCARD_REASONS
+                },
             },
             "stop_at_step": self.stop_at_step,
             "evaluations_due": list(self.evaluations_due),
@@ -118,6 +132,10 @@ class PipelineRecord:
                     step=_int(flight["step"]),
                     indices=_from_ranges(flight["indices"]),
                     metrics={str(k): float(v) for k, v in flight["metrics"].items()},
+                    discarded={
+                        reason: _from_ranges(flight.get("discarded", {}).get(reason, []))
+                        for reason in DISCARD_REASONS
+                    },
                 ),
                 stop_at_step=_optional_int(data.get("stop_at_step")),
                 evaluations_due=[_int(s) for s in data.get("evaluations_due", [])],
@@ -140,6 +158,9 @@ class PipelineRecord:
         places += [(f"discarded/{r}", self.discarded[r]) for r in DISCARD_REASONS]
         if self.in_flight is not None:
             places.append(("in_flight", self.in_flight.indices))
+            places += [
+                (f"in_flight/discarded/{r}", self.in_flight.discarded[r]) for r in DISCARD_REASONS
+            ]
         for place, indices in places:
             for index in indices:
                 if index < 0 or index >= self.offset:

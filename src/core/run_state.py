@@ -12,7 +12,7 @@ from .errors import InvalidInputError
 from .identity import RunRef
 
 if TYPE_CHECKING:
-    from ..ports.run_state import RunStateStore
+    from ..ports.trajectory_store import RunStateStore
 
 
 def deep_merge(base: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:

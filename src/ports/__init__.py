@@ -1,6 +1,12 @@
-"""The ports the core depends on: the three roles (store, history, backend), the run lease
-and the pipeline record.
-Protocols only, no implementation."""
+"""The ports the core depends on: three roles, one module each, protocols only.
+
+- `trajectory_store`: TrajectoryStore, where trajectories and the model's card live, with the
+  run directory's other data as its facets (RunStateStore, PipelineStateStore);
+- `metrics_reporter`: MetricsReporter, where rows go, and MetricsHistory, the ledger the
+  policies read;
+- `training_backend`: TrainingBackend, which trains and serves, with its facets (capabilities,
+  SFT, export, step metrics) and the run lease that guards its checkpoints (RunLeases).
+"""
 
 from .metrics_reporter import (
     ConfigRecorder,
@@ -9,17 +15,18 @@ from .metrics_reporter import (
     SampleRecorder,
     Startable,
 )
-from .pipeline_state import PipelineStateStore
-from .run_lease import HeldLease, LeaseHolder, RunLeases
 from .training_backend import (
     BackendCapabilities,
     Capability,
+    HeldLease,
     InferenceEndpoint,
+    LeaseHolder,
+    RunLeases,
     StepMetricsSource,
     TrainingBackend,
     UnsupportedCapability,
 )
-from .trajectory_store import TrajectoryStore
+from .trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
 
 __all__ = [
     "BackendCapabilities",
@@ -32,6 +39,7 @@ __all__ = [
     "MetricsReporter",
     "PipelineStateStore",
     "RunLeases",
+    "RunStateStore",
     "SampleRecorder",
     "Startable",
     "StepMetricsSource",

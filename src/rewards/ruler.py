@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -265,6 +266,11 @@ def _judge_client(judge_model: str, client: AsyncOpenAI | None) -> tuple[AsyncOp
             f"judge_model {judge_model!r} names the provider {provider!r}; pass client= "
             "(an openai.AsyncOpenAI for that provider's OpenAI-compatible endpoint) and the "
             "model name it serves"
+        )
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise InvalidInputError(
+            f"the judge {judge_model!r} needs OpenAI credentials: set OPENAI_API_KEY, or pass "
+            "client= (an openai.AsyncOpenAI with its api_key and base_url)"
         )
     from openai import AsyncOpenAI
 

@@ -279,3 +279,50 @@ def rich_groups() -> list[TrajectoryGroup]:
         exceptions=[make_exception("late failure")],
     )
     return [rich, all_failed, empty, minimal, multimodal]
+
+
+def sampled_choice(
+    content: str, *, prompt_token_ids: list[int], token_ids: list[int], logprobs: list[float]
+) -> Choice:
+    """A Choice as an arthex inference server returns it: logprobs per token (`token_id:N`)
+    and the prompt and completion token ids as extra fields."""
+    return Choice.model_validate(
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": content},
+            "logprobs": {
+                "content": [
+                    {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                    for t, lp in zip(token_ids, logprobs, strict=True)
+                ]
+            },
+            "prompt_token_ids": prompt_token_ids,
+            "token_ids": token_ids,
+        }
+    )
+
+
+def synthetic_groups(
+    n_groups: int = 2, size: int = 4, *, equal: bool = False, offset: int = 0
+) -> list[TrajectoryGroup]:
+    """Groups whose Choices carry prompt/completion token ids in [10, 60) and logprobs."""
+    groups = []
+    for g in range(n_groups):
+        trajectories = []
+        for i in range(size):
+            completion = [10 + (offset + g * 7 + i * 3 + k) % 50 for k in range(4)]
+            choice = sampled_choice(
+                f"answer {i}",
+                prompt_token_ids=[1, 11 + g, 12, 13],
+                token_ids=completion,
+                logprobs=[-1.0 - 0.1 * k for k in range(len(completion))],
+            )
+            trajectories.append(
+                Trajectory(
+                    messages_and_choices=[{"role": "user", "content": f"question {g}"}, choice],
+                    reward=1.0 if equal else float(i % 2),
+                )
+            )
+        groups.append(TrajectoryGroup(trajectories))
+    return groups

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..adapters.hf_quiet import quiet_hf
 from ..core.errors import InvalidInputError, MissingExtraError
 
 __all__ = ["CHAT_TEMPLATE", "tiny_model"]
@@ -114,6 +115,7 @@ def tiny_model(
     try:
         temp.mkdir()
         tokenizer = _build_tokenizer()
+        quiet_hf()
         tokenizer.save_pretrained(str(temp))
         _build_model(len(tokenizer), tokenizer, seed, size, tied).save_pretrained(str(temp))
         if target.exists() and not any(target.iterdir()):

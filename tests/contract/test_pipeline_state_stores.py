@@ -12,7 +12,7 @@ import pytest
 from arthex.adapters.run_files.pipeline import JsonPipelineStateStore
 from arthex.core.errors import CorruptDataError, InvalidInputError
 from arthex.core.pipeline_record import PipelineRecord
-from arthex.ports.pipeline_state import PipelineStateStore
+from arthex.ports.trajectory_store import PipelineStateStore
 from arthex.testing.contracts.pipeline_state import (
     RUN,
     PipelineStateStoreContract,

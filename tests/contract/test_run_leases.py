@@ -15,7 +15,7 @@ import pytest
 from arthex.adapters.run_files.lease import FileLease, FileRunLeases, current_holder
 from arthex.core.errors import RunBusyError
 from arthex.core.identity import RunRef
-from arthex.ports.run_lease import HeldLease, RunLeases
+from arthex.ports.training_backend import HeldLease, RunLeases
 from arthex.testing.contracts.run_lease import RUN, RunLeasesContract
 from arthex.testing.fakes.leases import InMemoryRunLeases
 

@@ -23,7 +23,7 @@ from arthex.adapters.local import LocalBackend
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from arthex.testing.tiny_model import tiny_model
 from tests._art_run import snapshot as file_hashes
 from tests._art_run import write_art_adapters

@@ -23,8 +23,7 @@ import pytest
 import arthex
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
-from arthex.testing.builders import make_choice, make_exception, make_trajectory
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import make_choice, make_exception, make_trajectory, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 
 pytestmark = pytest.mark.e2e
@@ -376,6 +375,7 @@ def test_a_newcomer_gets_from_the_demo_to_a_plot_with_no_arguments(tmp_path: Pat
     series = json.loads((tmp_path / "series.json").read_text())
     # one step convention: the demo's last line and `trajectories` name the same history step
     assert "step   2  reward" in demo.stdout and "step   3  reward" not in demo.stdout
+    assert demo.stdout.splitlines()[-1] == "watch the run in a browser: arthex view .art"
     assert "split=train  step=2" in shown.stdout
     rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
     assert series["reward"]["train"]["step"] == [0, 1, 2]

@@ -24,11 +24,8 @@ from arthex.core.errors import InvalidInputError, NotRegisteredError
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import TrajectoryGroup
 from arthex.ports.training_backend import InferenceEndpoint
-from arthex.testing.contracts.training_backend import (
-    openai_client_for,
-    rollout_groups,
-    synthetic_groups,
-)
+from arthex.testing.builders import synthetic_groups
+from arthex.testing.contracts.scenario import openai_client_for, rollout_groups
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = pytest.mark.e2e

@@ -36,8 +36,8 @@ from arthex.core.conversations import conversation_from  # noqa: E402
 from arthex.core.identity import ModelSpec, RunRef  # noqa: E402
 from arthex.core.sft import TrainSFTConfig  # noqa: E402
 from arthex.core.trajectories import TrajectoryGroup  # noqa: E402
+from arthex.testing.builders import synthetic_groups  # noqa: E402
 from arthex.testing.contracts.sft import SFT_DATA  # noqa: E402
-from arthex.testing.contracts.training_backend import synthetic_groups  # noqa: E402
 from arthex.testing.tiny_model import tiny_model  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -95,7 +95,7 @@ def test_a_killed_gpu_rank_ends_the_call_within_thirty_seconds(
     import time
 
     from arthex.core.config import TrainConfig
-    from arthex.testing.contracts.training_backend import synthetic_groups
+    from arthex.testing.builders import synthetic_groups
 
     async def body(b: LocalBackend) -> tuple[str, float]:
         pids = b.rank_processes(RUN)

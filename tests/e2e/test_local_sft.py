@@ -16,8 +16,8 @@ from arthex.core.config import TrainConfig
 from arthex.core.conversations import conversation_from
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.sft import TrainSFTConfig
+from arthex.testing.builders import synthetic_groups
 from arthex.testing.contracts.sft import SFT_DATA
-from arthex.testing.contracts.training_backend import synthetic_groups
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ import pytest
 
 import arthex
 from arthex.core.errors import InvalidInputError, InvalidNameError, NotRegisteredError
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.fakes.history import InMemoryHistory
 

@@ -18,7 +18,7 @@ from arthex.adapters.serverless import ServerlessBackend
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import Trajectory
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from tests._serverless import ServerProcess, launch_server, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

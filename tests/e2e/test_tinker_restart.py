@@ -23,7 +23,7 @@ from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.emulators.tinker import TinkerEmulator
-from arthex.testing.contracts.training_backend import sampled_choice
+from arthex.testing.builders import sampled_choice
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ async def _main(options: dict[str, Any], events: Connection) -> None:
     from arthex.composition.api import TrainableModel
     from arthex.core.config import TrainConfig
     from arthex.core.errors import RunBusyError
-    from arthex.testing.contracts.training_backend import synthetic_groups
+    from arthex.testing.builders import synthetic_groups
 
     model = TrainableModel(
         name=NAME,

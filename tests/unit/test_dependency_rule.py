@@ -107,8 +107,12 @@ def test_nothing_in_the_library_imports_the_emulators() -> None:
 
 # -- the rule between the outer rooms: core <- ports <- adapters <- composition <- apps --------
 
-# The adapters a sibling adapter may use: the shared inference server, file helpers, the layout.
-SHARED_ADAPTERS = {"inference", "files", "layout"}
+# The adapters a sibling adapter may use: the shared inference server, file helpers, the layout,
+# and the Hugging Face loading helpers (the offline hub check, quiet progress bars).
+SHARED_ADAPTERS = {"inference", "files", "layout", "hub", "hf_quiet"}
+# One sibling use, on purpose: a training server's checkpoints are LocalBackend's folders, so
+# the Serverless client exports a fetched step with LocalBackend's exporter.
+SIBLING_USES = {("adapters/serverless/export.py", "arthex.adapters.local.export")}
 
 
 def _room(module: str) -> str | None:
@@ -142,6 +146,8 @@ def test_adapters_import_no_composition_app_testing_emulator_or_sibling_adapter(
             if target is None or target == room:
                 continue
             sibling = target.startswith("adapters.") and target[9:] not in SHARED_ADAPTERS
+            if (str(relative), module) in SIBLING_USES:
+                continue
             if target in {"composition", "apps", "testing", "emulators", "api", "container"} or (
                 sibling
             ):
@@ -219,3 +225,62 @@ def test_the_art_compatibility_layer_points_only_at_public_modules() -> None:
     )
     assert not private, f"arthex.art may use anything public, nothing private: {private}"
     assert all(t.startswith("arthex.") for t in targets), targets
+
+
+# -- the core's two layers: use cases drive the ports, the domain is values and rules ---------
+
+# The three roles the core depends on, one port module each (their facets live there too).
+THE_THREE_PORTS = {
+    "arthex.ports.trajectory_store",
+    "arthex.ports.metrics_reporter",
+    "arthex.ports.training_backend",
+}
+# The use cases: the model and what drives a backend, a store or a reporter for it (ART's
+# `backend.train(model, ...)` entry, the pipeline trainer and its parts among them).
+USE_CASES = {
+    Path("model.py"),
+    Path("trainable.py"),
+    Path("fine_tuning.py"),
+    Path("run_state.py"),
+    Path("lease_book.py"),
+    Path("backend_train.py"),
+}
+USE_CASE_PACKAGES = {"pipeline"}
+
+
+def _is_use_case(relative: Path) -> bool:
+    return relative in USE_CASES or relative.parts[0] in USE_CASE_PACKAGES
+
+
+def _core_files() -> list[Path]:
+    return sorted(path.relative_to(SRC / "core") for path in (SRC / "core").rglob("*.py"))
+
+
+def test_the_core_imports_ports_only_from_the_three_port_modules() -> None:
+    offenders = [
+        f"core/{relative}:{line} imports {module}"
+        for relative in _core_files()
+        for line, module in imported_modules(SRC / "core" / relative)
+        if module.startswith("arthex.ports") and module not in THE_THREE_PORTS
+    ]
+    assert not offenders, f"the core depends on three ports only: {offenders}"
+    assert {path.stem for path in (SRC / "ports").glob("*.py")} - {"__init__"} == {
+        name.rsplit(".", 1)[1] for name in THE_THREE_PORTS
+    }
+
+
+def test_domain_modules_import_no_port_and_no_use_case() -> None:
+    use_case_modules = {
+        "arthex.core." + ".".join(path.with_suffix("").parts)
+        for path in _core_files()
+        if _is_use_case(path)
+    } | {f"arthex.core.{package}" for package in USE_CASE_PACKAGES}
+    assert all((SRC / "core" / path).is_file() for path in USE_CASES)
+    offenders = [
+        f"core/{relative}:{line} imports {module}"
+        for relative in _core_files()
+        if not _is_use_case(relative)
+        for line, module in imported_modules(SRC / "core" / relative)
+        if module.startswith("arthex.ports") or module in use_case_modules
+    ]
+    assert not offenders, f"domain modules stay below the use cases: {offenders}"

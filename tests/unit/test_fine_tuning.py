@@ -185,9 +185,9 @@ def test_export_on_a_backend_without_it_names_the_backend_and_where_runs_are_exp
     with pytest.raises(UnsupportedCapability) as caught:
         asyncio.run(model.export(str(out)))
     assert str(caught.value) == (
-        "InMemoryBackend does not support 'export'. Export needs the checkpoints' files: with "
-        "LocalBackend call model.export; a training server's runs are exported on the server "
-        "(`arthex export`); a Tinker run's weights live in the Tinker service"
+        "InMemoryBackend does not support 'export'. Export needs the checkpoints' files: "
+        "LocalBackend has them, and a training server whose backend has them sends them; a "
+        "Tinker run's weights live in the Tinker service"
     )
     assert not out.exists()
 

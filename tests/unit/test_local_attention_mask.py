@@ -15,7 +15,7 @@ import attrs  # noqa: E402
 from arthex.adapters.local.packing import pack  # noqa: E402
 from arthex.adapters.local.trainer import _padding_mask  # noqa: E402
 from arthex.core.config import TrainConfig  # noqa: E402
-from arthex.testing.contracts.training_backend import synthetic_groups  # noqa: E402
+from arthex.testing.builders import synthetic_groups  # noqa: E402
 from arthex.testing.tiny_model import tiny_model  # noqa: E402
 
 

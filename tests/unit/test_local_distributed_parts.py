@@ -31,7 +31,7 @@ from arthex.adapters.local.packing import pack  # noqa: E402
 from arthex.adapters.local.step_plan import WholeBatch, part_of  # noqa: E402
 from arthex.core.config import TrainConfig  # noqa: E402
 from arthex.core.errors import InvalidInputError  # noqa: E402
-from arthex.testing.contracts.training_backend import synthetic_groups  # noqa: E402
+from arthex.testing.builders import synthetic_groups  # noqa: E402
 
 # --- the world -----------------------------------------------------------------------------
 

@@ -15,8 +15,7 @@ import arthex
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
 from arthex.ports.training_backend import BackendCapabilities
-from arthex.testing.builders import make_group
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import make_group, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 
 RUN = arthex.RunRef("p", "m")

@@ -17,10 +17,9 @@ from arthex.core.errors import InvalidInputError, InvalidNameError, NotRegistere
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.model import Model
 from arthex.core.run_state import deep_merge
-from arthex.ports.run_state import StateChange
 from arthex.ports.training_backend import InferenceEndpoint
-from arthex.testing.builders import make_group
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.ports.trajectory_store import StateChange
+from arthex.testing.builders import make_group, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.fakes.history import InMemoryHistory
 from arthex.testing.fakes.stores import InMemoryTrajectoryStore

@@ -38,7 +38,7 @@ from arthex.core.errors import (
 )
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.ports.training_backend import InferenceEndpoint
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 
 KEY_A = "alpha-key-0123456789"

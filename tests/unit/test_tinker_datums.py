@@ -35,7 +35,7 @@ from arthex.core.config import TrainConfig
 from arthex.core.errors import BackendError, InvalidInputError
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import History, Trajectory, TrajectoryGroup
-from arthex.testing.contracts.training_backend import sampled_choice
+from arthex.testing.builders import sampled_choice
 
 T = TypeVar("T")
 RUN = RunRef("unit", "agent")

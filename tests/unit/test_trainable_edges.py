@@ -38,8 +38,7 @@ from arthex.core.retention import RetentionDecision
 from arthex.core.trainable import TrainableModel
 from arthex.core.training_row import TRAINER_SECONDS_KEY
 from arthex.ports.training_backend import BackendCapabilities, Capability
-from arthex.testing.builders import make_group
-from arthex.testing.contracts.training_backend import synthetic_groups
+from arthex.testing.builders import make_group, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
 from arthex.testing.fakes.history import InMemoryHistory
 from arthex.testing.fakes.leases import InMemoryRunLeases

@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
+from ..hf_quiet import quiet_hf
+from ..hub import resolve_base_model
 from .chat import ChatTokenizer
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -64,7 +66,10 @@ class ModelWeights:
             self._device_name or ("cuda" if torch.cuda.is_available() else "cpu")
         )
         chat = ChatTokenizer.load(self.base_model)
-        base = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=self._torch_dtype())
+        quiet_hf()
+        base = AutoModelForCausalLM.from_pretrained(
+            resolve_base_model(self.base_model), dtype=self._torch_dtype()
+        )
         base.to(self.device).eval()
         base.requires_grad_(False)
         chat.add_eos_token_ids(getattr(base.generation_config, "eos_token_id", None))
@@ -134,6 +139,7 @@ class ModelWeights:
         except ImportError as exc:
             raise MissingExtraError("peft", "local") from exc
         adapter = next(self._adapter_names)
+        quiet_hf()
         try:
             if self._peft is None:
                 self._peft = PeftModel.from_pretrained(
@@ -176,7 +182,10 @@ class ModelWeights:
             return copy.deepcopy(self._base)
         from transformers import AutoModelForCausalLM
 
-        module = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=self._torch_dtype())
+        quiet_hf()
+        module = AutoModelForCausalLM.from_pretrained(
+            resolve_base_model(self.base_model), dtype=self._torch_dtype()
+        )
         module.to(self.device)
         module.requires_grad_(False)
         return module

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core.errors import InvalidInputError, MissingExtraError
+from ..hub import resolve_base_model
 
 
 class ChatTokenizer:
@@ -40,7 +41,8 @@ class ChatTokenizer:
             from transformers import AutoTokenizer
         except ImportError as exc:
             raise MissingExtraError("transformers", "local") from exc
-        return cls(AutoTokenizer.from_pretrained(model), source=model)
+        source = resolve_base_model(model)  # a hub id that cannot be had is refused here, at once
+        return cls(AutoTokenizer.from_pretrained(source), source=model)
 
     def clone(self) -> ChatTokenizer:
         """An independent copy for another thread: a Rust tokenizer used from two threads at

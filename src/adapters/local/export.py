@@ -33,6 +33,8 @@ from typing import Any, Literal
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
 from ..files import new_folder
+from ..hf_quiet import quiet_hf
+from ..hub import one_line, resolve_base_model
 from . import checkpoint_io
 from . import checkpoints as ckpt
 
@@ -121,13 +123,16 @@ def _write_merged(base: str, source: Path, full: bool, out: Path, dtype: str | N
         from transformers import AutoModelForCausalLM
     except ImportError as exc:
         raise MissingExtraError(exc.name or "torch", "local") from exc
+    quiet_hf()
     try:
-        model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            resolve_base_model(base), dtype=torch.float32
+        )
     except OSError as exc:
         raise InvalidInputError(
-            f"cannot load the run's base model {base!r} ({exc}); a relative path is read from "
-            "the current directory, so export from where the run was trained"
-        ) from exc
+            f"cannot load the run's base model {base!r} ({one_line(exc)}); a relative path is "
+            "read from the current directory, so export from where the run was trained"
+        ) from None
     saved_dtype = dtype or _dtype_name(model.config) or "float32"
     if full:
         weights = checkpoint_io.load_weights(source / ckpt.WEIGHTS_FILE)
@@ -197,7 +202,7 @@ def _tokenizer_files(base: str) -> list[Path]:
 def _base_file(base: str, name: str) -> Path | None:
     """A file of the base model: in its directory, or in the Hugging Face cache (downloaded
     when missing) for a hub id."""
-    directory = Path(base)
+    directory = Path(resolve_base_model(base))
     if directory.is_dir():
         path = directory / name
         return path if path.is_file() else None

@@ -31,6 +31,8 @@ import torch
 
 from ...core.config import TrainConfig
 from ...core.errors import CorruptDataError, InvalidInputError
+from ..hf_quiet import quiet_hf
+from ..hub import one_line, resolve_base_model
 from . import checkpoint_io
 from . import checkpoints as ckpt
 from .loss import LossSettings, LossStats, next_token_logprobs, policy_loss
@@ -147,17 +149,20 @@ class PolicyTrainer:
     def _base_model(self) -> Any:
         from transformers import AutoModelForCausalLM
 
+        quiet_hf()
         device = torch.device(self.settings.device)
         dtype = torch.float32
         if device.type == "cuda" and self.settings.full_finetune is not True:
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+        base = self.settings.base_model
+        source = resolve_base_model(base)  # a hub id that cannot be had is refused here, at once
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(self.settings.base_model, dtype=dtype)
+            model: Any = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
         except OSError as exc:
             raise InvalidInputError(
-                f"cannot load base model {self.settings.base_model!r}: {exc}. Pass a Hugging Face "
-                "causal LM directory or hub id"
-            ) from exc
+                f"cannot load base model {base!r}: {one_line(exc)}. Pass a Hugging Face causal "
+                "LM directory or hub id"
+            ) from None
         config = model.config
         self.max_length = int(getattr(config, "max_position_embeddings", 0) or 2048)
         pad = getattr(config, "pad_token_id", None)

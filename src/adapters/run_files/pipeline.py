@@ -20,7 +20,7 @@ from ..files import atomic_write_bytes
 from ..layout import PIPELINE_STATE, RunLayout
 
 if TYPE_CHECKING:
-    from ...ports.pipeline_state import PipelineStateStore
+    from ...ports.trajectory_store import PipelineStateStore
 
 STATE_FILE = PIPELINE_STATE
 

@@ -19,7 +19,7 @@ from ..files import atomic_write_bytes, exclusive_lock
 from ..layout import STATE, RunLayout
 
 if TYPE_CHECKING:
-    from ...ports.run_state import RunStateStore, StateChange
+    from ...ports.trajectory_store import RunStateStore, StateChange
 
 STATE_FILE = STATE
 LOCK_SUFFIX = ".lock"

@@ -143,10 +143,23 @@ def _named(model: str, base_path: Path) -> Path:
             candidate = RunLayout.of(base_path, RunRef(project=parts[0], name=parts[1])).dir
             if is_run_dir(candidate):
                 return candidate
+        from .server_runs import named_on_server
+
+        try:
+            on_server = named_on_server(base_path, model)
+        except InvalidInputError as error:
+            raise UsageError(str(error)) from None
+        if on_server is not None and is_run_dir(on_server):
+            return on_server
     raise UsageError(
         f"no model directory {model!r}; pass a path like "
         f"{base_path}/PROJECT/models/NAME or PROJECT/NAME under --base-path"
     )
+
+
+def view_hint(where: Path) -> None:
+    """One line on stderr after a table: the same data, live, in `arthex view`."""
+    typer.echo(f"see it live in a browser: arthex view {where}", err=True)
 
 
 # --- showing values ---------------------------------------------------------------------------

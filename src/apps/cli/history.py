@@ -21,6 +21,7 @@ from .common import (
     local_time,
     one_line_errors,
     resolve_model,
+    view_hint,
 )
 from .ledger import Ledger
 from .tables import Column, print_table
@@ -80,7 +81,7 @@ def history(
     """Show the last rows of a model's history as a table.
 
     Rows that have none of the chosen keys are skipped. Below the table, each step whose
-    update took no gradient step (nothing to train) is named, with the reason."""
+    update took no gradient step (nothing to train) is named, with what its batch held."""
     import polars as pl
 
     from ..loaders import load_history
@@ -124,4 +125,7 @@ def history(
         low, high = shown["step"].min(), shown["step"].max()
         for step, why in sorted(Ledger.of(path).nothing_trained().items()):
             if low <= step <= high:  # type: ignore[operator]
-                out.print(f"step {step}: no gradient step, nothing to train ({why})")
+                # the row at `step` is the batch trained next; the note is about the one before
+                note = f"step {step}: no gradient step: {why.format(batch=step - 1)}"
+                out.print(note, soft_wrap=True)
+    view_hint(path)

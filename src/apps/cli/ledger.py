@@ -21,7 +21,10 @@ from ...core.retention import BestStep, Direction
 from ...core.training_row import GRADIENT_STEPS_KEY
 from .common import UsageError
 
-ALL_EQUAL = "all rewards equal in every group"
+# why an update took no gradient step: what its batch (the one logged a step before) held;
+# `{batch}` is that batch's step
+ALL_EQUAL = "each group of step {batch}'s batch had equal rewards"
+NO_TOKENS = "step {batch}'s batch had no trainable token"
 
 
 @attrs.frozen
@@ -62,11 +65,11 @@ class Ledger:
         return tracker.step
 
     def nothing_trained(self) -> dict[int, str]:
-        """Steps made by an update that took no gradient step, and why: the batch logged at
-        the step before had no group whose rewards differ, or nothing else to train on."""
+        """Steps made by an update that took no gradient step, and why: in the batch logged at
+        the step before, no group's rewards differed, or nothing else was there to train on."""
         counted = self.index.step_means(STEP_NUM_GROUPS_TRAINABLE)
         return {
-            step: ALL_EQUAL if counted.get(step - 1) == 0 else "no trainable tokens in the batch"
+            step: ALL_EQUAL if counted.get(step - 1) == 0 else NO_TOKENS
             for step, taken in self.step_means(GRADIENT_STEPS_KEY).items()
             if taken == 0
         }

@@ -1,6 +1,6 @@
 """The `arthex` command: the app, built from one module per command group.
 
-    arthex demo | version | history | plot | trajectories | runs | prune | export | serve
+    arthex demo | version | history | plot | trajectories | runs | prune | export | view | serve
 
 Each command imports what it needs (polars, matplotlib, rich, the server) inside its body,
 so `arthex --help` stays quick. common.py holds how commands name a model and report
@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from . import history, plot, prune, run, runs, serve, trajectories
+from . import history, plot, prune, run, runs, serve, trajectories, view
 from .conventions import CONTEXT, PLAIN, Command, Group, LazyCommand
 
 app = typer.Typer(
@@ -52,6 +52,7 @@ app.command(cls=Command)(trajectories.trajectories)
 app.command(cls=Command)(runs.runs)
 app.command(cls=Command)(prune.prune)
 app.command(cls=Command)(run.export)
+app.command(cls=Command)(view.view)
 
 
 def command() -> Any:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from ...adapters.layout import run_label
+from ...adapters.layout import CHECKPOINTS, MODEL_SPEC, run_label
+from ...adapters.serverless.export import KEY_ENV as SERVERLESS_KEY_ENV
+from ...adapters.serverless.export import REMOTE_FIELDS, REMOTE_KEY
+from ...core.errors import install_command
+from ...ports.training_backend import ExportFormat
 from .common import (
     BASE_PATH_OPT,
     NAME_OPT,
@@ -59,11 +66,12 @@ def demo(
     if sft:
         rl_steps = SFT_RL_STEPS if steps is None else steps
         asyncio.run(run_sft_demo(base_path=str(base_path), seed=seed, rl_steps=rl_steps))
-        return
-    kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
-    asyncio.run(  # prints its summary
-        run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
-    )
+    else:
+        kwargs: dict[str, Any] = {} if steps is None else {"steps": steps}
+        asyncio.run(  # prints its summary
+            run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
+        )
+    typer.echo(f"watch the run in a browser: arthex view {base_path}")
 
 
 def export(
@@ -106,15 +114,51 @@ def export(
         try:
             from ...adapters.local.export import export_checkpoint
         except ImportError as error:
-            fail(f'export needs its extra: pip install "arthex[local]" ({error})')
-        written = export_checkpoint(
-            path,
-            out,
-            step=step,
-            format="peft" if export_format == "peft" else "merged",
-            dtype=dtype,
-        )
+            fail(f"export needs its extra: {install_command('local')} ({error})")
+        chosen: ExportFormat = "peft" if export_format == "peft" else "merged"
+        remote = _trained_on_a_server(path)
+        if remote is not None:
+            written = _export_from_server(remote, out, step, chosen, dtype)
+        else:
+            written = export_checkpoint(path, out, step=step, format=chosen, dtype=dtype)
     typer.echo(f"exported {run_label(path)} ({export_format}) to {written}")
+
+
+def _trained_on_a_server(path: Path) -> Mapping[str, str] | None:
+    """The server and model id a client's run records (model.json's `remote`), when the run
+    has no checkpoints of its own here."""
+    if (path / CHECKPOINTS).is_dir():
+        return None
+    try:
+        spec = json.loads((path / MODEL_SPEC).read_bytes())
+    except (OSError, ValueError):
+        return None
+    remote = spec.get(REMOTE_KEY) if isinstance(spec, dict) else None
+    if isinstance(remote, dict) and all(isinstance(remote.get(k), str) for k in REMOTE_FIELDS):
+        return remote
+    return None
+
+
+def _export_from_server(
+    remote: Mapping[str, str],
+    out: Path,
+    step: int | None,
+    export_format: ExportFormat,
+    dtype: str | None,
+) -> Path:
+    from ...adapters.serverless.export import export_remote
+
+    key = os.environ.get(SERVERLESS_KEY_ENV)
+    if not key:
+        raise UsageError(
+            f"this run was trained on the server {remote['server']} (model "
+            f"{remote['model_id']}); set {SERVERLESS_KEY_ENV} to the API key it was trained "
+            "with to fetch its checkpoint"
+        )
+    return export_remote(
+        remote["server"], key, remote["model_id"], out, step=step, format=export_format,
+        dtype=dtype,
+    )  # fmt: skip
 
 
 def print_version() -> None:

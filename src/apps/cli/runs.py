@@ -20,8 +20,10 @@ from .common import (
     local_time,
     one_line_errors,
     size,
+    view_hint,
 )
 from .ledger import Ledger
+from .server_runs import server_runs
 from .tables import Column, print_table
 
 COLUMNS = (
@@ -55,16 +57,21 @@ def runs(
         if not base_path.is_dir():
             raise UsageError(f"{base_path} is not a directory; pass --base-path where runs live")
         sense: Direction = "max" if direction == "max" else "min"
-        rows = [run_row(path, metric, sense) for path in find_runs(base_path)]
+        server = server_runs(base_path)  # a training server's state: runs under opaque ids
+        root, labels = server if server is not None else (base_path, {})
+        rows = [run_row(path, metric, sense, label=labels.get(path)) for path in find_runs(root)]
     out = console()
     if not rows:
         out.print(f"no models under {base_path}")
         return
     out.print(f"{len(rows)} model(s) under {base_path}")
     print_table(out, COLUMNS, rows)
+    view_hint(base_path)
 
 
-def run_row(path: Path, metric: str | None, direction: Direction) -> list[str]:
+def run_row(
+    path: Path, metric: str | None, direction: Direction, *, label: str | None = None
+) -> list[str]:
     ledger = Ledger.of(path)
     checkpoints = stored(path)
     step = checkpoints.latest if checkpoints.latest is not None else ledger.last_step()
@@ -77,7 +84,7 @@ def run_row(path: Path, metric: str | None, direction: Direction) -> list[str]:
     newest = ledger.newest_time()
     count = str(len(checkpoints.steps))
     return [
-        run_label(path),
+        label or run_label(path),
         "" if step is None else str(step),
         best,
         f"{count} (tinker)" if checkpoints.where == "tinker" else count,

@@ -6,7 +6,8 @@ policy of checkpoint N (the one that training step N -> N+1 starts from).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from .common import (
     fmt,
     one_line_errors,
     resolve_model,
+    view_hint,
 )
 
 if TYPE_CHECKING:
@@ -98,6 +100,7 @@ def trajectories(
             index += 1
     if group is not None and group >= index:
         fail(f"there are {index} groups at {split} step {chosen_step}; --group {group} is not one")
+    view_hint(path)
 
 
 def _print_group(out: Console, index: int, group: TrajectoryGroup, max_chars: int) -> None:
@@ -150,30 +153,36 @@ def _print_captured(out: Console, trajectory: Trajectory, max_chars: int) -> Non
     for c, conversation in enumerate(conversations(trajectory)):
         if c:
             out.print(Text(f"    conversation {c}:", style="dim"))
-        _print_messages(out, list(conversation.messages), max_chars, indent="    ")
+        _print_messages(
+            out,
+            list(conversation.messages),
+            max_chars,
+            indent="    ",
+            trainable=frozenset(conversation.trained_turns()),
+        )
 
 
-def _print_messages(out: Console, items: Sequence[Any], max_chars: int, *, indent: str) -> None:
+def _print_messages(
+    out: Console,
+    items: Sequence[Any],
+    max_chars: int,
+    *,
+    indent: str,
+    trainable: Collection[int] = (),
+) -> None:
+    """The messages, the model's own turns marked: Choices, and the plain messages whose
+    indices are in `trainable` (a captured trajectory's replies)."""
     from openai.types.chat.chat_completion import Choice
     from rich.text import Text
 
-    for item in items:
+    from ...core.chat_types import as_message
+
+    for index, item in enumerate(items):
         if isinstance(item, Choice):
-            message = item.message
-            text = Text(indent)
-            text.append("[trainable] ", style="bold green")
-            text.append(f"{message.role}: ", style="green")
-            text.append(_cut(message.content or "", max_chars))
-            out.print(text)
-            for call in message.tool_calls or []:
-                function = getattr(call, "function", None)
-                if function is not None:
-                    out.print(
-                        Text(
-                            f"{indent}  -> {function.name}({_cut(function.arguments, max_chars)})",
-                            style="green",
-                        )
-                    )
+            _print_trainable(out, dict(as_message(item)), max_chars, indent)
+            continue
+        if index in trainable:
+            _print_trainable(out, item, max_chars, indent)
             continue
         role = str(item.get("role", "?"))
         if item.get("tool_call_id"):
@@ -184,6 +193,26 @@ def _print_messages(out: Console, items: Sequence[Any], max_chars: int, *, inden
         for call in item.get("tool_calls") or []:
             function = call.get("function") or {}
             out.print(Text(f"{indent}  -> {function.get('name')}({function.get('arguments')})"))
+
+
+def _print_trainable(out: Console, message: Mapping[str, Any], max_chars: int, indent: str) -> None:
+    from rich.text import Text
+
+    text = Text(indent)
+    text.append("[trainable] ", style="bold green")
+    text.append(f"{message.get('role', 'assistant')}: ", style="green")
+    text.append(_cut(_content_text(message.get("content")), max_chars))
+    out.print(text)
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            arguments = function.get("arguments")
+            shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            out.print(
+                Text(
+                    f"{indent}  -> {function.get('name')}({_cut(shown, max_chars)})", style="green"
+                )
+            )
 
 
 def _content_text(content: object) -> str:

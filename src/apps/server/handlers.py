@@ -58,6 +58,7 @@ class Handlers:
             ("DELETE", models + "/{model_id}/lease", self.release_lease),
             ("GET", models + "/{model_id}/checkpoints", self.checkpoints),
             ("DELETE", models + "/{model_id}/checkpoints", self.delete_checkpoints),
+            ("GET", models + "/{model_id}/checkpoints/{step}/files", self.checkpoint_files),
             ("POST", jobs, self.create_job),
             ("POST", wire.SFT_JOBS_PATH, self.create_sft_job),
             ("GET", jobs + "/{job_id}", self.get_job),
@@ -173,6 +174,22 @@ class Handlers:
         steps, latest = await self.service.checkpoints(self.model_of(request))
         data = [{"object": "checkpoint", "step": step} for step in steps]
         return {"object": "list", "data": data, "has_more": False, "step": latest}
+
+    async def checkpoint_files(self, request: Request) -> Response:
+        """The files of one checkpoint, as a tar: what a client needs to export the step."""
+        from starlette.background import BackgroundTask
+        from starlette.responses import FileResponse
+
+        record = self.model_of(request)
+        step = wire.parse_count(str(request.path_params["step"]))
+        if step is None:
+            raise InvalidInputError("the checkpoint step in the path must be an integer >= 0")
+        archive = await self.service.checkpoint_archive(record, step)
+        return FileResponse(
+            archive,
+            media_type="application/x-tar",
+            background=BackgroundTask(archive.unlink, missing_ok=True),
+        )
 
     async def delete_checkpoints(self, request: Request) -> dict[str, Any]:
         record = self.model_of(request)

@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
+import tarfile
+import tempfile
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...adapters.layout import RunLayout
+from ...adapters.layout import CHECKPOINTS, RunLayout, step_name
 from ...adapters.serverless.errors import ModelBusyError
 from ...adapters.serverless.wire import (
     parse_count,
@@ -250,6 +253,23 @@ class TrainingService:
         steps = await self.backend.checkpoint_steps(record.run)
         return sorted(steps), await self.backend.get_step(record.run)
 
+    async def checkpoint_archive(self, record: ModelRecord, step: int) -> Path:
+        """A tar of the checkpoint folder of `step` (its files as the backend wrote them), in the
+        spool directory; the caller deletes it. For a backend that keeps checkpoints in this
+        state directory (LocalBackend); others have no files here to give."""
+        await self.ensure_registered(record)
+        if step not in await self.backend.checkpoint_steps(record.run):
+            raise NotRegisteredError(f"model {record.label} has no checkpoint at step {step}")
+        folder = checkpoint_folder(self.backend_root, record, step)
+        if not folder.is_dir():
+            raise UnsupportedCapability(
+                "export",
+                type(self.backend).__name__,
+                "this server's backend keeps no checkpoint files to send",
+            )
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        return await asyncio.to_thread(_tar, folder, self.spool_dir)
+
     async def delete_checkpoints(
         self, record: ModelRecord, steps: Sequence[int], lease: str | None = None
     ) -> dict[str, Any]:
@@ -373,3 +393,24 @@ class TrainingService:
 
     def endpoint_of(self, record: ModelRecord) -> InferenceEndpoint | None:
         return self._endpoints.get(record.id)
+
+
+def checkpoint_folder(backend_root: Path, record: ModelRecord, step: int) -> Path:
+    """Where the server's LocalBackend keeps step `step` of `record`."""
+    return RunLayout.of(backend_root, record.run).dir / CHECKPOINTS / step_name(step)
+
+
+def _tar(folder: Path, spool: Path) -> Path:
+    """The files of `folder` (no folders, no links), as an uncompressed tar in `spool`."""
+    handle, name = tempfile.mkstemp(prefix="checkpoint-", suffix=".tar", dir=spool)
+    os.close(handle)
+    path = Path(name)
+    try:
+        with tarfile.open(path, "w") as archive:
+            for item in sorted(folder.iterdir()):
+                if item.is_file() and not item.is_symlink():
+                    archive.add(item, arcname=item.name, recursive=False)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path

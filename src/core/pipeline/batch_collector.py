@@ -26,7 +26,9 @@ logger = logging.getLogger("arthex")
 
 @attrs.define
 class BatchCollector:
-    """Collects from `queue`; moves discarded scenarios from `pending` to `discarded`."""
+    """Collects from `queue`; moves discarded scenarios from `pending` to `discarded` (the
+    discards whose counts the history does not hold yet: the trainer writes them in the row of
+    the update they precede, and only then does the record list them as discarded)."""
 
     queue: asyncio.Queue[Any]
     gate: StepGate

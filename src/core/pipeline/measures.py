@@ -96,6 +96,19 @@ class RolloutClock:
         return taken
 
 
+def discard_metrics(
+    discarded_step: Mapping[str, int], discarded_cum: Mapping[str, int], trained_cum: int
+) -> dict[str, float]:
+    """`discarded/{step,cum,rate}/{reason}_groups`: a pipeline row's discard counters."""
+    seen_cum = trained_cum + sum(discarded_cum.values())
+    metrics: dict[str, float] = {}
+    for reason in discarded_step:
+        metrics[f"discarded/step/{reason}_groups"] = float(discarded_step[reason])
+        metrics[f"discarded/cum/{reason}_groups"] = float(discarded_cum[reason])
+        metrics[f"discarded/rate/{reason}_groups"] = discarded_cum[reason] / max(seen_cum, 1)
+    return metrics
+
+
 def before_update(
     *,
     collect_s: float,
@@ -108,12 +121,7 @@ def before_update(
 ) -> dict[str, float]:
     """The part of a step's pipeline row known before its update starts. It is kept in the
     record with the update, so a crash after the update still leaves the step its row."""
-    seen_cum = trained_cum + sum(discarded_cum.values())
-    metrics: dict[str, float] = {}
-    for reason in discarded_step:
-        metrics[f"discarded/step/{reason}_groups"] = float(discarded_step[reason])
-        metrics[f"discarded/cum/{reason}_groups"] = float(discarded_cum[reason])
-        metrics[f"discarded/rate/{reason}_groups"] = discarded_cum[reason] / max(seen_cum, 1)
+    metrics = discard_metrics(discarded_step, discarded_cum, trained_cum)
     metrics.update(
         {
             "queue/actual_stale_fraction": discarded_step["stale"] / max(dequeued, 1),

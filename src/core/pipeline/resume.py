@@ -15,6 +15,11 @@ step S:
   pending again and are sampled anew.
 
 Anything else means something other than this pipeline trained the run: BackendError.
+
+The scenarios discarded while the batch was collected travel with `in_flight`: once its row is
+in the history they are recorded as discarded; if the update never started they are pending
+again, like its batch. An `in_flight` without a batch holds the discards the stream ended on:
+its row at step N is written if the crash came before it.
 Settling is idempotent: a crash while settling leaves `in_flight` in place, and the next resume
 settles again from what the disk shows then.
 """
@@ -23,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 
 from ..config import TrainConfig
 from ..errors import BackendError, CorruptDataError
 from ..metrics import STEP_NUM_SCENARIOS, summarize
-from ..pipeline_record import PipelineRecord
+from ..pipeline_record import DISCARD_REASONS, PipelineRecord
 from ..trainable import TrainableModel
 from .measures import after_update, group_tokens, stream_index
 
@@ -70,6 +75,10 @@ async def settle(
                 step,
             )
         return attrs.evolve(record, step=step)
+    if not flight.indices and step == flight.step:  # discards no update followed
+        if not await _has_row(model, step, flight.metrics):
+            await model.log(None, split="train", step=step, metrics=dict(flight.metrics))
+        return _trained(record, step)
     if step == flight.step + 1:
         if not await has_value(model, step, PIPELINE_ROW_KEY):
             # what was measured before the update; its own time died with the process
@@ -85,8 +94,12 @@ async def settle(
     logged = [g for g in await model.logged_groups("train", step) if stream_index(g) in wanted]
     if not logged:
         logger.info("%s: the update from step %d never started; sampling again", model.run, step)
+        held = [i for indices in flight.discarded.values() for i in indices]
         return attrs.evolve(
-            record, step=step, pending=(*record.pending, *flight.indices), in_flight=None
+            record,
+            step=step,
+            pending=(*record.pending, *flight.indices, *held),
+            in_flight=None,
         )
     found = sorted(i for g in logged if (i := stream_index(g)) is not None)
     if found != sorted(wanted):
@@ -114,11 +127,23 @@ async def settle(
     return _trained(attrs.evolve(record, totals=totals), result.step)
 
 
+async def _has_row(model: TrainableModel, step: int, metrics: Mapping[str, float]) -> bool:
+    """Whether the history holds a row at `step` with exactly these values among its own."""
+    return any(
+        row.step == step and all(row.values.get(k) == v for k, v in metrics.items())
+        for row in await model.history()
+    )
+
+
 def _trained(record: PipelineRecord, step: int) -> PipelineRecord:
-    assert record.in_flight is not None
+    """The in-flight update is done and its row written: its batch is trained, its discards
+    are the history's."""
+    flight = record.in_flight
+    assert flight is not None
     return attrs.evolve(
         record,
         step=step,
-        trained_groups=record.trained_groups + len(record.in_flight.indices),
+        trained_groups=record.trained_groups + len(flight.indices),
+        discarded={r: (*record.discarded[r], *flight.discarded[r]) for r in DISCARD_REASONS},
         in_flight=None,
     )

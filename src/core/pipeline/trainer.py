@@ -20,6 +20,12 @@ Exactly once: see core/pipeline_record.py (what is recorded) and resume.py (how 
 interrupted update is settled). The record is saved before each update (which also records
 the one before as done), when an evaluation ends and when the run ends; scenarios in flight at
 a crash are pending in it and sampled again on resume.
+
+The history is the authoritative ledger of discards too: a scenario discarded while a batch is
+collected is held (pending, in the record) until the update it precedes carries it in
+`in_flight`, and is recorded as discarded with that update's row; discards at the end of the
+stream, which no update follows, get a row of their own at the last step the same way. So
+after any crash the history's `discarded/*` counters and the record agree.
 """
 
 from __future__ import annotations
@@ -28,30 +34,31 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic
 
 import attrs
 
-from ...ports.pipeline_state import PipelineStateStore
 from ...ports.training_backend import Capability, TrainingBackend
-from ..config import LOSSES, TrainConfig
+from ...ports.trajectory_store import PipelineStateStore
+from ..config import LOSSES, LossName, TrainConfig
 from ..errors import InvalidInputError, NotRegisteredError
 from ..metrics import summarize
 from ..pipeline_record import DISCARD_REASONS, InFlight, PipelineRecord
-from ..trainable import TrainableModel
 from ..trajectories import TrajectoryGroup
 from .batch_collector import BatchCollector
 from .evaluation import Evaluator
 from .measures import (
     after_update,
     before_update,
+    discard_metrics,
     group_tokens,
     policy_age_metrics,
     sampled_step,
     stream_index,
 )
 from .resume import settle
-from .rollouts import EvalFn, RolloutFn
+from .rollouts import ConfigT, EvalFn, ModelT, RolloutFn, ScenarioT
+from .status import PipelineStatus, check_interval
 from .stream import ScenarioStream
 from .workers import RolloutWorkers, StepGate
 
@@ -67,7 +74,7 @@ def _positive(name: str, value: object, *, allow_none: bool = False, least: int 
         raise InvalidInputError(f"{name} must be an integer >= {least}, got {value!r}")
 
 
-class PipelineTrainer:
+class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
     """`await PipelineTrainer(model, backend, rollout_fn, scenarios, config).train()`.
 
     Parameter names and meanings follow ART's PipelineTrainer where it has them:
@@ -81,19 +88,21 @@ class PipelineTrainer:
     `checkpoint_retention` keeps that many newest checkpoints (plus the best evaluated one and
     every step still in use) and deletes the rest as the run goes, None keeps all, and
     `save_checkpoint=False` means keep none but those; `resume` continues from the run's
-    pipeline record. `on_step(step, metrics)` is called after each durable update.
+    pipeline record. `on_step(step, metrics)` is called after each durable update. While it
+    trains it shows each update: a progress line on a terminal, else one log line (logger
+    "arthex", INFO) per update, at most one every `log_interval_seconds` (see status.py).
 
     The scenario stream must be the same on resume (a list, a seeded generator); see stream.py.
     """
 
     def __init__(
         self,
-        model: TrainableModel,
+        model: ModelT,
         backend: TrainingBackend,
-        rollout_fn: RolloutFn,
-        scenarios: Iterable[Any] | AsyncIterable[Any],
-        config: Any,
-        eval_fn: EvalFn | None = None,
+        rollout_fn: RolloutFn[ModelT, ScenarioT, ConfigT],
+        scenarios: Iterable[ScenarioT] | AsyncIterable[ScenarioT],
+        config: ConfigT,
+        eval_fn: EvalFn[ModelT, ConfigT] | None = None,
         *,
         state_store: PipelineStateStore,
         num_rollout_workers: int = 16,
@@ -102,7 +111,7 @@ class PipelineTrainer:
         queue_maxsize: int | None = None,
         max_steps_off_policy: int | None = 4,
         learning_rate: float = 1e-5,
-        loss_fn: str = "cispo",
+        loss_fn: LossName = "cispo",
         normalize_advantages: bool = True,
         grad_accumulation_sequences: int | None = None,
         kl_penalty_coef: float = 0.0,
@@ -113,6 +122,7 @@ class PipelineTrainer:
         save_checkpoint: bool = True,
         checkpoint_retention: int | None = None,
         resume: bool = True,
+        log_interval_seconds: float = 60.0,
         on_step: StepCallback | None = None,
     ) -> None:
         _positive("num_rollout_workers", num_rollout_workers)
@@ -145,12 +155,13 @@ class PipelineTrainer:
         self.eval_at_start = eval_at_start
         self.keep_last = 0 if not save_checkpoint else checkpoint_retention
         self.resume = resume
+        self.log_interval_seconds = check_interval(log_interval_seconds)
         self.on_step = on_step
         self._state_store = state_store
         self._kl_lag = kl_penalty_step_lag
         self._base_config = TrainConfig(  # validates the training settings now
             learning_rate=learning_rate,
-            loss_fn=loss_fn,  # type: ignore[arg-type]  # checked against LOSSES above
+            loss_fn=loss_fn,
             scale_rewards=normalize_advantages,
             grad_accumulation_sequences=grad_accumulation_sequences,
             kl_penalty_coef=kl_penalty_coef,
@@ -166,11 +177,15 @@ class PipelineTrainer:
         self._workers: RolloutWorkers
         self._batches: BatchCollector
         self._pending: set[int] = set()
+        # discarded, as the history counts them; and discarded since the last pipeline row,
+        # which the record keeps pending until a row holds them
         self._discarded: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
+        self._held: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
         self._trained_groups = 0
         self._in_flight: InFlight | None = None
         self._stop_at: int | None = None
         self._totals: dict[str, float] = {}
+        self._status: PipelineStatus | None = None  # made by _start, when the total is known
 
     # --- public ---------------------------------------------------------------------------
 
@@ -180,6 +195,12 @@ class PipelineTrainer:
             raise InvalidInputError("a PipelineTrainer runs once; create a new one to continue")
         self._started = True
         await self._start()
+        first = self._gate.step
+        self._status = status = PipelineStatus(
+            f"pipeline {self.model.run}: update",
+            total=None if self._stop_at is None else max(self._stop_at - first, 0),
+            log_interval_seconds=self.log_interval_seconds,
+        )
         try:
             async with asyncio.TaskGroup() as tasks:
                 producer = tasks.create_task(self._workers.run(), name="pipeline-rollouts")
@@ -192,6 +213,8 @@ class PipelineTrainer:
             if errors:
                 raise errors[0] from None
             raise
+        finally:
+            status.close()
 
     def request_stop(self) -> None:
         """Finish the update in progress, save the record and return from `train`; scenarios
@@ -241,14 +264,14 @@ class PipelineTrainer:
             queue=self._queue,
             gate=self._gate,
             pending=self._pending,
-            discarded=self._discarded,
+            discarded=self._held,
             stop=self._stop,
             bound=self.max_steps_off_policy,
             min_batch=self.min_batch_size,
             max_batch=self.max_batch_size,
         )
         self._pending.update(record.pending)
-        for reason in DISCARD_REASONS:  # in place: the collector holds these sets
+        for reason in DISCARD_REASONS:
             self._discarded[reason].update(record.discarded[reason])
         self._trained_groups = record.trained_groups
         self._totals = dict(record.totals)
@@ -309,16 +332,18 @@ class PipelineTrainer:
                 self._stop_at = None  # this leg is done: the next train() call starts a new one
                 return
             step = self._gate.step
-            batch, counts, ended = await self._batches.collect(step)
+            batch, _, ended = await self._batches.collect(step)
             if self._stop.is_set():
-                return
+                return  # this batch's groups and discards stay pending
+            counts = {r: len(self._held[r]) for r in DISCARD_REASONS}
+            cum = {r: len(self._discarded[r]) + counts[r] for r in DISCARD_REASONS}
             if batch:
                 rollouts = self._workers.clock.take()
                 before = before_update(
                     collect_s=time.monotonic() - step_started,
                     rollouts=rollouts,
                     discarded_step=counts,
-                    discarded_cum={r: len(self._discarded[r]) for r in DISCARD_REASONS},
+                    discarded_cum=cum,
                     trained_cum=self._trained_groups,
                     dequeued=len(batch) + sum(counts.values()),
                     queue_depth=self._queue.qsize(),
@@ -326,6 +351,8 @@ class PipelineTrainer:
                 before.update(policy_age_metrics(step, batch))
                 await self._update(step, batch, before, step_started, rollouts.tokens)
                 step_started = time.monotonic()
+            elif any(counts.values()):  # the stream ended on discards
+                await self._log_discards(step, discard_metrics(counts, cum, self._trained_groups))
             if ended:
                 self._stop_at = None
                 return
@@ -339,7 +366,12 @@ class PipelineTrainer:
         rollout_tokens: int,
     ) -> None:
         indices = [stream_index(group) for group in batch]
-        flight = InFlight(step=step, indices=[i for i in indices if i is not None], metrics=before)
+        flight = InFlight(
+            step=step,
+            indices=[i for i in indices if i is not None],
+            metrics=before,
+            discarded=self._take_held(),
+        )
         self._pending.difference_update(flight.indices)
         self._in_flight = flight
         await self._save()  # the update's intent is durable before the update starts
@@ -362,12 +394,37 @@ class PipelineTrainer:
         # end, the run's end) records it, and until then a resume finds the update durable
         # and its row written (resume.py), so a save here would only add an fsync per step.
         self._trained_groups += len(batch)
+        self._discard(flight)
         self._in_flight = None
         if self._evaluator is not None:
             self._evaluator.step_done(result.step, self.eval_every_n_steps)
         await self._retain()
+        shown = {**summarize(batch, "train"), **result.metrics, **row}
+        if self._status is not None:
+            self._status.update_done(result.step, len(batch), shown)
         if self.on_step is not None:
-            self.on_step(result.step, {**summarize(batch, "train"), **result.metrics, **row})
+            self.on_step(result.step, shown)
+
+    def _take_held(self) -> dict[str, set[int]]:
+        held = {reason: set(indices) for reason, indices in self._held.items()}
+        for indices in self._held.values():
+            indices.clear()
+        return held
+
+    def _discard(self, flight: InFlight) -> None:
+        """Its row is written: its discards are the history's."""
+        for reason in DISCARD_REASONS:
+            self._discarded[reason].update(flight.discarded[reason])
+
+    async def _log_discards(self, step: int, row: dict[str, float]) -> None:
+        """The discards no update follows (the stream ended on them), in a row at `step`: the
+        record carries them in `in_flight` until the row is written (resume.py settles it)."""
+        flight = InFlight(step=step, indices=(), metrics=row, discarded=self._take_held())
+        self._in_flight = flight
+        await self._save()
+        await self.model.log(None, split="train", step=step, metrics=row)
+        self._discard(flight)
+        self._in_flight = None
 
     async def _retain(self) -> None:
         """Delete checkpoints beyond `checkpoint_retention`, never one still in use."""
@@ -391,10 +448,11 @@ class PipelineTrainer:
 
     def _snapshot(self) -> PipelineRecord:
         evaluator = self._evaluator
+        held = [i for indices in self._held.values() for i in indices]
         return PipelineRecord(
             step=self._gate.step,
             offset=self._stream.position,
-            pending=self._pending,
+            pending=[*self._pending, *held],
             discarded=self._discarded,
             trained_groups=self._trained_groups,
             in_flight=self._in_flight,

@@ -5,11 +5,25 @@ imported, so a failing contract test shows the values it compared (`assert 2 == 
 expressions behind them), in a third party's test run as in ours.
 """
 
-import pytest
+from ...core.errors import MissingExtraError
 
-pytest.register_assert_rewrite(
-    "arthex.testing.contracts.metrics",
-    "arthex.testing.contracts.sft",
-    "arthex.testing.contracts.trajectory_store",
-    "arthex.testing.contracts.training_backend",
+try:
+    import pytest
+except ImportError as error:  # the kit runs under pytest: the `testing` extra brings it
+    raise MissingExtraError("pytest", "testing") from error
+
+# Every module of the kit (a test checks none is missing).
+MODULES = (
+    "backend_base",
+    "backend_lifecycle",
+    "backend_serving",
+    "backend_steps",
+    "metrics",
+    "pipeline_state",
+    "run_lease",
+    "scenario",
+    "sft",
+    "trajectory_store",
+    "training_backend",
 )
+pytest.register_assert_rewrite(*(f"arthex.testing.contracts.{name}" for name in MODULES))

@@ -16,7 +16,7 @@ import pytest
 
 from ...core.identity import RunRef
 from ...core.pipeline_record import InFlight, PipelineRecord
-from ...ports.pipeline_state import PipelineStateStore
+from ...ports.trajectory_store import PipelineStateStore
 
 T = TypeVar("T")
 RUN = RunRef("contract-project", "contract-run")
@@ -36,7 +36,10 @@ def full_record() -> PipelineRecord:
         discarded={"stale": [3, 4, 5, 9], "zero_variance": range(100, 3100), "errored": [0]},
         trained_groups=1890,
         in_flight=InFlight(
-            step=7, indices=[4980, 4981, 4985], metrics={"time/step_rollout_s": 1.5}
+            step=7,
+            indices=[4980, 4981, 4985],
+            metrics={"time/step_rollout_s": 1.5},
+            discarded={"stale": [4982], "errored": [4983, 4984]},
         ),
         stop_at_step=20,
         evaluations_due=[5, 7],

@@ -12,7 +12,7 @@ to memorise `sft_data()`), and `sft_data()` itself.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
@@ -30,9 +30,7 @@ from ...ports.training_backend import (
     TrainingBackend,
     supervised,
 )
-
-if TYPE_CHECKING:  # training_backend.py builds its contract on this one
-    from .training_backend import Scenario
+from .scenario import Scenario, run_scenario
 
 SFT_DATA: tuple[tuple[str, str], ...] = (
     ("What is two plus two?", "four"),
@@ -83,8 +81,6 @@ class SupervisedFineTuningContract:
         self, backend: TrainingBackend, spec: ModelSpec, scenario: Scenario[Any]
     ) -> Any:
         """Run the scenario when the backend offers `sft`; otherwise check that it refuses."""
-        from .training_backend import run_scenario
-
         if Capability.SFT in backend.capabilities:
             assert isinstance(backend, SupervisedFineTuning), (
                 "a backend listing 'sft' implements SupervisedFineTuning.train_sft"
@@ -224,8 +220,6 @@ class SupervisedFineTuningContract:
 
         async def second(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
             return await b.get_step(s.run)
-
-        from .training_backend import run_scenario
 
         assert self._fine_tuned(backend, spec, first) == 1
         assert run_scenario(restart_backend, spec, second) == 1

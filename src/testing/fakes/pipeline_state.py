@@ -10,7 +10,7 @@ from ...core.identity import RunRef
 from ...core.pipeline_record import PipelineRecord
 
 if TYPE_CHECKING:
-    from ...ports.pipeline_state import PipelineStateStore
+    from ...ports.trajectory_store import PipelineStateStore
 
 
 class InMemoryPipelineStateStore:

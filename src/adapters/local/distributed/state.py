@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from ....core.errors import CorruptDataError
+from ...hub import resolve_base_model
 from .. import checkpoint_io
 from .. import checkpoints as ckpt
 
@@ -175,7 +176,7 @@ def _base_weights(trainer: RankTrainer) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
     base: Any = AutoModelForCausalLM.from_pretrained(
-        trainer.settings.base_model, dtype=torch.float32
+        resolve_base_model(trainer.settings.base_model), dtype=torch.float32
     )
     weights: dict[str, torch.Tensor] = base.state_dict()
     return weights

@@ -1,0 +1,60 @@
+"""`arthex view`: a local, live, read-only web viewer of the runs under one or more paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import UsageError, fail, first_line, one_line_errors
+
+VIEW_HINT = "To browse runs, their charts and trajectories in a web page: arthex view"
+
+
+def view(
+    paths: list[str] | None = typer.Argument(
+        None,
+        metavar="PATH",
+        help="A base path (default .art), a project or model directory, or a URI such as "
+        "s3://bucket/runs.",
+        show_default=False,
+    ),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        metavar="HOST",
+        help="The address to listen on; any non-loopback one requires a token.",
+    ),
+    port: int = typer.Option(
+        8765, "--port", min=0, max=65535, metavar="PORT", help="The port; 0 picks a free one."
+    ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        metavar="TOKEN",
+        help="Require this token. Default: none on loopback, a generated one elsewhere.",
+        show_default=False,
+    ),
+) -> None:
+    """Browse the runs under PATH in a live, read-only web page.
+
+    Runs, metrics, trajectories and checkpoints; it never writes into a run directory.
+    Prints the URL, then serves until Ctrl-C or SIGTERM."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+
+        from ..view.serve import serve
+    except ImportError as error:  # fastapi/uvicorn come with the `view` extra
+        fail(f"arthex view needs the view extra (pip install 'arthex[view]'): {first_line(error)}")
+    chosen = paths or [".art"]
+    with one_line_errors():
+        if token is not None and not token:
+            raise UsageError("--token must not be empty")
+        for path in chosen:
+            if "://" not in path and not Path(path).is_dir():
+                raise UsageError(
+                    f"{path} is not a directory; pass a base path (.art), a project or model "
+                    "directory, or a URI such as s3://bucket/runs"
+                )
+        serve(chosen, host, port, token)
