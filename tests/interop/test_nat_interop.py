@@ -27,7 +27,13 @@ from typing import Any
 import pytest
 
 from arthex.testing.tiny_model import tiny_model
-from tests._art_server import PAUSE_DIR_ENV, ArtServer, start_art_server
+from tests._art_server import (
+    PAUSE_DIR_ENV,
+    RECORDED,
+    RECORDED_BASE_MODEL,
+    ArtServer,
+    start_art_server,
+)
 
 from .art_env import art_environment
 from .nat_env import SCRIPTS, nat_python, run_nat
@@ -223,3 +229,15 @@ def wait_for(path: Path, driver: subprocess.Popen[str], log: Path, timeout_s: fl
             pytest.fail(f"NAT's driver ended early:\n{log.read_text()[-8000:]}")
         assert time.monotonic() < deadline, f"waited {timeout_s} s for {path.name}"
         time.sleep(0.05)
+
+
+def test_the_recorded_wire_is_what_nat_sends(nat: Path, tmp_path: Path) -> None:
+    """The fast suite's wire data (tests/unit/data/art_protocol/) is what NAT 1.9.0's adapter
+    and ART 0.5.17 send today: recorded again here, it is the same, request for request."""
+    address = free_loopback_address()
+    payload = {"host": address, "base_model": RECORDED_BASE_MODEL}
+    result = run_nat(nat, "record_wire.py", payload, tmp_path, DRIVER_TIMEOUT_S)
+    assert result["statuses"] == ["completed", "completed"]
+    stored = json.loads(RECORDED.read_text())
+    fresh = json.loads(json.dumps(result["requests"]).replace(address, stored["host"]))
+    assert fresh == stored["requests"]
