@@ -55,6 +55,18 @@ class PausableBackend(LocalBackend):
             yield metrics
 
 
+TINKER_URL_ENV = "ARTHEX_TEST_TINKER_URL"
+TINKER_KEY = "tml-art-protocol"
+
+
+def tinker_backend() -> Any:
+    """`--backend tests._art_server:tinker_backend`: TinkerBackend against the emulator at
+    `$ARTHEX_TEST_TINKER_URL` (key TINKER_KEY)."""
+    from arthex.adapters.tinker import TinkerBackend
+
+    return TinkerBackend(base_url=os.environ[TINKER_URL_ENV], api_key=TINKER_KEY, timeout_s=120)
+
+
 def pausable_backend() -> PausableBackend:
     """`--backend tests._art_server:pausable_backend` (set ARTHEX_TEST_ART_PAUSE_DIR)."""
     return PausableBackend(engine="torch")

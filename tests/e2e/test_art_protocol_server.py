@@ -23,6 +23,8 @@ from arthex.testing.tiny_model import tiny_model
 from tests._art_server import (
     PAUSE_DIR_ENV,
     REPO,
+    TINKER_KEY,
+    TINKER_URL_ENV,
     ArtServer,
     recorded_requests,
     start_art_server,
@@ -321,3 +323,45 @@ def test_a_stopped_server_rolls_the_update_back_and_frees_its_ports(
         assert client.post("/_get_step", json=model).json() == 1
     finally:
         restarted.stop()
+
+
+def test_the_recorded_session_trains_on_tinker_too(tmp_path: Path, tiny: str) -> None:
+    """The same NAT session over TinkerBackend (the real tinker SDK against arthex's Tinker
+    emulator): the protocol does not depend on the LocalBackend."""
+    pytest.importorskip("tinker")
+    from arthex.emulators.tinker import TinkerEmulator
+
+    state_dir = str(tmp_path / "tinker-state")
+    with TinkerEmulator(tiny, api_key=TINKER_KEY, state_dir=state_dir, torch_threads=1) as emulator:
+        env = {TINKER_URL_ENV: emulator.base_url, "TINKER_TELEMETRY": "0"}
+        server = start_art_server(
+            tmp_path / "runs", backend="tests._art_server:tinker_backend", env=env
+        )
+        try:
+            client = httpx.Client(base_url=server.api_url, timeout=300)
+            steps_seen = []
+            key = ""
+            for request in [r for r in recorded_requests(tiny) if r["port"] == "api"]:
+                path, body = request["path"], request["body"]
+                if path == "/_train_model":
+                    lines = train_lines(client, body)
+                    assert lines and all(
+                        isinstance(v, int | float) for line in lines for v in line.values()
+                    )
+                    continue
+                response = client.post(path, json=body)
+                assert response.status_code == 200, response.text
+                if path == "/_get_step":
+                    steps_seen.append(response.json())
+                elif path == "/_prepare_backend_for_training":
+                    key = response.json()[1]
+            assert steps_seen == [0, 1, 1, 2]
+            listed = httpx.get(
+                server.inference_url + "/models",
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=60,
+            ).json()
+            names = {item["id"] for item in listed["data"]}
+            assert {"agent", "agent@2"} <= names and "agent@0" not in names
+        finally:
+            server.stop()
