@@ -365,3 +365,20 @@ def test_the_recorded_session_trains_on_tinker_too(tmp_path: Path, tiny: str) ->
             assert {"agent", "agent@2"} <= names and "agent@0" not in names
         finally:
             server.stop()
+
+
+def test_conflicting_registrations_are_409(server: ArtServer, tiny: str) -> None:
+    """The inference server serves by name, so one name is one run; and a run keeps its base
+    model."""
+    client = httpx.Client(base_url=server.api_url, timeout=300)
+    first = {"name": "dup", "project": "one", "trainable": True, "base_model": tiny}
+    assert client.post("/register", json=first).status_code == 200
+    other_project = client.post("/register", json={**first, "project": "two"})
+    assert other_project.status_code == 409
+    assert "already registered in project 'one'" in other_project.json()["detail"]
+    other_base = client.post("/_get_step", json={**first, "base_model": tiny + "-other"})
+    assert other_base.status_code == 409 and "base_model" in other_base.json()["detail"]
+    # a prompted model (trainable false) needs nothing of the server
+    prompted = {"name": "gpt", "project": "one", "trainable": False}
+    assert client.post("/register", json=prompted).json() is None
+    assert client.post("/_get_step", json=prompted).json() == 0
