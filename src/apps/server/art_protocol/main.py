@@ -52,6 +52,22 @@ def _listen(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
+def _signal_free(config: Any) -> Any:
+    """A uvicorn server that leaves SIGINT/SIGTERM alone: `serve_art` owns them, so both
+    servers stop together and the running updates end before the process does."""
+    import uvicorn
+
+    class SignalFreeServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:  # uvicorn >= 0.29
+            yield
+
+        def install_signal_handlers(self) -> None:  # older uvicorn
+            return None
+
+    return SignalFreeServer(config)
+
+
 def _url(host: str, sock: socket.socket) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{sock.getsockname()[1]}"
@@ -77,8 +93,6 @@ async def serve_art(
         import uvicorn
     except ImportError as exc:
         raise MissingExtraError(exc.name or "uvicorn", "server") from exc
-    from ....adapters.inference.http_server import _quiet_server
-
     limits = limits if limits is not None else ServerLimits()
     api_socket = _listen(host, port, "the ART API")
     try:
@@ -114,8 +128,8 @@ async def serve_art(
 
     # Neither server takes the signals: both stop together, and the service (running jobs,
     # the backend) is closed before this coroutine returns.
-    api_server = _quiet_server(config(api_app, shape=art_error))
-    inference_server = _quiet_server(config(inference_app, shape=None))
+    api_server = _signal_free(config(api_app, shape=art_error))
+    inference_server = _signal_free(config(inference_app, shape=None))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     handled = []
