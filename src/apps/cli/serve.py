@@ -52,11 +52,40 @@ def _general(
     host: str = typer.Option(
         None, metavar="HOST", help="The interface to listen on (loopback by default)."
     ),
-    port: int = typer.Option(None, metavar="PORT", help="The port; 0 picks a free one."),
+    port: int | None = typer.Option(
+        None,
+        metavar="PORT",
+        help="The port: 8000, or ART's 7999 with --protocol art; 0 picks a free one.",
+        show_default=False,
+    ),
+    protocol: str = typer.Option(
+        None,
+        metavar="arthex|art",
+        help="arthex: the hosted API for ServerlessBackend. art: ART's remote-backend API "
+        "(`art run`'s), for ART 0.5.17 clients such as NVIDIA NeMo Agent Toolkit's.",
+    ),
+    inference_port: int | None = typer.Option(
+        None,
+        metavar="PORT",
+        help="--protocol art: the OpenAI-compatible inference server's port (ART's 8000).",
+        show_default=False,
+    ),
+    base_path: str | None = typer.Option(
+        None,
+        metavar="DIR",
+        help="--protocol art: where runs and checkpoints live (ART's .art).",
+        show_default=False,
+    ),
+    insecure_bind: bool = typer.Option(
+        None,
+        "--insecure-bind",
+        help="--protocol art: listen on a non-loopback --host (ART's API has no keys).",
+    ),
     keys: str | None = typer.Option(
         None,
         metavar="FILE",
-        help="The tenants' API keys file. Default: the ARTHEX_SERVER_KEYS variable.",
+        help="The tenants' API keys file. Default: the ARTHEX_SERVER_KEYS variable; with "
+        "--protocol art, none (the API is open on loopback).",
         show_default=False,
     ),
     state_dir: str = typer.Option(
@@ -106,6 +135,7 @@ def _signature() -> inspect.Signature:
     defaults = options.ServeOptions()
     checks: dict[str, Callable[[str], Any]] = {
         "port": options.port,
+        "inference_port": options.port,
         "audit_max_bytes": options.integer,
         "audit_backups": options.integer,
     }
@@ -153,7 +183,8 @@ def parse_values(values: dict[str, Any]) -> ServeOptions:
 
 
 def serve(**values: Any) -> None:
-    """Serve a training backend over HTTP for ServerlessBackend.
+    """Serve a training backend over HTTP for ServerlessBackend, or with --protocol art for
+    ART 0.5.17's clients (NVIDIA NeMo Agent Toolkit's adapter): docs/backends/nat.md.
 
     Every option is checked before anything starts or is created. The server runs until
     interrupted (Ctrl-C or SIGTERM) and prints its URL once it listens."""

@@ -41,8 +41,10 @@ from .ratelimit import TokenBuckets
 
 __all__ = [
     "AUDIT_SCOPE_KEY",
+    "OPEN_TENANT",
     "TENANT_SCOPE_KEY",
     "ASGIApp",
+    "ErrorShape",
     "Guard",
     "identify",
     "send_json",
@@ -53,21 +55,37 @@ TENANT_SCOPE_KEY = "arthex.tenant"
 AUDIT_SCOPE_KEY = "arthex.audit"  # what a handler tells the audit log (model and job ids)
 
 
+ErrorShape = Callable[[int, str, str], dict[str, Any]]
+"""(status, message, kind) -> the JSON body of an error: OpenAI's shape by default."""
+
+OPEN_TENANT = "open"  # who every request is on a Guard without keys
+
+
+def _openai_shape(status: int, message: str, kind: str) -> dict[str, Any]:
+    return error_body(status, message, kind)
+
+
 class Guard:
-    """Header count, then the API key, then the key's rate limit, then the body cap."""
+    """Header count, then the API key, then the key's rate limit, then the body cap.
+
+    `keys` None opens the API (every request is OPEN_TENANT, rate-limited as one key): for a
+    protocol that carries no credentials, served on loopback. `error_shape` spells the
+    refusals' bodies for another protocol (ART's `{"detail": ...}`)."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
-        keys: KeyRing,
+        keys: KeyRing | None,
         limits: ServerLimits,
         spool_dir: Callable[[], str | None] = lambda: None,
         on_rate_limited: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
+        error_shape: ErrorShape = _openai_shape,
     ) -> None:
         self.app = app
         self.keys = keys
+        self.error_shape = error_shape
         self.limits = limits
         self.spool_dir = spool_dir
         self.on_rate_limited = on_rate_limited
@@ -80,12 +98,15 @@ class Guard:
         refusal = self._head_refusal(scope)
         if refusal is not None:
             await send_json(
-                send, 431, error_body(431, refusal, HEADERS_TOO_LARGE), [(b"connection", b"close")]
+                send,
+                431,
+                self.error_shape(431, refusal, HEADERS_TOO_LARGE),
+                [(b"connection", b"close")],
             )
             return
-        identity = identify(scope, self.keys)
+        identity = identify(scope, self.keys) if self.keys is not None else (OPEN_TENANT, b"")
         if identity is None:
-            await send_unauthorized(send, "API key", "<key>")
+            await send_unauthorized(send, "API key", "<key>", self.error_shape)
             return
         tenant, key_digest = identity
         scope[TENANT_SCOPE_KEY] = tenant
@@ -136,7 +157,10 @@ class Guard:
         )
         retry_after = TokenBuckets.retry_after(wait).encode()
         await send_json(
-            send, 429, error_body(429, message, RATE_LIMITED), [(b"retry-after", retry_after)]
+            send,
+            429,
+            self.error_shape(429, message, RATE_LIMITED),
+            [(b"retry-after", retry_after)],
         )
 
     async def _too_large(self, send: Send) -> None:
@@ -145,7 +169,10 @@ class Guard:
             "bytes); send fewer trajectory groups per request"
         )
         await send_json(
-            send, 413, error_body(413, message, REQUEST_TOO_LARGE), [(b"connection", b"close")]
+            send,
+            413,
+            self.error_shape(413, message, REQUEST_TOO_LARGE),
+            [(b"connection", b"close")],
         )
 
 
@@ -155,12 +182,14 @@ def identify(scope: Scope, keys: KeyRing | None) -> tuple[str, bytes] | None:
     return keys.identify(token) if token is not None and keys is not None else None
 
 
-async def send_unauthorized(send: Send, what: str, placeholder: str) -> None:
+async def send_unauthorized(
+    send: Send, what: str, placeholder: str, error_shape: ErrorShape = _openai_shape
+) -> None:
     message = f"missing or wrong {what}; send 'Authorization: Bearer {placeholder}'"
     await send_json(
         send,
         401,
-        error_body(401, message, AUTHENTICATION_ERROR),
+        error_shape(401, message, AUTHENTICATION_ERROR),
         [(b"www-authenticate", b"Bearer")],
     )
 

@@ -27,10 +27,13 @@ DRAIN_S = 5.0  # how long a refused connection's incoming bytes are read and dis
 
 
 def head_capped_protocol(
-    max_header_bytes: int, on_refused: Callable[[], None] = lambda: None
+    max_header_bytes: int,
+    on_refused: Callable[[], None] = lambda: None,
+    error_shape: Callable[[int, str, str], dict[str, Any]] | None = None,
 ) -> type[asyncio.Protocol]:
     """A protocol factory for `uvicorn.Config(http=...)`; `on_refused` is told of each 431
-    (the request never reaches the app, so this is how it is counted)."""
+    (the request never reaches the app, so this is how it is counted). `error_shape` spells
+    the 431's body for another protocol (status, message, kind -> JSON); OpenAI's by default."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -38,7 +41,12 @@ def head_capped_protocol(
         f"the request line and headers are larger than this server accepts "
         f"({max_header_bytes} bytes); send smaller headers"
     )
-    body = json.dumps(error_body(431, message, HEADERS_TOO_LARGE)).encode()
+    shaped = (
+        error_shape(431, message, HEADERS_TOO_LARGE)
+        if error_shape is not None
+        else error_body(431, message, HEADERS_TOO_LARGE)
+    )
+    body = json.dumps(shaped).encode()
     answer = (
         b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
         b"content-type: application/json\r\n"

@@ -176,6 +176,11 @@ def run(opts: options.ServeOptions) -> None:
     logging.addLevelName(TRACE, "TRACE")
     level = TRACE if opts.log_level == "trace" else opts.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if opts.protocol == "art":
+        from .art_protocol.main import run_art
+
+        run_art(opts)
+        return
     try:
         keys = KeyRing.load(opts.keys)
         admin_keys = options.admin_keys_of(opts)
@@ -206,7 +211,7 @@ def run(opts: options.ServeOptions) -> None:
             keys=keys,
             state_dir=opts.state_dir,
             host=opts.host,
-            port=opts.port,
+            port=opts.listen_port,
             limits=opts.limits,
             allowed_base_models=opts.allow_base_model,
             admin_keys=admin_keys,

@@ -10,9 +10,11 @@ bounds (`limits.BOUNDS`) name their options.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -23,19 +25,29 @@ from .limits import ServerLimits
 
 __all__ = [
     "ADMIN_KEYS_ENV",
+    "ART_BASE_PATH",
+    "ART_INFERENCE_PORT",
+    "ART_PORT",
     "DEFAULT_PORT",
     "LIMIT_HELP",
     "LOG_LEVELS",
+    "PROTOCOLS",
     "ServeOptions",
     "admin_keys_of",
     "audit_of",
     "check_paths",
     "integer",
+    "is_loopback",
     "number",
     "port",
 ]
 
 DEFAULT_PORT = 8000
+ART_PORT = 7999  # `art run`'s port
+ART_INFERENCE_PORT = 8000  # where ART (and NAT's health check) expects the inference server
+ART_BASE_PATH = ".art"  # ART's LocalBackend default
+PROTOCOLS = ("arthex", "art")
+LOOPBACK_NAMES = ("localhost",)
 ADMIN_KEYS_ENV = "ARTHEX_SERVER_ADMIN_KEYS"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 AUDIT_OFF = "off"
@@ -86,6 +98,28 @@ def _log_level(_instance: object, _attribute: object, level: str) -> None:
         raise InvalidInputError(f"--log-level must be one of {choices}, got {level!r}")
 
 
+def _protocol(_instance: object, _attribute: object, protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        choices = ", ".join(PROTOCOLS)
+        raise InvalidInputError(f"--protocol must be one of {choices}, got {protocol!r}")
+
+
+def _optional_port(_instance: object, attribute: Any, value: int | None) -> None:
+    if value is not None and not 0 <= value <= 65535:
+        option = "--" + attribute.name.replace("_", "-")
+        raise InvalidInputError(f"{option} is a port from 0 to 65535, got {value}")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1) or `localhost`."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _audit_max_bytes(_instance: object, _attribute: object, value: int) -> None:
     if not 4096 <= value <= 2**40:
         raise InvalidInputError(f"--audit-max-bytes must be from 4096 to {2**40}, got {value}")
@@ -102,11 +136,20 @@ class ServeOptions:
 
     `keys` None reads the tenant keys from `$ARTHEX_SERVER_KEYS`; `admin_keys` None reads
     `$ARTHEX_SERVER_ADMIN_KEYS` (none: /metrics closed); `audit_log` None writes
-    `{state_dir}/audit.jsonl` and "off" none; `allow_base_model` None allows any."""
+    `{state_dir}/audit.jsonl` and "off" none; `allow_base_model` None allows any.
+
+    `protocol` "art" serves ART's remote-backend API (see `art_protocol`): `port` None is
+    then ART's 7999 (else 8000), `inference_port` None ART's 8000, `base_path` None ART's
+    `.art`; `keys` None leaves that API open (ART's protocol carries no key), so it listens
+    on loopback only unless `insecure_bind`."""
 
     backend: str = "local"
     host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
+    port: int | None = attrs.field(default=None, validator=_optional_port)
+    protocol: str = attrs.field(default="arthex", converter=_lower, validator=_protocol)
+    inference_port: int | None = attrs.field(default=None, validator=_optional_port)
+    base_path: str | None = None
+    insecure_bind: bool = False
     keys: str | None = None
     state_dir: str = ".arthex-server"
     allow_base_model: tuple[str, ...] | None = None
@@ -116,6 +159,40 @@ class ServeOptions:
     audit_max_bytes: int = attrs.field(default=DEFAULT_AUDIT_MAX_BYTES, validator=_audit_max_bytes)
     audit_backups: int = attrs.field(default=DEFAULT_AUDIT_BACKUPS, validator=_audit_backups)
     limits: ServerLimits = attrs.field(factory=ServerLimits)
+
+    def __attrs_post_init__(self) -> None:
+        if self.protocol == "art":
+            if not is_loopback(self.host) and not self.insecure_bind:
+                raise InvalidInputError(
+                    f"--host {self.host!r} is not a loopback address, and ART's protocol "
+                    "carries no credentials: anyone who reaches the port could train and "
+                    "delete checkpoints. Bind 127.0.0.1 (tunnel to it), or pass --insecure-bind "
+                    "(and --keys for clients that can send a key) to listen there anyway"
+                )
+            return
+        for name, value in (
+            ("--inference-port", self.inference_port),
+            ("--base-path", self.base_path),
+        ):
+            if value is not None:
+                raise InvalidInputError(f"{name} is an option of --protocol art")
+        if self.insecure_bind:
+            raise InvalidInputError("--insecure-bind is an option of --protocol art")
+
+    @property
+    def listen_port(self) -> int:
+        """The API's port: the given one, else the protocol's default."""
+        if self.port is not None:
+            return self.port
+        return ART_PORT if self.protocol == "art" else DEFAULT_PORT
+
+    @property
+    def art_inference_port(self) -> int:
+        return self.inference_port if self.inference_port is not None else ART_INFERENCE_PORT
+
+    @property
+    def art_base_path(self) -> str:
+        return self.base_path if self.base_path is not None else ART_BASE_PATH
 
 
 def _creatable_directory(path: Path, option: str, value: str) -> None:
@@ -137,6 +214,9 @@ def _creatable_directory(path: Path, option: str, value: str) -> None:
 def check_paths(options: ServeOptions) -> None:
     """The state directory and the audit log can be made: checked with the other options,
     before anything is created, instead of failing the server's startup with a traceback."""
+    if options.protocol == "art":
+        _creatable_directory(Path(options.art_base_path), "--base-path", options.art_base_path)
+        return
     _creatable_directory(Path(options.state_dir), "--state-dir", options.state_dir)
     if options.audit_log is not None and options.audit_log != AUDIT_OFF:
         audit = Path(options.audit_log)
