@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from ....core.backend_train import checked_train_steps
 from ....core.config import TrainConfig
 from ....core.errors import ArthexError, BackendError, InvalidInputError, UnsupportedCapability
 from ....core.identity import ModelSpec, RunRef
@@ -42,8 +43,8 @@ logger = logging.getLogger("arthex.art_protocol")
 def backend_train(
     backend: TrainingBackend, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
 ) -> AsyncIterator[Mapping[str, float]]:
-    """The training port's update call, in one place."""
-    return backend.train(run, groups, config)
+    """The training port's update call, behind the core's input checks, in one place."""
+    return checked_train_steps(backend, run, groups, config)
 
 
 class ArtConflictError(InvalidInputError):
