@@ -23,8 +23,9 @@ from arthex.adapters.inference._openai import (
 )
 from arthex.adapters.inference.engine import Sample, UnknownModelError
 from arthex.adapters.inference.select import pick_engine_kind
-from arthex.adapters.inference.vllm_engine import VllmEngine, _to_sample
-from arthex.core.errors import InvalidInputError, MissingExtraError
+from arthex.adapters.inference.vllm_args import VllmSettings
+from arthex.adapters.inference.vllm_engine import VllmEngine, to_sample
+from arthex.core.errors import BackendError, InvalidInputError, MissingExtraError
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -50,13 +51,15 @@ def test_engine_choice_is_explicit_or_automatic() -> None:
     engine = make_engine("some/model", "torch", max_batch_size=4)
     assert type(engine).__name__ == "TorchEngine"
     assert engine.max_batch_size == 4
-    assert isinstance(make_engine("some/model", "vllm", max_loras=2), VllmEngine)
+    vllm_engine = make_engine("some/model", "vllm", settings=VllmSettings(max_loras=2))
+    assert isinstance(vllm_engine, VllmEngine)
+    assert vllm_engine.engine_kwargs()["max_loras"] == 2
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message shown when vllm is missing")
 def test_vllm_engine_without_vllm_names_the_extra() -> None:
-    engine = VllmEngine("some/model", gpu_memory_utilization=0.3, enforce_eager=True)
-    assert engine.engine_kwargs == {"enforce_eager": True}
+    engine = VllmEngine("some/model", VllmSettings(gpu_memory_utilization=0.3, enforce_eager=True))
+    assert engine.engine_kwargs()["enforce_eager"] is True
     assert engine.served_models() == []
     with pytest.raises(MissingExtraError, match=r'pip install "arthex\[vllm\]"'):
         engine.engine_args()
@@ -66,7 +69,7 @@ def test_vllm_engine_without_vllm_names_the_extra() -> None:
     with pytest.raises(UnknownModelError):
         asyncio.run(engine.sample("agent", [1, 2], 1, SamplingParams()))
     with pytest.raises(InvalidInputError, match="gpu_memory_utilization"):
-        VllmEngine("some/model", gpu_memory_utilization=1.5)
+        VllmSettings(gpu_memory_utilization=1.5)
 
 
 @dataclass
@@ -94,18 +97,23 @@ def test_vllm_outputs_become_samples_with_the_sampled_tokens_logprob() -> None:
         ],
         finish_reason="stop",
     )
-    sample = _to_sample(completion, top_logprobs=2)
+    sample = to_sample(completion, top_logprobs=2)
     assert sample == Sample(
         token_ids=(5, 9),
         logprobs=(-0.5, -4.0),
         top_logprobs=(((5, -0.5), (7, -1.5)), ((3, -0.1), (4, -2.0))),
         finish_reason="stop",
     )
-    completion.finish_reason = "length"
-    assert _to_sample(completion, top_logprobs=0).finish_reason == "length"
+    for reason in ("length", "abort", "repetition"):
+        completion.finish_reason = reason
+        assert to_sample(completion, top_logprobs=0).finish_reason == reason
+    completion.finish_reason = "error"
+    with pytest.raises(BackendError, match="'error'"):
+        to_sample(completion, top_logprobs=0)
+    completion.finish_reason = "stop"
     completion.logprobs = None
     with pytest.raises(Exception, match="logprobs"):
-        _to_sample(completion, top_logprobs=0)
+        to_sample(completion, top_logprobs=0)
 
 
 class _ByteEngine:
