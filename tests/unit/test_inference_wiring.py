@@ -212,3 +212,32 @@ def test_tool_calls_in_the_text_become_openai_tool_calls() -> None:
 def test_malformed_requests_are_rejected_with_the_field_named(body: bytes, fragment: str) -> None:
     with pytest.raises(InvalidInputError, match=fragment):
         parse_request(body)
+
+
+@pytest.mark.parametrize("reason", ["abort", "repetition", "length"])
+def test_finish_reasons_beyond_stop_reach_the_client_as_they_are(reason: str) -> None:
+    request = parse_request(
+        json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": "#"})
+    )
+    params = request.sampling_params(default_max_tokens=50)
+    text = b"ab#c"
+    sample = Sample(
+        token_ids=tuple(text),
+        logprobs=(-1.0,) * len(text),
+        top_logprobs=((),) * len(text),
+        finish_reason=reason,  # type: ignore[arg-type]
+    )
+    (choice,) = build_response(_ByteEngine(), request, [1], [sample], params)["choices"]
+    assert choice["finish_reason"] == reason
+    assert choice["message"]["content"] == "ab#c"  # only a stop finish is cut at the stop
+
+
+def test_the_vllm_engine_refuses_n_above_the_servers_limit_as_the_torch_engine_does() -> None:
+    from arthex.adapters.inference.served_names import MAX_SAMPLES_PER_REQUEST
+
+    engine = VllmEngine("some/model")
+    for n in (0, MAX_SAMPLES_PER_REQUEST + 1, True):
+        with pytest.raises(
+            InvalidInputError, match=rf"n must be in 1\.\.{MAX_SAMPLES_PER_REQUEST}"
+        ):
+            asyncio.run(engine.sample("agent", [1, 2], n, SamplingParams()))  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ from .engine import FinishReason, Sample, SamplingParams, ServingEngine, Unknown
 from .served_names import ServedNames
 from .vllm_args import VllmSettings, engine_arguments
 
-__all__ = ["VllmEngine", "to_sample", "vllm_request"]
+__all__ = ["VllmEngine", "lora_request", "to_sample", "vllm_request"]
 
 _PASSED_THROUGH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -217,11 +217,7 @@ class VllmEngine(ServedNames[Any]):
                 )
         await self.start()
         if checkpoint_dir is not None:
-            from vllm.lora.request import LoRARequest
-
-            lora = LoRARequest(
-                lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(checkpoint_dir)
-            )
+            lora = lora_request(name, next(self._lora_ids), checkpoint_dir)
             await self._until_awake()
             # Load now, so a bad adapter fails here rather than in the first rollout.
             await self._engine.add_lora(lora)
@@ -291,6 +287,14 @@ class VllmEngine(ServedNames[Any]):
             raise BackendError("vLLM returned no output for the request")
         completions = sorted(final.outputs, key=lambda completion: completion.index)
         return [to_sample(completion, params.top_logprobs) for completion in completions]
+
+
+def lora_request(name: str, lora_id: int, checkpoint_dir: str) -> Any:
+    """vLLM's `LoRARequest` for a served step: its name, a fresh id, the adapter folder."""
+    _import_vllm()
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=str(checkpoint_dir))
 
 
 def vllm_request(
