@@ -7,11 +7,17 @@ BIN := $(VENV)/bin
 # index (make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu) to avoid CUDA wheels.
 TORCH_INDEX_URL ?=
 TORCH_SPEC ?= torch==2.13.0
+# The GPU path: vLLM pins the torch it is built with (CUDA wheels), so it gets its own venv
+# instead of the torch above: `make setup-vllm` on a GPU machine. The pair must be one of
+# TESTED_VLLM in src/adapters/inference/vllm_args.py (tests/unit/test_vllm_pins.py checks).
+VLLM_SPEC ?= vllm==0.33.0
+VLLM_TORCH_SPEC ?= torch==2.14.0
+VLLM_VENV ?= .venv-vllm
 # An editable install in strict mode maps files one by one: reinstall when the set changes.
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup demo test lint typecheck unit bench mutants clean
+.PHONY: setup setup-vllm demo test lint typecheck unit bench mutants clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +29,12 @@ $(STAMP): pyproject.toml
 	touch $@
 
 setup: $(STAMP)
+
+setup-vllm:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_TORCH_SPEC)" "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev,vllm]" --config-settings editable_mode=strict
 
 demo: setup
 	$(BIN)/arthex demo
@@ -50,4 +62,4 @@ mutants: setup
 	PYTHON=$(BIN)/python tools/mutants.sh
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .mutants
+	rm -rf $(VENV) $(VLLM_VENV) .mypy_cache .pytest_cache .ruff_cache .mutants
