@@ -42,7 +42,7 @@ from typing import Any
 
 GPU_SHARE = 0.25
 MAX_MODEL_LEN = 512
-PROMPT = [{"role": "user", "content": "Count from one to ten, then say done."}]
+PROMPT: Any = [{"role": "user", "content": "Count from one to ten, then say done."}]
 # bfloat16 weights and activations in vLLM against float32 on the CPU: the tiny model's
 # logits spread about 0.3, so a few thousandths is the expected error; 0.05 leaves margin
 # while a tempered distribution (temperature 0.25) differs by far more.
@@ -122,8 +122,8 @@ def reference_logprobs(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
-    model = PeftModel.from_pretrained(model, str(step)).eval()
+    base_weights = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model: Any = PeftModel.from_pretrained(base_weights, str(step)).eval()
     ids = torch.tensor([[*prompt, *completion]])
     with torch.inference_mode():
         logits = model(input_ids=ids).logits[0].float()

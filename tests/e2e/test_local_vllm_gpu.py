@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
+from arthex.adapters.inference.vllm_args import SleepLevel  # noqa: E402
 from arthex.adapters.local import LocalBackend  # noqa: E402
 from arthex.core.config import TrainConfig  # noqa: E402
 from arthex.core.identity import ModelSpec, RunRef  # noqa: E402
@@ -79,7 +80,7 @@ async def _sample(backend: LocalBackend, base_model: str, root: Path) -> dict[st
 
 @pytest.mark.parametrize("sleep_level", [0, 1])
 def test_register_train_and_serve_over_http_on_one_gpu(
-    base_model: str, tmp_path: Path, sleep_level: int
+    base_model: str, tmp_path: Path, sleep_level: SleepLevel
 ) -> None:
     async def main() -> dict[str, Any]:
         backend = LocalBackend(
@@ -100,7 +101,6 @@ def test_register_train_and_serve_over_http_on_one_gpu(
         assert (_step(tmp_path, step) / "adapter_config.json").is_file()
     config = json.loads((_step(tmp_path, 1) / "adapter_config.json").read_text())
     assert config["r"] == 8
-    assert out["answers"]["agent@0"]["logprobs"] != out["answers"]["agent@1"]["logprobs"]
 
 
 def test_the_lora_rank_in_use_sets_vllms_max_lora_rank(base_model: str, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_engine_choice_is_explicit_or_automatic() -> None:
         assert pick_engine_kind("auto") == "torch"
     engine = make_engine("some/model", "torch", max_batch_size=4)
     assert type(engine).__name__ == "TorchEngine"
-    assert engine.max_batch_size == 4
+    assert not isinstance(engine, VllmEngine) and engine.max_batch_size == 4
     vllm_engine = make_engine("some/model", "vllm", settings=VllmSettings(max_loras=2))
     assert isinstance(vllm_engine, VllmEngine)
     assert vllm_engine.engine_kwargs()["max_loras"] == 2
@@ -217,7 +217,9 @@ def test_malformed_requests_are_rejected_with_the_field_named(body: bytes, fragm
 @pytest.mark.parametrize("reason", ["abort", "repetition", "length"])
 def test_finish_reasons_beyond_stop_reach_the_client_as_they_are(reason: str) -> None:
     request = parse_request(
-        json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": "#"})
+        json.dumps(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": "#"}
+        ).encode()
     )
     params = request.sampling_params(default_max_tokens=50)
     text = b"ab#c"
@@ -240,4 +242,4 @@ def test_the_vllm_engine_refuses_n_above_the_servers_limit_as_the_torch_engine_d
         with pytest.raises(
             InvalidInputError, match=rf"n must be in 1\.\.{MAX_SAMPLES_PER_REQUEST}"
         ):
-            asyncio.run(engine.sample("agent", [1, 2], n, SamplingParams()))  # type: ignore[arg-type]
+            asyncio.run(engine.sample("agent", [1, 2], n, SamplingParams()))

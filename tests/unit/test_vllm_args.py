@@ -194,3 +194,10 @@ def test_with_vllm_the_trainer_uses_lora_whatever_the_model_size() -> None:
         training_mode("vllm", True, "cuda", 8)
     with pytest.raises(InvalidInputError, match="vLLM serving needs a CUDA GPU"):
         training_mode("vllm", None, "cpu", 8)
+
+
+def test_auto_keeps_the_torch_engine_for_what_only_it_does() -> None:
+    # Whether or not vLLM and a GPU are here, these settings need the torch engine.
+    assert LocalBackend(device="cpu")._resolved_engine() == "torch"
+    assert LocalBackend(full_finetune=True)._resolved_engine() == "torch"
+    assert LocalBackend(engine="vllm")._resolved_engine() == "vllm"

@@ -200,7 +200,7 @@ def every_vllm_finish_reason_is_handled(workdir: Path) -> Any:
     from arthex.adapters.inference.vllm_engine import to_sample
     from arthex.core.errors import BackendError
 
-    outcome = {}
+    outcome: dict[str, str] = {}
     for reason in FinishReason:
         completion = CompletionOutput(
             index=0,

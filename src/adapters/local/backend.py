@@ -270,8 +270,15 @@ class LocalBackend(BackendTrainEntry):
         return await self._pool.serving_for(base_model, spec.run.name, make_engine)
 
     def _resolved_engine(self) -> Literal["torch", "vllm"]:
+        """The engine serving this backend's runs: "auto" is vLLM when it is installed with
+        a GPU, unless the settings ask what only the torch engine does (a CPU device, full
+        fine-tuning)."""
         from ..inference.select import pick_engine_kind
 
+        if self._engine_kind == "auto" and (
+            self._full_finetune is True or (self._device or "").startswith("cpu")
+        ):
+            return "torch"
         return pick_engine_kind(self._engine_kind)
 
     def _vllm_engine(self, base_model: str) -> VllmEngine:
