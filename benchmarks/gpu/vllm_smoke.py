@@ -322,8 +322,18 @@ async def backend_check(smoke: Smoke, base: str, work: Path) -> None:
 async def main_async(out: Path) -> int:
     smoke = Smoke(out / "vllm_smoke.log")
     started = time.monotonic()
-    import torch
-    import vllm
+    try:
+        import peft  # noqa: F401
+        import torch
+        import vllm
+    except ImportError as exc:
+        smoke.say(f"FAIL setup: {exc}; install arthex with its vllm extra (make setup-vllm)")
+        return 2
+    try:
+        gpu_free_bytes()
+    except RuntimeError as exc:
+        smoke.say(f"FAIL setup: needs a CUDA GPU ({exc})")
+        return 2
 
     from arthex.testing.tiny_model import tiny_model
 

@@ -78,7 +78,7 @@ async def _sample(backend: LocalBackend, base_model: str, root: Path) -> dict[st
     return {"metrics": metrics, "names": names, "answers": answers}
 
 
-@pytest.mark.parametrize("sleep_level", [0, 1])
+@pytest.mark.parametrize("sleep_level", [0, 1, 2])
 def test_register_train_and_serve_over_http_on_one_gpu(
     base_model: str, tmp_path: Path, sleep_level: SleepLevel
 ) -> None:

@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from arthex.adapters.inference.vllm_args import TESTED_VLLM
 
-from ..vllm_api.vllm_env import VLLM_VERSION
+from ..vllm_api.vllm_env import DEFAULT_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 # What vLLM's wheels require (their METADATA's `Requires-Dist: torch==...`), read by hand.
@@ -63,4 +63,5 @@ def test_the_makefile_vllm_venv_installs_a_tested_pair_inside_the_extra() -> Non
 
 
 def test_the_vllm_api_suite_tests_a_tested_release() -> None:
-    assert VLLM_VERSION in TESTED_VLLM
+    assert DEFAULT_VERSION in TESTED_VLLM
+    assert max(TESTED_VLLM, key=Version) == DEFAULT_VERSION  # the newest by default

@@ -266,6 +266,192 @@ def arthex_lora_checkpoints_pass_vllms_peft_checks(workdir: Path) -> Any:
     return results
 
 
+class RecordingEngine:
+    """Stands in for vLLM's AsyncLLM, which needs a GPU: it records the calls the adapter
+    makes and answers `generate` with vLLM's own CompletionOutput once `release` is set.
+    `async_llm_has_the_methods_the_adapter_calls` holds its methods to AsyncLLM's."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.calls: list[tuple[Any, ...]] = []
+        self.release = asyncio.Event()
+        self.generating = asyncio.Event()
+        self.model_config = type("ModelConfig", (), {"max_model_len": 512})()
+
+    async def add_lora(self, lora_request: Any) -> bool:
+        self.calls.append(("add_lora", lora_request.lora_int_id, lora_request.lora_path))
+        return True
+
+    async def remove_lora(self, lora_id: int) -> bool:
+        self.calls.append(("remove_lora", lora_id))
+        return True
+
+    async def sleep(self, level: int = 1, mode: str = "abort") -> None:
+        self.calls.append(("sleep", level, mode))
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        self.calls.append(("wake_up",))
+
+    async def collective_rpc(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        self.calls.append(("collective_rpc", method))
+        return []
+
+    async def reset_prefix_cache(self) -> bool:
+        self.calls.append(("reset_prefix_cache",))
+        return True
+
+    async def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str, lora_request: Any = None
+    ) -> Any:
+        from vllm.outputs import CompletionOutput
+
+        lora = None if lora_request is None else lora_request.lora_int_id
+        self.calls.append(("generate", lora, tuple(prompt["prompt_token_ids"])))
+        self.generating.set()
+        await self.release.wait()
+        outputs = [
+            CompletionOutput(
+                index=i,
+                text="",
+                token_ids=[9, 3],
+                cumulative_logprob=None,
+                logprobs=_positions(True),
+                finish_reason="stop",
+            )
+            for i in range(sampling_params.n)
+        ]
+        yield type("RequestOutput", (), {"outputs": outputs})()
+
+    def shutdown(self) -> None:
+        self.calls.append(("shutdown",))
+
+
+# The arguments the adapter passes by keyword; the others it passes by position.
+BY_KEYWORD = {"generate": {"lora_request"}, "sleep": {"mode"}}
+
+
+@check
+def async_llm_has_the_methods_the_adapter_calls(workdir: Path) -> Any:
+    """The stand-in's methods exist on vLLM's AsyncLLM and take the same arguments."""
+    import inspect
+    import typing
+
+    from vllm.v1.engine import PauseMode
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    shapes = {}
+    for name in (
+        "add_lora",
+        "remove_lora",
+        "sleep",
+        "wake_up",
+        "collective_rpc",
+        "reset_prefix_cache",
+        "generate",
+        "shutdown",
+    ):
+        real = list(inspect.signature(getattr(AsyncLLM, name)).parameters)[1:]
+        ours = list(inspect.signature(getattr(RecordingEngine, name)).parameters)[1:]
+        by_name = BY_KEYWORD.get(name, set())
+        positional = [p for p in ours if p not in ("args", "kwargs") and p not in by_name]
+        assert real[: len(positional)] == positional, (name, real, positional)
+        assert by_name <= set(real), (name, real, by_name)
+        shapes[name] = real
+    assert "wait" in typing.get_args(PauseMode), PauseMode
+    assert list(inspect.signature(AsyncLLM.from_engine_args).parameters)[:1] == ["engine_args"]
+    return shapes
+
+
+def _engine(workdir: Path, sleep_level: int) -> tuple[Any, RecordingEngine]:
+    import attrs as attrs_
+
+    from arthex.adapters.inference.chat import ChatTokenizer
+    from arthex.adapters.inference.vllm_engine import VllmEngine
+    from arthex.testing.tiny_model import tiny_model
+
+    base = tiny_model(workdir / "base", size="3M")
+    engine = VllmEngine(base, attrs_.evolve(settings(), sleep_level=sleep_level), lora_rank=8)
+    recorder = RecordingEngine()
+    engine._attach(recorder, ChatTokenizer.load(base))
+    return engine, recorder
+
+
+@check
+def unloading_a_step_waits_for_its_requests(workdir: Path) -> Any:
+    """A step's adapter is removed from vLLM only once its requests ended (vLLM may read
+    the folder again until then); new requests for it are refused at once."""
+    import asyncio
+
+    from arthex.adapters.inference.engine import SamplingParams, UnknownModelError
+
+    async def run() -> Any:
+        engine, recorder = _engine(workdir, 0)
+        step = _checkpoint(workdir, 8)
+        await engine.load("agent@0", str(step))
+        await engine.load("agent@1", str(step))
+        added = [call for call in recorder.calls if call[0] == "add_lora"]
+        assert [call[1] for call in added] == [1, 2] and added[0][2] == str(step), added
+        sampling = asyncio.create_task(engine.sample("agent@0", [5, 6], 2, SamplingParams()))
+        await recorder.generating.wait()
+        unloading = asyncio.create_task(engine.unload("agent@0"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert ("remove_lora", 1) not in recorder.calls, "removed while being sampled"
+        assert not unloading.done()
+        try:
+            await engine.sample("agent@0", [5], 1, SamplingParams())
+        except UnknownModelError:
+            pass
+        else:
+            raise AssertionError("an unloaded step still took a request")
+        recorder.release.set()
+        samples = await sampling
+        await unloading
+        assert recorder.calls[-1] == ("remove_lora", 1), recorder.calls[-1]
+        assert [s.token_ids for s in samples] == [(9, 3), (9, 3)]
+        await engine.close()
+        return recorder.calls
+
+    return asyncio.run(run())
+
+
+@check
+def sleeping_holds_requests_and_waking_restores_the_weights(workdir: Path) -> Any:
+    """Level 2: vLLM sleeps after its requests finish ("wait"); a request that arrives
+    meanwhile starts only after wake_up, which reloads the base weights and the adapters."""
+    import asyncio
+
+    from arthex.adapters.inference.engine import SamplingParams
+
+    async def run() -> Any:
+        engine, recorder = _engine(workdir, 2)
+        step = _checkpoint(workdir, 8)
+        await engine.load("agent@0", str(step))
+        recorder.release.set()
+        await engine.sleep()
+        assert recorder.calls[-1] == ("sleep", 2, "wait"), recorder.calls[-1]
+        sampling = asyncio.create_task(engine.sample("agent@0", [5], 1, SamplingParams()))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not any(call[0] == "generate" for call in recorder.calls), "sampled asleep"
+        await engine.wake_up()
+        await sampling
+        after = recorder.calls[recorder.calls.index(("sleep", 2, "wait")) + 1 :]
+        assert after == [
+            ("wake_up",),
+            ("collective_rpc", "reload_weights"),
+            ("reset_prefix_cache",),
+            ("remove_lora", 1),
+            ("add_lora", 1, str(step)),
+            ("generate", 1, (5,)),
+        ], after
+        await engine.close()
+        return after
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     payload = json.loads(sys.stdin.read())
     workdir = Path(payload["workdir"])

@@ -9,7 +9,8 @@ what vLLM builds and validates on the CPU.
 The venv lives next to the interop venvs, in `~/.cache/arthex-interop/vllm-<key>/` (or under
 `$ARTHEX_INTEROP_CACHE`), the key a hash of the requirements and the interpreter's version.
 Builders take a lock and a venv counts only once its `ready` marker is written.
-`ARTHEX_VLLM_PYTHON` names an interpreter that already has the requirements (development).
+`ARTHEX_VLLM_PYTHON` names an interpreter that already has the requirements (development);
+`ARTHEX_VLLM_VERSION` tests another release of `TESTED_VLLM` than 0.33.0.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from arthex.adapters.files import exclusive_lock
 
 from ..interop.art_env import cache_root
 
-VLLM_VERSION = "0.33.0"
+DEFAULT_VERSION = "0.33.0"
+# ARTHEX_VLLM_VERSION picks another tested release (e.g. 0.26.0); each gets its own venv.
+VLLM_VERSION = os.environ.get("ARTHEX_VLLM_VERSION") or DEFAULT_VERSION
 # arthex's own core dependencies, so the adapter imports in that venv; vLLM brings the rest
 # (torch, transformers, tokenizers, safetensors, pydantic, openai).
 REQUIREMENTS = (

@@ -134,12 +134,15 @@ class VllmEngine(ServedNames[Any]):
             from vllm.v1.engine.async_llm import AsyncLLM
 
             chat = await asyncio.to_thread(ChatTokenizer.load, self.base_model)
-            engine = AsyncLLM.from_engine_args(args)
-            self._context_length = int(_model_len(engine) or 0) or 4096
-            self._chat = chat
-            self._awake = asyncio.Event()
-            self._awake.set()
-            self._engine = engine
+            self._attach(AsyncLLM.from_engine_args(args), chat)
+
+    def _attach(self, engine: Any, chat: ChatTokenizer) -> None:
+        """Serve through `engine` (a started vLLM AsyncLLM) with the base model's tokenizer."""
+        self._context_length = int(_model_len(engine) or 0) or 4096
+        self._chat = chat
+        self._awake = asyncio.Event()
+        self._awake.set()
+        self._engine = engine
 
     def _started(self) -> bool:
         return self._engine is not None
