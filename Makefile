@@ -17,7 +17,7 @@ VLLM_VENV ?= .venv-vllm
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup setup-vllm demo test lint typecheck unit bench mutants clean
+.PHONY: setup setup-vllm demo test test-vllm lint typecheck unit bench mutants clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ unit: setup
 # worker, so a file's module fixtures are built once.
 test: lint typecheck
 	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
+
+# The vLLM adapter against a real vLLM, no GPU needed; opt-in, as vLLM with its CUDA torch is
+# about 2.4 GB to download and 10 GB on disk (cached under ~/.cache/arthex-interop after the
+# first run, which takes about 15 minutes). ARTHEX_VLLM_VERSION=0.26.0 tests the older one.
+test-vllm: setup
+	ARTHEX_VLLM_TESTS=1 $(BIN)/pytest -q tests/vllm_api
 
 bench: setup
 	$(BIN)/python -m benchmarks
