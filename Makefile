@@ -17,7 +17,7 @@ VLLM_VENV ?= .venv-vllm
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup setup-vllm demo test test-vllm lint typecheck unit bench mutants clean
+.PHONY: setup setup-vllm demo test test-vllm lint typecheck unit bench mutants hunt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,14 @@ bench: setup
 # Mutation testing of src/core and the ledger's rules against the fast tests (long; not in CI).
 mutants: setup
 	PYTHON=$(BIN)/python tools/mutants.sh
+
+# Flaky-test hunt: the whole suite RUNS times in a row (as `make test` runs it) with the CPUs
+# kept busy by spinning processes; lists every test that failed in any run (long; not in CI).
+# HUNT_ARGS replaces the pytest arguments: make hunt RUNS=2 HUNT_ARGS="tests/unit -q"
+RUNS ?= 5
+HUNT_ARGS ?=
+hunt: setup
+	$(BIN)/python tools/hunt.py --runs $(RUNS) $(if $(HUNT_ARGS),-- $(HUNT_ARGS))
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .mypy_cache .pytest_cache .ruff_cache .mutants

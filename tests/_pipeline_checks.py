@@ -116,7 +116,9 @@ async def check_run_files(
     )
 
 
-def chat_rollout_fn(group_size: int = 2, max_tokens: int = 4) -> RolloutFn:
+def chat_rollout_fn(
+    group_size: int = 2, max_tokens: int = 4
+) -> RolloutFn[TrainableModel, Any, Any]:
     """Rollouts as users write them: chat completions with logprobs from the model's own
     endpoint, on the name `get_inference_name()` gives (its step kept under SERVED_KEY). The
     i-th rollout of a group earns i plus a little for digits, so every group trains."""

@@ -2,8 +2,9 @@
 
 `start_server` launches `python -m arthex.apps.server` with a fresh keys file
 and waits for its "listening on" line. `slow_backend` is a backend factory for `--backend
-tests._serverless:slow_backend`: the in-memory backend with a pause after each gradient step,
-so a test can act while a job is still running.
+tests._serverless:slow_backend`: the in-memory backend with a pause after each gradient step
+and, when the server's environment names a `Gate`, a hold between gradient steps for as long
+as the gate is closed, so a test can act while a job is surely still running.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import attrs
@@ -29,12 +31,48 @@ from arthex.testing.fakes.backend import InMemoryBackend
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_DELAY_ENV = "ARTHEX_TEST_STEP_DELAY"
+STEP_GATE_ENV = "ARTHEX_TEST_STEP_GATE"
+GATE_WAIT_S = 120.0  # a gate never reached or held this long is a failed test, not a wait
+
+
+@attrs.define
+class Gate:
+    """A file a test and a training server share: while it exists (the gate is closed), every
+    job of the server holds after each of its gradient steps, and says so in `held`."""
+
+    path: Path
+
+    @property
+    def held(self) -> Path:
+        return self.path.with_name(self.path.name + ".held")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {STEP_GATE_ENV: str(self.path)}
+
+    @contextmanager
+    def closed(self) -> Iterator[Gate]:
+        """Jobs hold between their steps inside the block, and go on after it."""
+        self.held.unlink(missing_ok=True)
+        self.path.touch()
+        try:
+            yield self
+        finally:
+            self.path.unlink(missing_ok=True)
+
+    def wait_held(self) -> None:
+        """Until a job holds at the gate (so it made a gradient step and is still running)."""
+        deadline = time.monotonic() + GATE_WAIT_S
+        while not self.held.exists():
+            assert time.monotonic() < deadline, f"no job reached the gate in {GATE_WAIT_S} s"
+            time.sleep(0.01)
 
 
 class SlowInMemoryBackend(InMemoryBackend):
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, delay_s: float, gate: Path | None = None) -> None:
         super().__init__()
         self.delay_s = delay_s
+        self.gate = Gate(gate) if gate is not None else None
 
     async def train_steps(
         self, run: RunRef, groups: Sequence[TrajectoryGroup], config: TrainConfig
@@ -42,10 +80,23 @@ class SlowInMemoryBackend(InMemoryBackend):
         async for metrics in super().train_steps(run, groups, config):
             await asyncio.sleep(self.delay_s)
             yield metrics
+            await self._hold()
+
+    async def _hold(self) -> None:
+        gate = self.gate
+        if gate is None or not gate.path.exists():
+            return
+        gate.held.touch()
+        deadline = time.monotonic() + GATE_WAIT_S
+        while gate.path.exists() and time.monotonic() < deadline:  # noqa: ASYNC110 - a file
+            await asyncio.sleep(0.01)  # polls the gate; the test opens it
 
 
 def slow_backend() -> SlowInMemoryBackend:
-    return SlowInMemoryBackend(float(os.environ.get(STEP_DELAY_ENV, "0.5")))
+    gate = os.environ.get(STEP_GATE_ENV)
+    return SlowInMemoryBackend(
+        float(os.environ.get(STEP_DELAY_ENV, "0.5")), Path(gate) if gate else None
+    )
 
 
 class FaultyCheckpointsBackend(InMemoryBackend):
@@ -70,6 +121,7 @@ class ServerProcess:
     keys: dict[str, str]
     process: subprocess.Popen[bytes]
     log: Path
+    gate: Gate  # holds the jobs of a slow_backend server while closed
     _unused: list[str] = attrs.field(factory=list)
 
     def fresh_tenant(self) -> tuple[str, str]:
@@ -107,11 +159,17 @@ class PendingServer:
     process: subprocess.Popen[bytes]
     log: Path
     timeout_s: float
+    gate: Gate
 
     def wait(self) -> ServerProcess:
         url = _await_ready(self.process, self.log, self.timeout_s)
         server = ServerProcess(
-            url=url, state_dir=self.state_dir, keys=self.keys, process=self.process, log=self.log
+            url=url,
+            state_dir=self.state_dir,
+            keys=self.keys,
+            process=self.process,
+            log=self.log,
+            gate=self.gate,
         )
         server._unused.extend(sorted(self.keys, reverse=True))
         return server
@@ -131,6 +189,7 @@ def launch_server(
     keys_file = state_dir.parent / f"keys-{secrets.token_hex(4)}.txt"
     keys_file.write_text("".join(f"{tenant}:{key}\n" for tenant, key in keys.items()))
     log = state_dir.parent / f"server-{secrets.token_hex(4)}.log"
+    gate = Gate(state_dir.parent / f"gate-{secrets.token_hex(4)}")
     command = [
         sys.executable,
         "-m",
@@ -150,13 +209,14 @@ def launch_server(
         "PYTHONPATH": str(REPO),
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        **gate.env,
         **(env or {}),
     }
     with log.open("wb") as log_file:
         process = subprocess.Popen(
             command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=log_file
         )
-    return PendingServer(state_dir, keys, process, log, timeout_s)
+    return PendingServer(state_dir, keys, process, log, timeout_s, gate)
 
 
 def start_server(

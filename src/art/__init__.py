@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
     from arthex.core.backend_train import BackendTrainEntry as Backend
-    from arthex.core.batches import trajectory_group_batches as trajectory_group_batches
+    from arthex.core.batch_stream import trajectory_group_batches as trajectory_group_batches
     from arthex.core.chat_types import Messages as Messages
     from arthex.core.chat_types import MessagesAndChoices as MessagesAndChoices
     from arthex.core.chat_types import Tools as Tools

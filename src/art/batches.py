@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.core.batches import trajectory_group_batches as trajectory_group_batches
+    from arthex.core.batch_stream import trajectory_group_batches as trajectory_group_batches
 
     __all__ = ["trajectory_group_batches"]
 else:

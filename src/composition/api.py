@@ -15,6 +15,8 @@ from pydantic import BaseModel as PydanticModel
 
 from ..core import model as core
 from ..core import pipeline, trainable
+from ..core.config import LossName
+from ..core.pipeline.rollouts import ConfigT, ModelT, ScenarioT
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
 from ..ports.pipeline_state import PipelineStateStore
 from ..ports.run_lease import RunLeases
@@ -156,7 +158,7 @@ class TrainableModel(trainable.TrainableModel, Model):
         self.entity = entity
 
 
-class PipelineTrainer(pipeline.PipelineTrainer):
+class PipelineTrainer(pipeline.PipelineTrainer[ModelT, ScenarioT, ConfigT]):
     """`PipelineTrainer(model, backend, rollout_fn, scenarios, config, eval_fn=None, ...)`:
     rollouts overlap training (see `arthex.core.pipeline.PipelineTrainer` for every option).
     Its record goes to `pipeline_state.json` in the model's run directory unless `state_store`
@@ -164,15 +166,33 @@ class PipelineTrainer(pipeline.PipelineTrainer):
 
     def __init__(
         self,
-        model: trainable.TrainableModel,
+        model: ModelT,
         backend: TrainingBackend,
-        rollout_fn: pipeline.RolloutFn,
-        scenarios: Iterable[Any] | AsyncIterable[Any],
-        config: Any,
-        eval_fn: pipeline.EvalFn | None = None,
+        rollout_fn: pipeline.RolloutFn[ModelT, ScenarioT, ConfigT],
+        scenarios: Iterable[ScenarioT] | AsyncIterable[ScenarioT],
+        config: ConfigT,
+        eval_fn: pipeline.EvalFn[ModelT, ConfigT] | None = None,
         *,
+        num_rollout_workers: int = 16,
+        min_batch_size: int = 4,
+        max_batch_size: int | None = None,
+        queue_maxsize: int | None = None,
+        max_steps_off_policy: int | None = 4,
+        learning_rate: float = 1e-5,
+        loss_fn: LossName = "cispo",
+        normalize_advantages: bool = True,
+        grad_accumulation_sequences: int | None = None,
+        kl_penalty_coef: float = 0.0,
+        kl_penalty_step_lag: int | None = None,
+        max_steps: int | None = None,
+        eval_every_n_steps: int = 20,
+        eval_at_start: bool = True,
+        save_checkpoint: bool = True,
+        checkpoint_retention: int | None = None,
+        resume: bool = True,
+        log_interval_seconds: float = 60.0,
+        on_step: pipeline.StepCallback | None = None,
         state_store: PipelineStateStore | None = None,
-        **options: Any,
     ) -> None:
         super().__init__(
             model,
@@ -184,5 +204,23 @@ class PipelineTrainer(pipeline.PipelineTrainer):
             state_store=state_store
             if state_store is not None
             else container.pipeline_state(model.base_path),
-            **options,
+            num_rollout_workers=num_rollout_workers,
+            min_batch_size=min_batch_size,
+            max_batch_size=max_batch_size,
+            queue_maxsize=queue_maxsize,
+            max_steps_off_policy=max_steps_off_policy,
+            learning_rate=learning_rate,
+            loss_fn=loss_fn,
+            normalize_advantages=normalize_advantages,
+            grad_accumulation_sequences=grad_accumulation_sequences,
+            kl_penalty_coef=kl_penalty_coef,
+            kl_penalty_step_lag=kl_penalty_step_lag,
+            max_steps=max_steps,
+            eval_every_n_steps=eval_every_n_steps,
+            eval_at_start=eval_at_start,
+            save_checkpoint=save_checkpoint,
+            checkpoint_retention=checkpoint_retention,
+            resume=resume,
+            log_interval_seconds=log_interval_seconds,
+            on_step=on_step,
         )

@@ -13,10 +13,11 @@ error that names what to do instead, before anything is trained.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, get_overloads, overload
 
-from .config import TrainConfig
+from .config import LossName, TrainConfig
 from .errors import InvalidInputError
 from .identity import RunRef
 from .trajectories import TrajectoryGroup
@@ -24,6 +25,8 @@ from .trajectories import TrajectoryGroup
 if TYPE_CHECKING:
     from .model import TrainResult
     from .trainable import TrainableModel
+
+ImportanceSamplingLevel = Literal["token", "sequence", "average", "geometric_average"]
 
 # ART option -> the TrainConfig field it sets (same meaning).
 _SAME = {
@@ -141,25 +144,74 @@ class BackendTrainEntry:
         model: TrainableModel,
         trajectory_groups: Iterable[TrajectoryGroup],
         *,
+        # ART 0.5.23's LocalBackend.train, its names and defaults
         learning_rate: float = 5e-6,
-        loss_fn: Literal["cispo", "ppo", "importance_sampling"] = "cispo",
-        scale_rewards: bool = True,
+        loss_fn: LossName | None = "cispo",
+        loss_fn_config: Mapping[str, Any] | None = None,
+        normalize_advantages: bool = True,
+        adam_params: object | None = None,
         kl_penalty_coef: float = 0.0,
         kl_penalty_reference_step: int | None = None,
+        kl_ref_adapter_path: str | None = None,
+        kl_penalty_source: Literal["current_learner", "sample"] | None = "current_learner",
         epsilon: float | None = None,
         epsilon_high: float | None = None,
+        advantage_balance: float = 0.0,
+        scale_rewards: bool = True,
+        importance_sampling_level: ImportanceSamplingLevel = "token",
+        max_negative_advantage_importance_sampling_weight: float | None = None,
+        mask_prob_ratio: bool = False,
+        kimi_k2_tau: float | None = None,
+        precalculate_logprobs: bool = False,
         allow_training_without_logprobs: bool = False,
+        plot_tensors: bool = False,
+        truncated_importance_sampling: float | None = None,
         scale_learning_rate_by_reward_std_dev: bool = False,
+        logprob_calculation_chunk_size: int = 1024,
+        packed_sequence_length: int | None = None,
+        num_trajectories_learning_rate_multiplier_power: float = 0.0,
+        save_checkpoint: bool = True,
+        optimizer_save_interval: int = 5,
         verbose: bool = False,
-        **options: Any,
+        # ART's ServerlessBackend's and older ART's
+        ppo: bool | None = None,
+        kl_penalty_step_lag: int | None = None,
+        grad_accumulation_sequences: int | None = None,
+        final_training_step: int | None = None,
+        # arthex's own
+        max_grad_norm: float | None = 1.0,
+        lr_multiplier_window: int | None = None,
+        min_lr_multiplier: float = 0.1,
+        max_lr_multiplier: float = 10.0,
     ) -> Coroutine[Any, Any, TrainResult]: ...
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
+        """`train(run, groups, config)`, the port: an async iterator of per-step metrics.
+
+        `await train(model, trajectory_groups, *, learning_rate=5e-6, loss_fn="cispo", ...)`,
+        ART's call: one update of a registered TrainableModel, its metrics recorded at the new
+        step, the groups left for the script to log; returns a TrainResult. Its keywords are
+        ART 0.5.23's (see the overload, or docs/migrating-from-art.md): those arthex
+        implements set the update's TrainConfig, the others are taken at ART's default only.
+        `help()` and `inspect.signature` show this ART form, every option named."""
         first = args[0] if args else kwargs.get("run", kwargs.get("model"))
         if isinstance(first, RunRef):
             run, groups, config = _port_arguments(args, kwargs)
             return self.train_steps(run, groups, config)
         return _train_model(self, args, kwargs)
+
+
+def _art_form() -> inspect.Signature:
+    for form in get_overloads(BackendTrainEntry.train):
+        signature = inspect.signature(form)
+        if "trajectory_groups" in signature.parameters:
+            return signature
+    raise AssertionError("BackendTrainEntry.train has no ART form")
+
+
+# What a user reads (help(backend.train), an IDE's hover) is ART's call with every option, not
+# `(*args, **kwargs)`; the port form is for backend authors and is in the docstring.
+BackendTrainEntry.train.__signature__ = _art_form()  # type: ignore[attr-defined]
 
 
 def _port_arguments(

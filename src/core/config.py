@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 import attrs
 
 from .errors import InvalidInputError
 
+C = TypeVar("C")
 LossName = Literal["cispo", "ppo", "importance_sampling"]
 LOSSES: tuple[str, ...] = ("cispo", "ppo", "importance_sampling")
 
@@ -116,8 +118,34 @@ class TrainConfig:
             return self.epsilon_high
         return 4.0 if self.loss_fn == "cispo" else self.clip_low
 
+    @classmethod
+    def model_validate(cls, value: TrainConfig | Mapping[str, Any]) -> TrainConfig:
+        """A TrainConfig from one, or from a mapping of its fields (`{"learning_rate": 1e-5}`),
+        as pydantic's `model_validate` takes a dict: an unknown key or a bad value is refused
+        in one line naming it."""
+        return validated_config(cls, value)
+
     def with_learning_rate(self, learning_rate: float) -> TrainConfig:
         return attrs.evolve(self, learning_rate=learning_rate)
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+def validated_config(cls: type[C], value: object) -> C:
+    """`value` itself when it is a `cls`, else `cls(**value)` for a mapping of its fields; an
+    unknown key, or anything else than a mapping, is refused in one line naming `cls`."""
+    if isinstance(value, cls):
+        return value
+    name = cls.__name__
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"config must be a {name} or a mapping of its fields, got {type(value).__name__}"
+        )
+    fields = sorted(a.name for a in attrs.fields(cls) if a.init)  # type: ignore[arg-type]
+    for key in value:
+        if key not in fields:
+            raise InvalidInputError(
+                f"{name} has no field {key!r}; its fields are {', '.join(fields)}"
+            )
+    return cls(**value)

@@ -29,6 +29,20 @@ class UnsupportedCapability(ArthexError, NotImplementedError):
         super().__init__(f"{message}. {hint}".strip() if hint else message)
 
 
+class BaseModelChangedError(InvalidInputError):
+    """A run that has trained was registered with another base model than the one it was
+    trained from. Raised before anything in the run directory changes."""
+
+    def __init__(self, run: object, recorded: str, given: str) -> None:
+        super().__init__(
+            f"run {run} was trained from base model {recorded!r}, not {given!r}: a trained run "
+            f"keeps its base model; to train {given!r}, start a new run under another name "
+            "(TrainableModel(..., run_name='<new name>'))"
+        )
+        self.recorded = recorded
+        self.given = given
+
+
 class CorruptDataError(ArthexError):
     """A file on disk cannot be read as what it claims to be."""
 

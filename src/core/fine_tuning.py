@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..ports.training_backend import (
     Capability,
@@ -72,7 +73,7 @@ class FineTuning(Model):
     async def train_sft(
         self,
         trajectories: Iterable[object],
-        config: TrainSFTConfig | None = None,
+        config: TrainSFTConfig | Mapping[str, Any] | None = None,
         *,
         verbose: bool = False,
         progress: bool | None = None,
@@ -80,10 +81,11 @@ class FineTuning(Model):
         """Supervised fine-tuning as one step of the run (see core/sft.py): train on the
         conversations (Trajectory objects, OpenAI fine-tuning records or message lists) with
         the loss on assistant tokens, then record each gradient step under `sft/` and the
-        means as the new step's training row. The new step is served like an RL step's."""
+        means as the new step's training row. The new step is served like an RL step's.
+        `config` is a TrainSFTConfig or a mapping of its fields."""
         backend = self.backend
         trainer = supervised_backend(backend)
-        config = config if config is not None else TrainSFTConfig()
+        config = TrainSFTConfig.model_validate(config) if config is not None else TrainSFTConfig()
         conversations = conversations_from(trajectories)
         config.plan(len(conversations))  # a bad learning-rate list fails before any work
         await self._start_mirrors()  # a mirror that cannot start fails before paid work

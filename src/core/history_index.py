@@ -20,6 +20,7 @@ class HistoryIndex:
         self._listeners: dict[str, list[StepMeanListener]] = {}
         self._totals: dict[str, float] = {}
         self.cursor = 0  # where the ledger's next unread row starts (see MetricsHistory)
+        self.last_step: int | None = None  # the highest step of any row read
         for row in rows:
             self.observe(row)
 
@@ -31,6 +32,8 @@ class HistoryIndex:
         self.cursor = cursor
 
     def observe(self, row: MetricsRow) -> None:
+        if self.last_step is None or row.step > self.last_step:
+            self.last_step = row.step
         for key, value in row.values.items():
             if value is None:
                 continue

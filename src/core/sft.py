@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import attrs
 
+from .config import validated_config
 from .conversations import AssistantTurns
 from .errors import InvalidInputError
 from .metrics import MetricsRow
@@ -180,6 +181,13 @@ class TrainSFTConfig:
             )
         if self.max_grad_norm is not None:
             _check_rate(self.max_grad_norm, "max_grad_norm")
+
+    @classmethod
+    def model_validate(cls, value: TrainSFTConfig | Mapping[str, Any]) -> TrainSFTConfig:
+        """A TrainSFTConfig from one, or from a mapping of its fields
+        (`{"learning_rate": 2e-5, "batch_size": 4}`), as pydantic's `model_validate` takes a
+        dict: an unknown key or a bad value is refused in one line naming it."""
+        return validated_config(cls, value)
 
     def resolved_batch_size(self, default: int = DEFAULT_BATCH_SIZE) -> int:
         return default if self.batch_size == "auto" else self.batch_size

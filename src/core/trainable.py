@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +28,16 @@ from ..ports.training_backend import (
     TrainingBackend,
 )
 from ..ports.trajectory_store import TrajectoryStore
+from . import lease_book
 from .capture.endpoints import register_endpoint
 from .capture.training import training_groups
 from .config import TrainConfig
 from .errors import (
     BackendError,
+    BaseModelChangedError,
     InvalidInputError,
     NotRegisteredError,
+    RunBusyError,
 )
 from .fine_tuning import FineTuning
 from .identity import ModelSpec
@@ -92,6 +96,7 @@ class TrainableModel(FineTuning):
         )
         self._leases = leases
         self._lease: HeldLease | None = None
+        self._lease_finalizer: weakref.finalize[[], TrainableModel] | None = None
         if not isinstance(base_model, str) or not base_model:
             raise InvalidInputError(
                 f"base_model must be a model id or directory, got {base_model!r}"
@@ -111,7 +116,8 @@ class TrainableModel(FineTuning):
 
     async def close(self) -> None:
         """Close the cached inference client, give the run's lease back, then close the
-        reporters (not the backend: it may serve other models; close it yourself)."""
+        reporters (not the backend: it may serve other models; close it yourself). Closing
+        the backend, or dropping the model, gives the lease back too."""
         await self._close_client()
         await self._release_lease()
         await super().close()
@@ -138,9 +144,16 @@ class TrainableModel(FineTuning):
 
         With a backend whose checkpoints other processes see (`Capability.ONE_TRAINER`), the
         run's lease is taken first, before anything is written: a second trainer on the run
-        gets RunBusyError naming the first. The lease is held until `close`."""
+        gets RunBusyError naming the first (for another model of this process: where it was
+        registered). The lease is held until `close`, until the backend is closed, or until
+        the model is garbage-collected.
+
+        A run keeps the base model it was trained from: registering a trained run with
+        another `base_model` raises BaseModelChangedError before anything is written. A run
+        with nothing trained yet (no row past step 0 in its history) may be re-pointed."""
         spec = self.spec()
-        took = await self._take_lease(backend)
+        await self._check_base_model()
+        took = await self._take_lease(backend, lease_book.caller_site())
         try:
             endpoint = await backend.register(spec)
             await self._store.write_model_spec(spec)
@@ -149,6 +162,8 @@ class TrainableModel(FineTuning):
                 await self._release_lease()
             raise
         self._backend = backend
+        if self._lease is not None:
+            lease_book.holds(self, backend)
         self._endpoint = endpoint
         await self._close_client()
         if endpoint is not None:
@@ -160,19 +175,56 @@ class TrainableModel(FineTuning):
         async with self._train_lock:
             await self._repair_training_row(self._step)
 
-    async def _take_lease(self, backend: TrainingBackend) -> bool:
+    async def _check_base_model(self) -> None:
+        """Refuse another base model for a run that has trained; only reads."""
+        recorded = await self._store.read_model_spec(self.run)
+        before = None if recorded is None else recorded.get("base_model")
+        if not isinstance(before, str) or not before or before == self.base_model:
+            return
+        last = (await self._history_index()).last_step
+        if last is not None and last >= 1:
+            raise BaseModelChangedError(self.run, before, self.base_model)
+        logger.warning(
+            "%s had nothing trained yet: its base model changes from %r to %r",
+            self.run,
+            before,
+            self.base_model,
+        )
+
+    async def _take_lease(self, backend: TrainingBackend, site: str) -> bool:
         """Take the run's lease if this backend needs one and it is not held yet; True when
-        this call took it."""
-        if self._leases is None or self._lease is not None:
+        this call took it. Held by another model of this process: once more after collecting
+        garbage (that model may be unreachable already, caught in a reference cycle)."""
+        leases = self._leases
+        if leases is None or self._lease is not None:
             return False
         if Capability.ONE_TRAINER not in backend.capabilities:
             return False
-        self._lease = await self._leases.acquire(self.run)
+        try:
+            lease = await leases.acquire(self.run, registered_at=site)
+        except RunBusyError:
+            if not lease_book.collect_if_held_here(self.run):
+                raise
+            lease = await leases.acquire(self.run, registered_at=site)
+        self._lease = lease
+        # The finalizer holds the lease, not the model: a model dropped without `close` is
+        # collected (cycles included) and gives the run back.
+        self._lease_finalizer = weakref.finalize(self, lease.release_now)
         return True
+
+    async def release_lease_from(self, backend: object) -> None:
+        """The backend this model is registered on is closing: give the run's lease back (a
+        later `register` takes it again)."""
+        if backend is self._backend:
+            await self._release_lease()
 
     async def _release_lease(self) -> None:
         lease, self._lease = self._lease, None
+        finalizer, self._lease_finalizer = self._lease_finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
         if lease is not None:
+            lease_book.let_go(self)
             await lease.release()
 
     async def _repair_training_row(self, step: int) -> None:
@@ -226,7 +278,7 @@ class TrainableModel(FineTuning):
     async def train(
         self,
         trajectory_groups: Iterable[TrajectoryGroup],
-        config: TrainConfig | None = None,
+        config: TrainConfig | Mapping[str, Any] | None = None,
         *,
         verbose: bool = False,
         progress: bool | None = None,
@@ -234,11 +286,15 @@ class TrainableModel(FineTuning):
     ) -> TrainResult:
         """One RL update: log the groups at step N, train, record the metrics at N+1.
 
+        `config` is a TrainConfig or a mapping of its fields (`{"learning_rate": 1e-5}`);
+        None trains with TrainConfig's defaults.
+
         `progress` shows a line per gradient step on a terminal (None: only when stderr is a
         terminal; False: never). `log_groups=False` skips logging the groups at N: for groups
         already logged there (read back with `logged_groups` to finish an update a crash
         interrupted), so they are not stored twice."""
-        return await self._train(trajectory_groups, config, log_groups, verbose, progress)
+        checked = TrainConfig.model_validate(config) if config is not None else None
+        return await self._train(trajectory_groups, checked, log_groups, verbose, progress)
 
     async def train_for_backend(
         self,

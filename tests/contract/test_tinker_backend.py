@@ -195,3 +195,44 @@ def test_sft_with_more_batches_than_in_flight_trains_each_once_in_order(
     assert seen == pytest.approx(rates)
     assert step == 1
     assert emulator.route_counts["POST forward_backward"] - before == batches
+
+
+def test_a_trained_tinker_run_refuses_another_base_model_before_anything_changes(
+    emulator: TinkerEmulator, tiny: str, tmp_path: Path
+) -> None:
+    """The core's check (model.json and the history), before the lease or the service."""
+    import arthex
+    from arthex.core.errors import BaseModelChangedError
+    from arthex.testing.builders import synthetic_groups
+    from tests.unit.test_run_base_model import tree_digest
+
+    def model(base_model: str) -> arthex.TrainableModel:
+        return arthex.TrainableModel(
+            name="agent",
+            project="proj",
+            base_model=base_model,
+            base_path=str(tmp_path),
+            report_metrics=[],
+        )
+
+    async def main() -> None:
+        backend = TinkerBackend(base_url=emulator.base_url, api_key=KEY, timeout_s=TIMEOUT_S)
+        first = model(tiny)
+        try:
+            await first.register(backend)
+            await first.train(synthetic_groups(), progress=False)
+        finally:
+            await first.close()
+            await backend.close()
+        before = tree_digest(tmp_path / "proj" / "models" / "agent")
+        backend = TinkerBackend(base_url=emulator.base_url, api_key=KEY, timeout_s=TIMEOUT_S)
+        other = model("org/another-model")
+        try:
+            with pytest.raises(BaseModelChangedError, match="start a new run under another name"):
+                await other.register(backend)
+        finally:
+            await other.close()
+            await backend.close()
+        assert tree_digest(tmp_path / "proj" / "models" / "agent") == before
+
+    asyncio.run(main())

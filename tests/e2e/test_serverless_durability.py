@@ -70,8 +70,9 @@ def test_a_new_client_resumes_from_the_cursor_and_sees_each_event_once(
 ) -> None:
     current = server[0]
     key = current.fresh_key()
-    job, seen = asyncio.run(start_job(current.url, key, n_groups=6))
-    assert job_status(current, key, job) == "running", "the first client left mid-job"
+    with current.gate.closed():  # the job holds after its first step until the block ends
+        job, seen = asyncio.run(start_job(current.url, key, n_groups=6))
+        assert job_status(current, key, job) == "running", "the first client left mid-job"
 
     async def resume() -> list[JobEvent]:
         backend = ServerlessBackend(current.url, key)  # a new client: no state but the cursor
@@ -111,8 +112,9 @@ def test_a_job_running_when_the_server_dies_ends_failed_after_restart(
 ) -> None:
     before = server[0]
     key = before.fresh_key()
-    job, seen = asyncio.run(start_job(before.url, key, n_groups=6))
-    before.stop(kill=True)
+    with before.gate.closed():  # the job is held after its first step when the server dies
+        job, seen = asyncio.run(start_job(before.url, key, n_groups=6))
+        before.stop(kill=True)
     after = slow_server(before.state_dir, keys=before.keys)
     server[0] = after
 

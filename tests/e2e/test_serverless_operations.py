@@ -138,17 +138,19 @@ def test_jobs_beyond_the_running_limit_wait_in_a_queue_the_metrics_show(
     server: ServerProcess,
 ) -> None:
     alice, bob = http(server, server.fresh_key()), http(server, server.fresh_key())
-    long_job = {"trajectory_groups": groups_json(20)}  # 20 steps of 0.3 s
-    first = alice.post(
-        "/preview/training-jobs", json={"model_id": register(alice), **long_job}
-    ).json()["id"]
-    second = bob.post(
-        "/preview/training-jobs",
-        json={"model_id": register(bob), "trajectory_groups": groups_json(1)},
-    ).json()["id"]
-    sample = metrics(server)
-    assert sample[("arthex_jobs_running", ())] == 1
-    assert sample[("arthex_jobs_queued", ())] == 1
+    with server.gate.closed() as gate:  # the first job holds after its first step
+        first = alice.post(
+            "/preview/training-jobs",
+            json={"model_id": register(alice), "trajectory_groups": groups_json(2)},
+        ).json()["id"]
+        gate.wait_held()
+        second = bob.post(
+            "/preview/training-jobs",
+            json={"model_id": register(bob), "trajectory_groups": groups_json(1)},
+        ).json()["id"]
+        sample = metrics(server)
+        assert sample[("arthex_jobs_running", ())] == 1
+        assert sample[("arthex_jobs_queued", ())] == 1
     assert wait_done(alice, first)["status"] == "succeeded"
     assert wait_done(bob, second)["status"] == "succeeded"
     ended = alice.get(f"/preview/training-jobs/{first}/events", params={"limit": 1000}).json()
@@ -185,18 +187,20 @@ def test_model_and_job_quotas_refuse_with_429_and_write_nothing(server: ServerPr
     with pytest.raises(QuotaExceededError, match="models"):
         asyncio.run(third_by_client())
 
-    running = client.post(
-        "/preview/training-jobs", json={"model_id": first, "trajectory_groups": groups_json(15)}
-    )
-    assert running.status_code == 201
-    # The running job appends its events meanwhile: compare the job folders, not their files.
-    jobs_before = directories(server.state_dir / "jobs")
-    refused = client.post(
-        "/preview/training-jobs", json={"model_id": second, "trajectory_groups": groups_json()}
-    )
-    assert refused.status_code == 429, refused.text
-    assert "wait for one to end" in refused.json()["error"]["message"]
-    assert directories(server.state_dir / "jobs") == jobs_before
+    with server.gate.closed() as gate:  # the job holds after its first step: still running
+        running = client.post(
+            "/preview/training-jobs", json={"model_id": first, "trajectory_groups": groups_json(2)}
+        )
+        assert running.status_code == 201
+        gate.wait_held()
+        # The running job appends its events meanwhile: compare the job folders, not their files.
+        jobs_before = directories(server.state_dir / "jobs")
+        refused = client.post(
+            "/preview/training-jobs", json={"model_id": second, "trajectory_groups": groups_json()}
+        )
+        assert refused.status_code == 429, refused.text
+        assert "wait for one to end" in refused.json()["error"]["message"]
+        assert directories(server.state_dir / "jobs") == jobs_before
     wait_done(client, running.json()["id"])
     again = client.post(
         "/preview/training-jobs", json={"model_id": second, "trajectory_groups": groups_json()}

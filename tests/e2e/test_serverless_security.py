@@ -221,22 +221,6 @@ def test_second_job_on_a_training_model_is_409(server: ServerProcess) -> None:
     client = http(server, key)
     model = register(client)
     body = {"model_id": model, "trajectory_groups": groups_json(1)}
-    # Fifteen gradient steps of 0.4 s: the job is surely still running during the checks,
-    # even on a loaded machine.
-    first = client.post(
-        "/preview/training-jobs", json={**body, "trajectory_groups": groups_json(15)}
-    )
-    assert first.status_code == 201
-    jobs_before = directories(server.state_dir / "jobs")
-    with Unchanged(server, running=(first.json()["id"],)):
-        second = client.post("/preview/training-jobs", json=body)
-        assert second.status_code == 409
-        assert second.json()["error"]["type"] == "model_busy"
-        deleting = client.request(
-            "DELETE", f"/preview/models/{model}/checkpoints", json={"steps": [0]}
-        )
-        assert deleting.status_code == 409
-
     backend = ServerlessBackend(server.url, key)
 
     async def scenario() -> None:
@@ -250,8 +234,25 @@ def test_second_job_on_a_training_model_is_409(server: ServerProcess) -> None:
         finally:
             await backend.close()
 
-    asyncio.run(scenario())
-    assert directories(server.state_dir / "jobs") == jobs_before
+    # The job holds at the closed gate after its first step: it is still running during
+    # the checks, however slow the machine.
+    with server.gate.closed() as gate:
+        first = client.post(
+            "/preview/training-jobs", json={**body, "trajectory_groups": groups_json(2)}
+        )
+        assert first.status_code == 201
+        gate.wait_held()
+        jobs_before = directories(server.state_dir / "jobs")
+        with Unchanged(server, running=(first.json()["id"],)):
+            second = client.post("/preview/training-jobs", json=body)
+            assert second.status_code == 409
+            assert second.json()["error"]["type"] == "model_busy"
+            deleting = client.request(
+                "DELETE", f"/preview/models/{model}/checkpoints", json={"steps": [0]}
+            )
+            assert deleting.status_code == 409
+        asyncio.run(scenario())
+        assert directories(server.state_dir / "jobs") == jobs_before
     assert wait_done(client, first.json()["id"])["status"] == "succeeded"
     third = client.post("/preview/training-jobs", json=body)
     assert third.status_code == 201

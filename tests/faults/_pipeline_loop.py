@@ -5,8 +5,15 @@ registers the model, writes its live weights and optimizer tensors to `dump/` (s
 can compare them with the newest checkpoint), runs `PipelineTrainer` over `range(scenarios)`
 with real chat completions from its own inference server, and reports each event to the
 parent over a pipe. `kill=(POINT, N)` makes it SIGKILL itself the N-th time it reaches POINT:
-the points of _training_loop.py (`pack`, `before-publish`, `after-publish`, ...) and
-`record-saved` (the pipeline record was just replaced).
+the points of _training_loop.py (`pack`, `before-publish`, `after-publish`, ...),
+`record-saved` (the pipeline record was just replaced) and `make-engine` (inside `register`:
+the checkpoint is loaded, the inference engine not made yet).
+
+With `hold=True` (every attempt the parent means to kill) the child can never end on its own:
+it stops, reports `held` and waits to be killed, after its `HOLD_STEPS`-th update and before
+the rollout of the stream's last scenario (so the stream cannot be finished, however fast the
+machine). An attempt's kill therefore always lands: at the moment the parent chose, or at the
+hold if the child got there first.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -26,6 +34,9 @@ NAME = "pipeline"
 GROUP_SIZE = 2
 BATCH = 2
 BOUND = 2
+HOLD_STEPS = 3  # updates an attempt that is to be killed may make before it holds
+HELD_EXIT = 70  # a held child no one killed within HOLD_LIMIT_S exits with this code
+HOLD_LIMIT_S = 600.0
 PRELOAD = [
     *loop.PRELOAD,
     "arthex.core.pipeline",
@@ -59,6 +70,9 @@ def child_main(options: dict[str, Any], events: Connection) -> None:
         killer.reached("record-saved")
 
     store.save = hooked_save
+    from arthex.adapters.inference import select
+
+    killer.wrap(select, "make_engine", "make-engine")
     loop._quiet()
     asyncio.run(_run(options, events))
 
@@ -69,6 +83,23 @@ async def _run(options: dict[str, Any], events: Connection) -> None:
     from tests._pipeline_checks import chat_rollout_fn
 
     base_path = Path(options["base_path"])
+    holding = bool(options.get("hold"))
+    last = options["scenarios"] - 1
+    steps_here = 0
+    rollout = chat_rollout_fn(GROUP_SIZE)
+
+    async def rollout_fn(model: Any, scenario: int, config: object) -> Any:
+        if holding and scenario == last:
+            _hold(events, "last-scenario")
+        return await rollout(model, scenario, config)
+
+    def on_step(done: int, _metrics: Any) -> None:
+        nonlocal steps_here
+        events.send({"event": "step", "step": done})
+        steps_here += 1
+        if holding and steps_here >= HOLD_STEPS:
+            _hold(events, f"step {done}")
+
     model = TrainableModel(
         name=NAME,
         project=PROJECT,
@@ -85,7 +116,7 @@ async def _run(options: dict[str, Any], events: Connection) -> None:
         trainer = PipelineTrainer(
             model,
             backend,
-            chat_rollout_fn(GROUP_SIZE),
+            rollout_fn,
             range(options["scenarios"]),
             None,
             num_rollout_workers=4,
@@ -93,7 +124,7 @@ async def _run(options: dict[str, Any], events: Connection) -> None:
             max_batch_size=BATCH,
             max_steps_off_policy=BOUND,
             learning_rate=1e-2,
-            on_step=lambda done, _metrics: events.send({"event": "step", "step": done}),
+            on_step=on_step,
         )
         await trainer.train()
         step = await model.get_step()
@@ -102,6 +133,13 @@ async def _run(options: dict[str, Any], events: Connection) -> None:
     finally:
         await backend.close()
         await model.close()
+
+
+def _hold(events: Connection, where: str) -> None:
+    """Stop this process where it is (its event loop included) until the parent kills it."""
+    events.send({"event": "held", "where": where})
+    threading.Event().wait(HOLD_LIMIT_S)
+    os._exit(HELD_EXIT)  # only when the parent is gone: the test never waits this long
 
 
 def _dump(backend: Any, model: Any, path: Path) -> None:

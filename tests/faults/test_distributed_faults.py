@@ -8,6 +8,8 @@ left running, and the run goes on from its newest complete checkpoint.
 - A rank on "another machine" that stops answering (SIGSTOP: a hung node or a cut network)
   is found by its heartbeat.
 - The frontend SIGKILLed: its ranks and their zygote go away on their own.
+- A rank SIGKILLed before the first step's metrics, mid-call, or during the checkpoint save:
+  once the backend is closed, no process it started (ranks, the zygote) is left.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import psutil
 from safetensors.torch import load_file
 
 from arthex.adapters.local import LocalBackend
+from arthex.adapters.local.distributed.channel import Channel
 from arthex.core.config import TrainConfig
 from arthex.core.errors import BackendError
 from arthex.core.identity import ModelSpec, RunRef
@@ -245,6 +248,87 @@ def test_ranks_do_not_outlive_a_killed_frontend(base_model: str, tmp_path: Path)
     assert alive == [], f"still running after their frontend died: {alive}"
 
 
+def descendants() -> dict[int, str]:
+    """This process's live descendants: pid -> command line."""
+    found = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found[process.pid] = " ".join(process.cmdline())
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.mark.parametrize(
+    ("point", "rank"),
+    [("before-first-step", 1), ("mid-call", 1), ("checkpoint-save", 0)],
+)
+def test_a_backend_closed_after_a_rank_was_killed_leaves_no_process(
+    base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str, rank: int
+) -> None:
+    """The kill is timed by the frontend's own commands, counted as they are sent: the first
+    `train` command (the ranks have not reported a step), the first step's metrics, the
+    second `save` command (the first wrote step 0 at register). Every process seen while the
+    ranks ran (the ranks and the zygote that forked them) has ended once `close` returns,
+    and none of this process's children is new."""
+    backend = LocalBackend(full_finetune=True, world_size=2)
+    sent: dict[str, int] = {}
+    watched: set[int] = set()
+    put_json = Channel.put_json
+
+    def kill() -> None:
+        pids = backend.rank_processes(RUN)
+        for pid in pids.values():  # the ranks and their parent (the zygote, when forked)
+            watched.update({pid, psutil.Process(pid).ppid()})
+        watched.discard(os.getpid())
+        os.kill(pids[rank], signal.SIGKILL)
+
+    def counting(channel: Channel, key: str, value: object) -> None:
+        put_json(channel, key, value)
+        if key.startswith("cmd/") and isinstance(value, dict):
+            op = str(value["op"])
+            sent[op] = sent.get(op, 0) + 1
+            if (point, op, sent[op]) in {
+                ("before-first-step", "train", 1),
+                ("checkpoint-save", "save", 2),
+            }:
+                kill()
+
+    monkeypatch.setattr(Channel, "put_json", counting)
+    before = descendants()
+
+    async def scenario() -> tuple[int, BackendError | None]:
+        seen, error = 0, None
+        try:
+            await backend.register(
+                ModelSpec(run=RUN, base_model=base_model, base_path=str(tmp_path))
+            )
+            try:
+                async for _ in backend.train(RUN, synthetic_groups(2, 4), ONE_ROW_PER_STEP):
+                    seen += 1
+                    if seen == 1 and point == "mid-call":
+                        kill()
+            except BackendError as exc:
+                error = exc
+        finally:
+            await backend.close()
+        return seen, error
+
+    seen, error = asyncio.run(scenario())
+    assert error is not None, f"the call went on after rank {rank} was killed ({seen} steps)"
+    assert f"trainer rank {rank} of 2" in str(error) and "SIGKILL" in str(error), str(error)
+    if point == "before-first-step":
+        assert seen == 0
+    elif point == "mid-call":
+        assert 1 <= seen < 8
+    else:
+        assert seen == 8 and not checkpoint(tmp_path, 1).exists()
+    assert len(watched) == 3, f"expected two ranks and their zygote, saw {watched}"
+    left = {pid: command for pid, command in descendants().items() if pid not in before}
+    assert [pid for pid in watched if not reaped(pid)] == [] and left == {}, left
+
+
 def forked_here(process: psutil.Process, me: psutil.Process) -> bool:
     """A direct child (the shared zygote), not one of the ranks it forks."""
     try:
@@ -258,7 +342,7 @@ def test_a_register_whose_step_cannot_be_served_leaves_no_rank_running(
 ) -> None:
     """The ranks have loaded the checkpoint when serving it fails (the engine cannot read it):
     register raises, and the ranks it started are stopped by then, not left running for the
-    rest of the process's life (only the shared zygote stays, as it does after close)."""
+    rest of the process's life."""
     from arthex.adapters.inference.engine_pool import ServingPool
 
     async def unservable(*args: object) -> None:

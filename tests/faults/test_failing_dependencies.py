@@ -533,10 +533,11 @@ def test_serverless_server_restarting_mid_job_fails_the_train_call_then_recovers
         backend = ServerlessBackend(server.url, server.fresh_key(), retries=5)
         try:
             await model.register(backend)
-            training = asyncio.ensure_future(model.train(synthetic_groups(6), config=CONFIG))
-            await asyncio.sleep(0.8)  # the job is between its gradient steps
-            assert not training.done()
-            server.stop(kill=True)
+            with server.gate.closed() as gate:  # the job holds after its first gradient step
+                training = asyncio.ensure_future(model.train(synthetic_groups(6), config=CONFIG))
+                await asyncio.to_thread(gate.wait_held)  # it is between its gradient steps
+                assert not training.done()
+                server.stop(kill=True)
             restarted.append(
                 await asyncio.to_thread(
                     start_server,

@@ -8,6 +8,13 @@ every scenario was trained exactly once or counted as discarded, no step is miss
 in the train split or the history (training rows, pipeline rows, train-split rows), the record
 has nothing pending, and the final weights are the last checkpoint's.
 
+Every kill lands by construction: a child that is to be killed holds (reports `held` and waits
+for its SIGKILL) after its third update and before the rollout of the stream's last scenario,
+so no machine speed lets an attempt finish the stream before its timed kill; a child that
+gets to a hold first is killed there. The stream is long enough that 50 attempts of at most
+three updates each leave scenarios untrained before the 3rd chosen-point kill (so those land
+at their points), and the points include one inside `register` (so some kills land before it).
+
 It takes about 3.5 minutes on 2 cores shared with other work (load average 13; most of it the
 51 child starts, each loading the model and starting its inference server).
 """
@@ -40,7 +47,7 @@ from arthex.core.pipeline.measures import STREAM_INDEX_KEY
 from arthex.testing.tiny_model import tiny_model
 from tests._pipeline_checks import TRAINING_ROW_KEY, check_run_files
 
-from ._pipeline_loop import BOUND, NAME, PROJECT, model_dir, start_child
+from ._pipeline_loop import BOUND, HOLD_STEPS, NAME, PROJECT, model_dir, start_child
 from ._training_loop import reap
 from .test_kill_resume import assert_same
 
@@ -48,7 +55,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 RUN = RunRef(PROJECT, NAME)
 KILLS = 50
-SCENARIOS = 200
+SCENARIOS = 300  # 150 updates; attempts 1-30 make at most 30 x HOLD_STEPS = 90 of them
 ATTEMPT_TIMEOUT_S = 120.0
 # self-kills at points of an update a random moment rarely hits (counted in that child)
 POINTS = [
@@ -58,6 +65,9 @@ POINTS = [
     ("record-saved", 2),  # the first update's intent was just saved
     ("save-optimizer", 1),  # mid checkpoint write
 ]
+# self-kills inside `register` (weights and optimizer loaded, no engine yet), so some kills
+# land before it whatever the machine's speed
+IN_REGISTER = ("make-engine", 1)
 
 
 @attrs.define
@@ -89,13 +99,16 @@ def run_attempt(
     kill_after: tuple[str, float] | None = None,
 ) -> Attempt:
     """One child until it exits or is killed; `kill_after=(event, s)` SIGKILLs it `s` seconds
-    after its first `event` ("start": its start)."""
+    after its first `event` ("start": its start). A child that is to be killed (`kill` or
+    `kill_after` given) holds instead of ending (see _pipeline_loop.py) and is killed as soon
+    as it reports `held`."""
     options = {
         "base_path": str(base),
         "base_model": base_model,
         "dump": str(dump),
         "scenarios": SCENARIOS,
         "kill": kill,
+        "hold": kill is not None or kill_after is not None,
     }
     process, events_in = start_child(options)
     events: list[dict[str, Any]] = []
@@ -120,6 +133,9 @@ def run_attempt(
             except EOFError:
                 break
             events.append({**event, "at": time.monotonic() - begun})
+            if event["event"] == "held":
+                kill_at = time.monotonic()  # now: it went as far as it may
+                continue
             if kill_after is not None and kill_at is None and event["event"] == kill_after[0]:
                 kill_at = time.monotonic() + kill_after[1]
     finally:
@@ -167,10 +183,12 @@ def test_a_pipeline_run_survives_fifty_kills_with_every_scenario_trained_once(
     rng = random.Random(16)
     register_s, step_s = 2.0, 1.0  # running estimates, for where random kills land
     landed: Counter[str] = Counter()
-    in_flight_left = 0
+    in_flight_left = held = 0
     for number in range(KILLS):
         if number % 10 == 9:
             attempt = run_attempt(base, base_model, dump, kill=POINTS[(number // 10) % len(POINTS)])
+        elif number % 10 == 4:
+            attempt = run_attempt(base, base_model, dump, kill=IN_REGISTER)
         elif rng.random() < 0.15:
             attempt = run_attempt(
                 base, base_model, dump, kill_after=("start", rng.uniform(0.0, register_s))
@@ -184,6 +202,9 @@ def test_a_pipeline_run_survives_fifty_kills_with_every_scenario_trained_once(
         register_s = took_register or register_s
         step_s = 0.5 * step_s + 0.5 * took_step if took_step else step_s
         assert attempt.first("done") is None, "the stream ended before the kills did"
+        assert len(attempt.steps()) <= HOLD_STEPS, attempt.events[-3:]
+        if attempt.first("held") is not None:
+            held += 1
         if attempt.first("registered") is not None:
             check_resumed_weights(base, dump, attempt, "resume")
             landed[f"after {len(attempt.steps())} steps"] += 1
@@ -203,6 +224,6 @@ def test_a_pipeline_run_survives_fifty_kills_with_every_scenario_trained_once(
     outcome = asyncio.run(check_run_files(base, RUN, steps=steps, scenarios=SCENARIOS, bound=BOUND))
     print(  # shown with -s
         f"{KILLS} kills in {time.monotonic() - started:.0f}s: {dict(landed)}, "
-        f"{in_flight_left} left an update in flight; {steps} steps, "
+        f"{in_flight_left} left an update in flight, {held} held first; {steps} steps, "
         f"{len(outcome.trained)} trained, discarded {len(outcome.discarded)}"
     )

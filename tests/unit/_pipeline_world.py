@@ -115,7 +115,7 @@ class Script:
     failing: frozenset[int] = frozenset()  # scenarios whose rollouts all raise
     sampled: Counter[int] = attrs.Factory(Counter)  # rollouts started, per scenario
 
-    def rollout_fn(self) -> RolloutFn:
+    def rollout_fn(self) -> RolloutFn[TrainableModel, int, Any]:
         counter = itertools.count()
 
         async def single(model: TrainableModel, scenario: int, config: Any) -> Trajectory:
@@ -155,7 +155,9 @@ class World:
             history=self.history,
         )
 
-    def trainer(self, script: Script, scenarios: Sequence[Any], **options: Any) -> PipelineTrainer:
+    def trainer(
+        self, script: Script, scenarios: Sequence[Any], **options: Any
+    ) -> PipelineTrainer[TrainableModel, Any, Any]:
         model = self.model()
         return PipelineTrainer(
             model,
@@ -174,7 +176,9 @@ class World:
         self.state.crash_on_save = None
 
 
-def run_until_done(world: World, make: Callable[[], PipelineTrainer], attempts: int = 20) -> int:
+def run_until_done(
+    world: World, make: Callable[[], PipelineTrainer[TrainableModel, Any, Any]], attempts: int = 20
+) -> int:
     """Run trainers until one finishes without a Crash; the number of crashes."""
 
     async def main() -> int:

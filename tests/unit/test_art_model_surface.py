@@ -256,7 +256,7 @@ def test_backend_train_takes_arts_options_and_names_the_arthex_way_for_the_rest(
         with pytest.raises(InvalidInputError, match="delete_checkpoints"):
             await backend.train(model, groups(), save_checkpoint=False)
         with pytest.raises(InvalidInputError, match="unknown option 'learning_rat'"):
-            await backend.train(model, groups(), learning_rat=1e-5)
+            await backend.train(model, groups(), learning_rat=1e-5)  # type: ignore[call-overload]
         with pytest.raises(UnsupportedCapability):  # the option reached the backend
             await backend.train(model, groups(), loss_fn="ppo")
         with pytest.raises(InvalidInputError, match="registered with InMemoryBackend"):

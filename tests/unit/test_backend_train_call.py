@@ -4,15 +4,17 @@ the model, and what it refuses before anything is trained."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import arthex as art
-from arthex.core.backend_train import train_config_from_options
+from arthex.core.backend_train import BackendTrainEntry, train_config_from_options
 from arthex.core.errors import InvalidInputError
 from arthex.testing.builders import make_group
 from arthex.testing.fakes.backend import InMemoryBackend
@@ -169,3 +171,56 @@ def test_a_call_the_model_cannot_take_is_refused_before_anything_is_trained(
         assert await model.get_step() == 0
 
     asyncio.run(main())
+
+
+def _art_form() -> inspect.Signature:
+    """The signature of `backend.train(model, trajectory_groups, *, ...)`, ART's call."""
+    (art_form,) = [
+        inspect.signature(form)
+        for form in typing.get_overloads(BackendTrainEntry.train)
+        if "trajectory_groups" in inspect.signature(form).parameters
+    ]
+    return art_form
+
+
+def test_the_art_form_names_every_option_it_takes_and_arts_defaults() -> None:
+    parameters = _art_form().parameters
+    assert list(parameters)[:3] == ["self", "model", "trajectory_groups"]
+    keywords = {n for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    ignored = {"logprob_calculation_chunk_size", "optimizer_save_interval", "final_training_step"}
+    assert keywords == ACCEPTED_OPTIONS | ignored | {"verbose"}
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    # ART 0.5.23's LocalBackend.train defaults
+    defaults = {name: parameters[name].default for name in keywords}
+    assert {
+        k: defaults[k]
+        for k in (
+            "learning_rate",
+            "loss_fn",
+            "kl_penalty_source",
+            "importance_sampling_level",
+            "logprob_calculation_chunk_size",
+            "optimizer_save_interval",
+            "save_checkpoint",
+            "normalize_advantages",
+        )
+    } == {
+        "learning_rate": 5e-6,
+        "loss_fn": "cispo",
+        "kl_penalty_source": "current_learner",
+        "importance_sampling_level": "token",
+        "logprob_calculation_chunk_size": 1024,
+        "optimizer_save_interval": 5,
+        "save_checkpoint": True,
+        "normalize_advantages": True,
+    }
+
+
+def test_every_option_passed_at_its_signature_default_trains_with_the_default_config() -> None:
+    parameters = _art_form().parameters
+    options = {
+        name: p.default
+        for name, p in parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "verbose"
+    }
+    assert train_config_from_options(options) == art.TrainConfig()

@@ -283,6 +283,7 @@ def test_two_processes_writing_one_step_both_keep_their_data(tmp_path: Path) -> 
         from arthex.testing.builders import make_group
         store = ParquetTrajectoryStore({str(tmp_path / "art")!r})
         who = sys.argv[1]
+        open(os.path.join({str(tmp_path)!r}, "ready-" + who), "w").close()
         while not os.path.exists({str(go)!r}):
             time.sleep(0.005)
         for n in range(5):
@@ -291,7 +292,10 @@ def test_two_processes_writing_one_step_both_keep_their_data(tmp_path: Path) -> 
         """
     )
     workers = [subprocess.Popen([sys.executable, "-c", worker, who]) for who in ("a", "b")]
-    time.sleep(0.5)
+    # a barrier: both writers are up (imports done) before either writes, however slow
+    while not all((tmp_path / f"ready-{who}").exists() for who in ("a", "b")):
+        assert all(w.poll() is None for w in workers), "a writer died while starting"
+        time.sleep(0.005)
     go.touch()
     assert [w.wait(timeout=120) for w in workers] == [0, 0]
     store = ParquetTrajectoryStore(str(tmp_path / "art"))

@@ -194,7 +194,7 @@ def test_a_crash_right_after_a_resume_starts_loses_no_pending_scenario() -> None
     world.state.crash_on_save = 4  # mid-run, with rollouts in flight and groups queued
     arms = [lambda: setattr(world.state, "crash_on_save", 1), world.disarm]  # then at the start
 
-    def make() -> PipelineTrainer:
+    def make() -> PipelineTrainer[TrainableModel, Any, Any]:
         trainer = world.trainer(script, range(30), min_batch_size=2, max_batch_size=2)
         if arms:
             world.disarm()
@@ -213,12 +213,12 @@ def test_a_crash_right_after_a_resume_starts_loses_no_pending_scenario() -> None
 
 
 def disarmed_after_first(
-    world: World, make: Callable[[], PipelineTrainer]
-) -> Callable[[], PipelineTrainer]:
+    world: World, make: Callable[[], PipelineTrainer[TrainableModel, Any, Any]]
+) -> Callable[[], PipelineTrainer[TrainableModel, Any, Any]]:
     """`make`, with the world's crash points disarmed from the second trainer on."""
     made = [0]
 
-    def again() -> PipelineTrainer:
+    def again() -> PipelineTrainer[TrainableModel, Any, Any]:
         if made[0]:
             world.disarm()
         made[0] += 1

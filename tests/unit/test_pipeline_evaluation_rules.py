@@ -21,7 +21,9 @@ from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from ._pipeline_world import RUN, Script, World, turns
 
 
-def trainer(world: World, eval_fn: Any, **options: Any) -> PipelineTrainer:
+def trainer(
+    world: World, eval_fn: Any, **options: Any
+) -> PipelineTrainer[TrainableModel, Any, Any]:
     made = world.trainer(Script(), range(40), min_batch_size=2, max_batch_size=2, **options)
     made.eval_fn = eval_fn
     return made

@@ -19,7 +19,7 @@ from ._pipeline_world import Script, World
 from .test_pipeline_updates import RecordingBackend, one_at_a_time, trajectory
 
 
-def made(**options: Any) -> PipelineTrainer:
+def made(**options: Any) -> PipelineTrainer[TrainableModel, Any, Any]:
     return World().trainer(Script(), range(3), **options)
 
 

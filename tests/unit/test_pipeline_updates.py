@@ -62,7 +62,9 @@ async def two_rewards(model: TrainableModel, scenario: int, config: Any) -> Traj
     )
 
 
-def one_at_a_time(world: World, scenarios: int, **options: Any) -> PipelineTrainer:
+def one_at_a_time(
+    world: World, scenarios: int, **options: Any
+) -> PipelineTrainer[TrainableModel, Any, Any]:
     """One worker, batches of one group, no staleness allowed: update k trains scenario k,
     and no rollout is in flight on an older step when an update ends."""
     return PipelineTrainer(
@@ -215,11 +217,17 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_an_update_draws_no_progress_line_even_on_a_terminal(
+def test_an_update_draws_no_gradient_step_line_even_on_a_terminal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Rollouts keep running and logging during an update: a redrawn line would tear."""
+    """Rollouts keep running and logging during an update: a line redrawn per gradient step
+    would tear. The pipeline's own line is drawn once per update, after it (see
+    test_pipeline_status.py)."""
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    asyncio.run(one_at_a_time(World(), 2).train())
-    assert terminal.getvalue() == ""
+    asyncio.run(one_at_a_time(World(), 2, max_steps=2).train())
+    drawn = terminal.getvalue()
+    assert "gradient step" not in drawn
+    assert [frame.split(" [")[0] for frame in drawn.rstrip("\n").split("\r")[1:]] == [
+        "pipeline pipe/model: update"
+    ] * 2

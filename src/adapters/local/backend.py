@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import warnings
 from collections import Counter
@@ -29,10 +30,12 @@ from ...core.config import TrainConfig
 from ...core.conversations import Conversation
 from ...core.errors import (
     BackendError,
+    BaseModelChangedError,
     InvalidInputError,
     MissingExtraError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...core.validation import check_training_groups
@@ -49,7 +52,7 @@ from ...ports.training_backend import (
 )
 from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..inference.vllm_args import SleepLevel
-from ..layout import RunLayout
+from ..layout import MODEL_SPEC, RunLayout
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -61,6 +64,32 @@ if TYPE_CHECKING:
 
 EngineKind = Literal["auto", "torch", "vllm"]
 logger = logging.getLogger(__name__)
+
+
+def _repointed_latest(model_dir: Path, spec: ModelSpec) -> int | None:
+    """The run's latest step, after checking the base model its `model.json` records: a
+    trained run keeps it (its checkpoints hold that model's weights); a run at step 0
+    re-pointed to another base model drops its step-0 checkpoint, rebuilt from the new one."""
+    from . import checkpoints as ckpt
+
+    latest = ckpt.latest_step(model_dir)
+    recorded = _recorded_base_model(model_dir)
+    if latest is None or recorded is None or recorded == spec.base_model:
+        return latest
+    assert spec.base_model is not None
+    if latest > 0:
+        raise BaseModelChangedError(spec.run, recorded, spec.base_model)
+    ckpt.delete_steps(model_dir, [0])
+    return None
+
+
+def _recorded_base_model(model_dir: Path) -> str | None:
+    try:
+        recorded = json.loads((model_dir / MODEL_SPEC).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no record (or one the store reports on): nothing to compare with
+    base = recorded.get("base_model") if isinstance(recorded, dict) else None
+    return base if isinstance(base, str) and base else None
 
 
 @attrs.define
@@ -186,6 +215,12 @@ class LocalBackend(BackendTrainEntry):
                 "LM directory or hub id"
             )
         run = await self._runs.open(model.run, lambda: self._open_run(model), self._discard)
+        if run.spec.base_model != model.base_model:
+            raise InvalidInputError(
+                f"{model.run} is open on this LocalBackend with base model "
+                f"{run.spec.base_model!r}, not {model.base_model!r}; close the backend before "
+                "re-pointing the run, or start a new run under another name"
+            )
         return self._pool.endpoint(run.serving, model.run)
 
     def _warn_split_run_directory(self, model: ModelSpec) -> None:
@@ -227,10 +262,10 @@ class LocalBackend(BackendTrainEntry):
         trainer = make_trainer(settings, self._world.plan(self._device), runs_open=len(self._runs))
         serving: Serving | None = None
         try:
+            latest = await asyncio.to_thread(_repointed_latest, model_dir, spec)
             # The engine starts before the trainer touches CUDA, so vLLM can fork its engine
             # process (once CUDA is initialised it must spawn, which re-imports __main__).
             serving = await self._serving_for(spec)
-            latest = ckpt.latest_step(model_dir)
             source = ckpt.step_dir(model_dir, latest) if latest is not None else None
             await asyncio.to_thread(trainer.load, source)
             if trainer.fresh_optimizer_for is not None:
@@ -287,11 +322,15 @@ class LocalBackend(BackendTrainEntry):
         return VllmEngine(base_model, self._vllm, device=self._device, lora_rank=self._lora_rank)
 
     async def close(self) -> None:
-        """Stop every server and engine and drop the trainers; the files stay. A trainer that
-        fails to close is logged and the rest are still closed."""
-        for run in self._runs.close():
-            await self._discard(run)
-        await self._pool.close()
+        """Stop every server and engine and drop the trainers (their rank processes with
+        them); the files stay. A trainer that fails to close is logged and the rest are still
+        closed. Then the models registered here give their run leases back."""
+        try:
+            for run in self._runs.close():
+                await self._discard(run)
+            await self._pool.close()
+        finally:
+            await release_leases(self)
 
     async def _discard(self, run: _Run) -> None:
         """Release a run's trainer (its rank processes, when it has them)."""

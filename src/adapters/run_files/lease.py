@@ -6,7 +6,9 @@ lease is held: the kernel drops it when the holder's process dies, however it di
 included), so on one host a dead holder is recognised without guessing from pids, which the
 system reuses. The text is for the people and processes that find the lease taken:
 
-- lock taken by someone else: a live trainer on this host holds the run; RunBusyError names it.
+- lock taken by someone else: a live trainer on this host holds the run; RunBusyError names it
+  (another model of this very process, and where it was registered, when the file says so:
+  `flock` locks of two descriptors exclude each other within one process too).
 - lock free, file names this host: its holder died; the lease is taken over (one warning).
 - lock free, file names another host: on a shared file system the lock may not reach across
   hosts, so a live trainer there cannot be ruled out; RunBusyError names it and says which
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.errors import RunBusyError
 from ...core.identity import RunRef
-from ...ports.run_lease import LeaseHolder
+from ...ports.run_lease import LeaseHolder, held_by_this_process
 from ..files import unwritable_directory_error
 from ..layout import LEASE, RunLayout
 
@@ -57,7 +59,7 @@ class FileLease:
         self._fd: int | None = fd
         self._path = path
         self._holder = holder
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a finalizer may run while this thread releases
         _HELD.add(self)
 
     @property
@@ -99,10 +101,10 @@ class FileRunLeases:
     def path(self, run: RunRef) -> Path:
         return RunLayout.of(self._root, run).lease
 
-    async def acquire(self, run: RunRef) -> FileLease:
-        return await asyncio.to_thread(self.acquire_now, run)
+    async def acquire(self, run: RunRef, *, registered_at: str = "") -> FileLease:
+        return await asyncio.to_thread(self.acquire_now, run, registered_at=registered_at)
 
-    def acquire_now(self, run: RunRef) -> FileLease:
+    def acquire_now(self, run: RunRef, *, registered_at: str = "") -> FileLease:
         path = self.path(run)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +112,7 @@ class FileRunLeases:
         except OSError as exc:
             raise unwritable_directory_error(path.parent, exc) from exc
         try:
-            return _take(fd, run, path)
+            return _take(fd, run, path, registered_at)
         except BaseException:
             os.close(fd)  # drops the lock too, if it was taken
             raise
@@ -129,9 +131,12 @@ def current_holder(path: Path) -> LeaseHolder | None:
         os.close(fd)
 
 
-def _take(fd: int, run: RunRef, path: Path) -> FileLease:
+def _take(fd: int, run: RunRef, path: Path, registered_at: str) -> FileLease:
     me = LeaseHolder(
-        pid=os.getpid(), host=socket.gethostname(), started_at=datetime.now(UTC).isoformat()
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        started_at=datetime.now(UTC).isoformat(),
+        registered_at=registered_at,
     )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -139,6 +144,8 @@ def _take(fd: int, run: RunRef, path: Path) -> FileLease:
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
         holder = _read_holder(fd, path)
+        if holder is not None and holder.is_this_process():
+            raise RunBusyError(f"{held_by_this_process(run, holder)}. Lease: {path}") from None
         who = holder.describe() if holder is not None else "another process (starting up)"
         raise RunBusyError(
             f"{run} is being trained by {who}: one trainer per run. Stop that trainer (or "
@@ -158,7 +165,14 @@ def _take(fd: int, run: RunRef, path: Path) -> FileLease:
             run,
             previous.describe(),
         )
-    data = json.dumps({"pid": me.pid, "host": me.host, "started_at": me.started_at}).encode()
+    data = json.dumps(
+        {
+            "pid": me.pid,
+            "host": me.host,
+            "started_at": me.started_at,
+            "registered_at": me.registered_at,
+        }
+    ).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data + b"\n", 0)
     os.fsync(fd)
@@ -174,7 +188,10 @@ def _read_holder(fd: int, path: Path) -> LeaseHolder | None:
     try:
         obj: Any = json.loads(data)
         return LeaseHolder(
-            pid=int(obj["pid"]), host=str(obj["host"]), started_at=str(obj["started_at"])
+            pid=int(obj["pid"]),
+            host=str(obj["host"]),
+            started_at=str(obj["started_at"]),
+            registered_at=str(obj.get("registered_at") or ""),
         )
     except (ValueError, KeyError, TypeError):
         logger.warning("the lease file %s is unreadable: %r", path, data[:200])

@@ -14,12 +14,18 @@ read with a cursor that advances past every event (the long poll returns as soon
 arrives), so a client that reconnects, or another one given the job id and cursor, reads
 each event exactly once.
 
-One trainer per model: each ServerlessBackend is one trainer, with a lease id of its own that
-it sends with `register` and on every request after (the server's leases.py says how the
-lease is granted, renewed and given back). While registered it renews each model's lease
-every third of the server's TTL, and `close()` gives the leases back. A second client that
-registers a model another trainer holds gets RunBusyError naming that trainer ("pid 4242 on
-gpu-box-1").
+One trainer per model: the server's trainer is this process (the holder it names is "pid 4242
+on gpu-box-1"), with a lease id of its own per server and key, which every ServerlessBackend
+of the process sends with `register` and on every request after (the server's leases.py says
+how the lease is granted, renewed and given back). So a notebook that builds a new backend
+and model after a server restart, or a script whose `main()` runs twice, takes its models
+back without waiting for the old lease to expire. Within the process, the models' own run
+leases keep one trainer per run (the client offers `Capability.ONE_TRAINER`: a model takes
+its run's lease at register, and a second live model of the process on the run is refused).
+While registered a backend renews each model's lease every third of the server's TTL (a
+backend dropped without `close` stops renewing once collected), and `close()` gives back the
+leases no other open backend of the process still uses. A second process that registers a
+model another trainer holds gets RunBusyError naming that trainer.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import random
 import secrets
 import socket
 import time
+import weakref
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +54,7 @@ from ...core.errors import (
     RunBusyError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
@@ -133,9 +141,10 @@ class ServerlessBackend(BackendTrainEntry):
         self._model_ids: dict[RunRef, str] = {}
         self._capabilities: BackendCapabilities | None = None
         self._client: httpx.AsyncClient | None = None
-        self.lease_id = secrets.token_urlsafe(24)
+        self.lease_id = _process_lease_id(self.base_url, key)
         self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
         self._heartbeats: dict[RunRef, asyncio.Task[None]] = {}
+        _OPEN.add(self)
 
     # --- capabilities -------------------------------------------------------------------
 
@@ -178,7 +187,7 @@ class ServerlessBackend(BackendTrainEntry):
         if isinstance(lease, Mapping) and model.run not in self._heartbeats:
             ttl = float(lease.get("ttl_s") or 60.0)
             self._heartbeats[model.run] = asyncio.create_task(
-                self._heartbeat(model.run, ttl), name=f"lease-{model.run}"
+                _heartbeat(weakref.ref(self), model.run, ttl), name=f"lease-{model.run}"
             )
         if "capabilities" in payload:
             self._capabilities = _offered(payload["capabilities"])
@@ -231,7 +240,9 @@ class ServerlessBackend(BackendTrainEntry):
                 yield wire.decode_metrics(event.data.get("metrics"))
 
     async def close(self) -> None:
-        """Stop renewing and give back every lease this trainer holds, then close."""
+        """Stop renewing and give back every lease this trainer holds that no other open
+        backend of this process (same server, same key) still uses, then close."""
+        _OPEN.discard(self)
         heartbeats, self._heartbeats = self._heartbeats, {}
         for task in heartbeats.values():
             with contextlib.suppress(RuntimeError):  # its event loop may be gone
@@ -239,28 +250,31 @@ class ServerlessBackend(BackendTrainEntry):
         client = self._client
         if client is not None:
             for run in heartbeats:
+                if self._shared(run):
+                    continue
                 path = f"{wire.MODELS_PATH}/{self._model_ids[run]}/lease"
                 with contextlib.suppress(Exception):  # best effort: else it expires
                     await client.request("DELETE", path, timeout=min(self.timeout, 10.0))
         self._client = None
-        if client is not None:
-            await client.aclose()
+        try:
+            if client is not None:
+                await client.aclose()
+        finally:
+            await release_leases(self)  # the models registered here give their runs back
 
-    async def _heartbeat(self, run: RunRef, ttl_s: float) -> None:
-        """Renew the model's lease every third of its TTL while this trainer lives (a long
-        rollout phase makes no other call). Transport errors are retried on the next beat; a
-        lease another trainer took ends the beat (the next training call says so)."""
+    def _shared(self, run: RunRef) -> bool:
+        """Another open backend of this process holds `run`'s lease on the same server."""
+        return any(
+            other is not self
+            and other.lease_id == self.lease_id
+            and other.base_url == self.base_url
+            and run in other._heartbeats
+            for other in list(_OPEN)
+        )
+
+    async def _renew(self, run: RunRef) -> None:
         path = f"{wire.MODELS_PATH}/{self._model_ids[run]}/lease"
-        body = {"id": self.lease_id, "holder": self.holder}
-        while True:
-            await asyncio.sleep(ttl_s / 3)
-            try:
-                await self._request("PUT", path, json=body)
-            except RunBusyError as exc:
-                logger.warning("the lease on %s was lost: %s", run, exc)
-                return
-            except ArthexError as exc:  # unreachable or refused now: try again next beat
-                logger.warning("could not renew the lease on %s: %s", run, exc)
+        await self._request("PUT", path, json={"id": self.lease_id, "holder": self.holder})
 
     async def __aenter__(self) -> ServerlessBackend:
         return self
@@ -416,8 +430,41 @@ class ServerlessBackend(BackendTrainEntry):
 
 def _offered(names: list[str]) -> BackendCapabilities:
     """The server backend's capabilities this client can use (exporting a step is done on the
-    server, where its checkpoints are: `arthex export` there)."""
-    return BackendCapabilities(set(names) - {str(Capability.EXPORT)})
+    server, where its checkpoints are: `arthex export` there), and one trainer per run: the
+    server keeps it across processes, the models' run leases within this one."""
+    return BackendCapabilities(
+        (set(names) - {str(Capability.EXPORT)}) | {str(Capability.ONE_TRAINER)}
+    )
+
+
+async def _heartbeat(backend: weakref.ref[ServerlessBackend], run: RunRef, ttl_s: float) -> None:
+    """Renew the model's lease every third of its TTL while its backend lives (a long rollout
+    phase makes no other call); the backend is held weakly, so one dropped without `close`
+    is collected and its beat ends. Transport errors are retried on the next beat; a lease
+    another trainer took ends the beat (the next training call says so)."""
+    while True:
+        await asyncio.sleep(ttl_s / 3)
+        renewing = backend()
+        if renewing is None:
+            return
+        try:
+            await renewing._renew(run)
+        except RunBusyError as exc:
+            logger.warning("the lease on %s was lost: %s", run, exc)
+            return
+        except ArthexError as exc:  # unreachable or refused now: try again next beat
+            logger.warning("could not renew the lease on %s: %s", run, exc)
+        del renewing
+
+
+# The lease id of this process on each (server, key); a forked child makes its own.
+_LEASE_IDS: dict[tuple[int, str, str], str] = {}
+# The backends not closed yet: `close` leaves a lease another of them still uses.
+_OPEN: weakref.WeakSet[ServerlessBackend] = weakref.WeakSet()
+
+
+def _process_lease_id(base_url: str, api_key: str) -> str:
+    return _LEASE_IDS.setdefault((os.getpid(), base_url, api_key), secrets.token_urlsafe(24))
 
 
 if TYPE_CHECKING:

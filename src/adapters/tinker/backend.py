@@ -46,6 +46,7 @@ from ...core.errors import (
     MissingExtraError,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
 from ...ports.training_backend import (
@@ -281,13 +282,16 @@ class TinkerBackend(BackendTrainEntry):
         if self._runs.closed:
             return
         self._runs.close()
-        await self._pool.close()
-        service, self._service_client = self._service_client, None
-        if service is not None:
-            try:
-                await call("finishing the session", 30.0, service.close, "success")
-            except BackendError as exc:
-                logger.warning("could not finish the Tinker session: %s", exc)
+        try:
+            await self._pool.close()
+            service, self._service_client = self._service_client, None
+            if service is not None:
+                try:
+                    await call("finishing the session", 30.0, service.close, "success")
+                except BackendError as exc:
+                    logger.warning("could not finish the Tinker session: %s", exc)
+        finally:
+            await release_leases(self)  # the models registered here give their runs back
 
     async def __aenter__(self) -> TinkerBackend:
         return self

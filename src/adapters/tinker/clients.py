@@ -8,11 +8,23 @@ fails mypy at `SdkClients`, not at run time.
 Every method returns at once with an awaitable (the SDK's `APIFuture`); the work happens on
 the SDK's own thread. Creating a client may block on the network the first time (the SDK
 opens its session lazily), so the backend calls these methods off its event loop.
+
+That thread is the SDK's, one per process, shared by every client and never stopped by the
+SDK: a daemon thread running an event loop (heartbeats, retries, pollers). A daemon thread
+still running when the interpreter finalizes is ended by `pthread_exit` the next time it
+takes the GIL, which aborts the process (`terminate called without an active exception`)
+if a C++ frame is on its stack. So the first SDK client made here registers `stop_sdk_loop`
+to run at exit: it cancels what still runs on that loop, stops it and joins the thread while
+the interpreter is whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
 
@@ -24,6 +36,12 @@ if TYPE_CHECKING:
 CloseStatus = Literal["success", "errored", "interrupted"]
 P = ParamSpec("P")
 T = TypeVar("T")
+STOP_TIMEOUT_S = 10.0  # for the SDK's loop to cancel its tasks and its thread to end
+
+logger = logging.getLogger("arthex")
+_at_exit_lock = threading.Lock()
+_at_exit_registered = False
+_SINGLETON = "_internal_client_holder_thread_singleton"
 
 
 class TinkerNotFound(BackendError):
@@ -162,12 +180,68 @@ class SdkClients:
     def service(self) -> ServiceClientLike:
         import tinker
 
+        _stop_sdk_loop_at_exit()
         return tinker.ServiceClient(base_url=self.base_url, api_key=self.api_key)
 
     def rest(self) -> RestClientLike:
         import tinker
 
+        _stop_sdk_loop_at_exit()
         return tinker.RestClient(base_url=self.base_url, api_key=self.api_key)
+
+
+def _stop_sdk_loop_at_exit() -> None:
+    global _at_exit_registered
+    with _at_exit_lock:
+        if not _at_exit_registered:
+            atexit.register(stop_sdk_loop)
+            _at_exit_registered = True
+
+
+def sdk_loop_thread() -> threading.Thread | None:
+    """The SDK's event-loop thread, while it runs."""
+    running = _sdk_loop()
+    return running[1] if running is not None else None
+
+
+def _sdk_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread] | None:
+    """The SDK's loop and its thread, while it runs (the pinned SDK keeps them in a module
+    singleton; None too if a later SDK keeps them elsewhere)."""
+    try:
+        from tinker.lib import internal_client_holder
+    except ImportError:
+        return None
+    singleton: Any = getattr(internal_client_holder, _SINGLETON, None)
+    loop = getattr(singleton, "_loop", None)
+    thread = getattr(singleton, "_thread", None)
+    if not isinstance(loop, asyncio.AbstractEventLoop) or not isinstance(thread, threading.Thread):
+        return None
+    return (loop, thread) if thread.is_alive() else None
+
+
+def stop_sdk_loop() -> None:
+    """Cancel every task on the SDK's event loop (sessions' heartbeats, pollers, retries),
+    stop the loop and join its thread. For interpreter exit: the SDK cannot start the loop
+    again, so SDK clients made afterwards in this process would hang."""
+    running = _sdk_loop()
+    if running is None:
+        return
+    loop, thread = running
+
+    async def cancel_all() -> None:
+        here = asyncio.current_task()
+        tasks = [task for task in asyncio.all_tasks() if task is not here]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    with contextlib.suppress(Exception):  # a loop that will not cancel is stopped all the same
+        asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(STOP_TIMEOUT_S)
+    with contextlib.suppress(RuntimeError):  # already closed
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(STOP_TIMEOUT_S)
+    if thread.is_alive():
+        logger.warning("the tinker SDK's event-loop thread did not stop in %s s", STOP_TIMEOUT_S)
 
 
 if TYPE_CHECKING:

@@ -42,7 +42,6 @@ import socket
 import sys
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
 
 from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ...ports.training_backend import TrainingBackend
@@ -130,9 +129,36 @@ async def serve_async(
         sock.close()
 
 
-def serve(backend: TrainingBackend, **kwargs: Any) -> None:
-    """Blocking form of `serve_async` (same keyword arguments)."""
-    asyncio.run(serve_async(backend, **kwargs))
+def serve(
+    backend: TrainingBackend,
+    *,
+    keys: KeyRing,
+    state_dir: str | Path,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    limits: ServerLimits | None = None,
+    allowed_base_models: Collection[str] | None = None,
+    admin_keys: KeyRing | None = None,
+    audit: AuditLog | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Blocking form of `serve_async` (same arguments)."""
+    asyncio.run(
+        serve_async(
+            backend,
+            keys=keys,
+            state_dir=state_dir,
+            host=host,
+            port=port,
+            limits=limits,
+            allowed_base_models=allowed_base_models,
+            admin_keys=admin_keys,
+            audit=audit,
+            on_ready=on_ready,
+            log_level=log_level,
+        )
+    )
 
 
 def _preload(modules: Sequence[str]) -> None:

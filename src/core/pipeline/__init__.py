@@ -2,7 +2,7 @@
 
 from ..pipeline_record import InFlight, PipelineRecord
 from .rollouts import EvalFn, RolloutFn, SingleRolloutFn, make_group_rollout_fn
-from .trainer import PipelineTrainer
+from .trainer import PipelineTrainer, StepCallback
 
 __all__ = [
     "EvalFn",
@@ -11,5 +11,6 @@ __all__ = [
     "PipelineTrainer",
     "RolloutFn",
     "SingleRolloutFn",
+    "StepCallback",
     "make_group_rollout_fn",
 ]

@@ -30,7 +30,7 @@ class Evaluator:
     def __init__(
         self,
         model: TrainableModel,
-        eval_fn: EvalFn,
+        eval_fn: EvalFn[Any, Any],
         config: Any,
         *,
         due: tuple[int, ...],

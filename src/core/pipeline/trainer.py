@@ -28,17 +28,16 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic
 
 import attrs
 
 from ...ports.pipeline_state import PipelineStateStore
 from ...ports.training_backend import Capability, TrainingBackend
-from ..config import LOSSES, TrainConfig
+from ..config import LOSSES, LossName, TrainConfig
 from ..errors import InvalidInputError, NotRegisteredError
 from ..metrics import summarize
 from ..pipeline_record import DISCARD_REASONS, InFlight, PipelineRecord
-from ..trainable import TrainableModel
 from ..trajectories import TrajectoryGroup
 from .batch_collector import BatchCollector
 from .evaluation import Evaluator
@@ -51,7 +50,8 @@ from .measures import (
     stream_index,
 )
 from .resume import settle
-from .rollouts import EvalFn, RolloutFn
+from .rollouts import ConfigT, EvalFn, ModelT, RolloutFn, ScenarioT
+from .status import PipelineStatus, check_interval
 from .stream import ScenarioStream
 from .workers import RolloutWorkers, StepGate
 
@@ -67,7 +67,7 @@ def _positive(name: str, value: object, *, allow_none: bool = False, least: int 
         raise InvalidInputError(f"{name} must be an integer >= {least}, got {value!r}")
 
 
-class PipelineTrainer:
+class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
     """`await PipelineTrainer(model, backend, rollout_fn, scenarios, config).train()`.
 
     Parameter names and meanings follow ART's PipelineTrainer where it has them:
@@ -81,19 +81,21 @@ class PipelineTrainer:
     `checkpoint_retention` keeps that many newest checkpoints (plus the best evaluated one and
     every step still in use) and deletes the rest as the run goes, None keeps all, and
     `save_checkpoint=False` means keep none but those; `resume` continues from the run's
-    pipeline record. `on_step(step, metrics)` is called after each durable update.
+    pipeline record. `on_step(step, metrics)` is called after each durable update. While it
+    trains it shows each update: a progress line on a terminal, else one log line (logger
+    "arthex", INFO) per update, at most one every `log_interval_seconds` (see status.py).
 
     The scenario stream must be the same on resume (a list, a seeded generator); see stream.py.
     """
 
     def __init__(
         self,
-        model: TrainableModel,
+        model: ModelT,
         backend: TrainingBackend,
-        rollout_fn: RolloutFn,
-        scenarios: Iterable[Any] | AsyncIterable[Any],
-        config: Any,
-        eval_fn: EvalFn | None = None,
+        rollout_fn: RolloutFn[ModelT, ScenarioT, ConfigT],
+        scenarios: Iterable[ScenarioT] | AsyncIterable[ScenarioT],
+        config: ConfigT,
+        eval_fn: EvalFn[ModelT, ConfigT] | None = None,
         *,
         state_store: PipelineStateStore,
         num_rollout_workers: int = 16,
@@ -102,7 +104,7 @@ class PipelineTrainer:
         queue_maxsize: int | None = None,
         max_steps_off_policy: int | None = 4,
         learning_rate: float = 1e-5,
-        loss_fn: str = "cispo",
+        loss_fn: LossName = "cispo",
         normalize_advantages: bool = True,
         grad_accumulation_sequences: int | None = None,
         kl_penalty_coef: float = 0.0,
@@ -113,6 +115,7 @@ class PipelineTrainer:
         save_checkpoint: bool = True,
         checkpoint_retention: int | None = None,
         resume: bool = True,
+        log_interval_seconds: float = 60.0,
         on_step: StepCallback | None = None,
     ) -> None:
         _positive("num_rollout_workers", num_rollout_workers)
@@ -145,12 +148,13 @@ class PipelineTrainer:
         self.eval_at_start = eval_at_start
         self.keep_last = 0 if not save_checkpoint else checkpoint_retention
         self.resume = resume
+        self.log_interval_seconds = check_interval(log_interval_seconds)
         self.on_step = on_step
         self._state_store = state_store
         self._kl_lag = kl_penalty_step_lag
         self._base_config = TrainConfig(  # validates the training settings now
             learning_rate=learning_rate,
-            loss_fn=loss_fn,  # type: ignore[arg-type]  # checked against LOSSES above
+            loss_fn=loss_fn,
             scale_rewards=normalize_advantages,
             grad_accumulation_sequences=grad_accumulation_sequences,
             kl_penalty_coef=kl_penalty_coef,
@@ -171,6 +175,7 @@ class PipelineTrainer:
         self._in_flight: InFlight | None = None
         self._stop_at: int | None = None
         self._totals: dict[str, float] = {}
+        self._status: PipelineStatus | None = None  # made by _start, when the total is known
 
     # --- public ---------------------------------------------------------------------------
 
@@ -180,6 +185,12 @@ class PipelineTrainer:
             raise InvalidInputError("a PipelineTrainer runs once; create a new one to continue")
         self._started = True
         await self._start()
+        first = self._gate.step
+        self._status = status = PipelineStatus(
+            f"pipeline {self.model.run}: update",
+            total=None if self._stop_at is None else max(self._stop_at - first, 0),
+            log_interval_seconds=self.log_interval_seconds,
+        )
         try:
             async with asyncio.TaskGroup() as tasks:
                 producer = tasks.create_task(self._workers.run(), name="pipeline-rollouts")
@@ -192,6 +203,8 @@ class PipelineTrainer:
             if errors:
                 raise errors[0] from None
             raise
+        finally:
+            status.close()
 
     def request_stop(self) -> None:
         """Finish the update in progress, save the record and return from `train`; scenarios
@@ -366,8 +379,11 @@ class PipelineTrainer:
         if self._evaluator is not None:
             self._evaluator.step_done(result.step, self.eval_every_n_steps)
         await self._retain()
+        shown = {**summarize(batch, "train"), **result.metrics, **row}
+        if self._status is not None:
+            self._status.update_done(result.step, len(batch), shown)
         if self.on_step is not None:
-            self.on_step(result.step, {**summarize(batch, "train"), **result.metrics, **row})
+            self.on_step(result.step, shown)
 
     async def _retain(self) -> None:
         """Delete checkpoints beyond `checkpoint_retention`, never one still in use."""

@@ -112,7 +112,7 @@ class RolloutWorkers:
     scenarios taken and not yet trained or discarded: a worker adds each index it takes."""
 
     model: TrainableModel
-    rollout_fn: RolloutFn
+    rollout_fn: RolloutFn[Any, Any, Any]
     config: Any
     train_config: TrainConfig
     stream: ScenarioStream[Any]

@@ -28,11 +28,13 @@ training runs do not survive a restart, as a service session would not.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import logging
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["TinkerEmulator", "main"]
 
 logger = logging.getLogger(__name__)
+JOIN_TIMEOUT_S = 10.0  # for a thread to end once its work is failed and its socket shut
 
 
 class TinkerEmulator:
@@ -97,8 +100,9 @@ class TinkerEmulator:
         self._state_dir = state_dir
         self._temp_root: Path | None = None
         self._previous_threads: int | None = None
+        self._stopping = False  # requests on connections still open get a 503
         self._service: TinkerService | None = None
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -114,7 +118,8 @@ class TinkerEmulator:
         return self._service.route_counts if self._service is not None else Counter()
 
     def start(self) -> str:
-        """Load the base model, bind, serve on a daemon thread; return the base URL."""
+        """Load the base model, bind, serve on a daemon thread; return the base URL. An
+        emulator never stopped is stopped at interpreter exit."""
         if self._server is not None:
             return self.base_url
         try:
@@ -140,6 +145,7 @@ class TinkerEmulator:
             root = Path(self._state_dir)
             root.mkdir(parents=True, exist_ok=True)
         names = {self.base_model_path, self.model_name, str(Path(self.base_model_path).resolve())}
+        self._stopping = False
         self._service = TinkerService(
             base,
             root,
@@ -148,27 +154,31 @@ class TinkerEmulator:
             client_config=self.client_config,
             long_poll_s=self.long_poll_s,
         )
-        server = ThreadingHTTPServer((self.host, self.port), _Handler)
-        server.daemon_threads = True
-        server.emulator = self  # type: ignore[attr-defined]
+        server = _Server((self.host, self.port), self)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name="tinker-emulator-http", daemon=True
         )
         self._thread.start()
+        atexit.register(self.stop)
         return self.base_url
 
     def stop(self) -> None:
-        """Stop serving, fail what is still pending, and drop the temp state folder."""
+        """Stop serving, fail what is still pending, end every open connection and join the
+        threads that served them, and drop the temp state folder."""
+        atexit.unregister(self.stop)
+        self._stopping = True
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.shutdown()  # no new connections
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=JOIN_TIMEOUT_S)
             self._thread = None
         if self._service is not None:
-            self._service.close()
+            self._service.close()  # long polls return, compute work ends
+        if server is not None:
+            server.end_connections()
+            server.server_close()
         if self._temp_root is not None:
             shutil.rmtree(self._temp_root, ignore_errors=True)
             self._temp_root = None
@@ -198,9 +208,60 @@ class TinkerEmulator:
         return key.startswith(("tml-", "eyJ"))
 
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Reply:
-        if self._service is None:
+        if self._service is None or self._stopping:
             raise HttpError(503, "the tinker emulator is stopping")
         return self._service.handle(method, target, headers, body)
+
+
+class _Server(ThreadingHTTPServer):
+    """Serves each connection on a thread of its own and keeps track of them, so `stop` can
+    end the connections (an SDK keeps its connections open between requests) and join their
+    threads. The threads are daemons only so that an emulator never stopped cannot hold up
+    interpreter exit before `stop` runs at exit."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], emulator: TinkerEmulator) -> None:
+        super().__init__(address, _Handler)
+        self.emulator = emulator
+        self._lock = threading.Lock()
+        self._open: dict[threading.Thread, socket.socket] = {}
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name="tinker-emulator-request",
+            daemon=True,
+        )
+        with self._lock:
+            self._open[thread] = request
+        thread.start()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._open.pop(threading.current_thread(), None)
+
+    def end_connections(self) -> None:
+        """Shut every open connection down (its thread's next read ends) and join the
+        threads. Call after `shutdown`, so that no connection opens meanwhile."""
+        with self._lock:
+            serving = list(self._open.items())
+        for _, connection in serving:
+            with contextlib.suppress(OSError):  # the client closed it already
+                connection.shutdown(socket.SHUT_RDWR)
+        for thread, _ in serving:
+            thread.join(timeout=JOIN_TIMEOUT_S)
+            if thread.is_alive():
+                logger.warning("tinker emulator: a request thread did not end at stop")
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a connection ended by `stop` mid-request; anything a request raises is answered
+        # with a 500 by the handler and never gets here
+        logger.debug("tinker emulator: connection from %s ended", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):

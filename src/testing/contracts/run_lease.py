@@ -72,3 +72,17 @@ class RunLeasesContract:
         assert taken.holder.host == socket.gethostname()
         assert taken.holder.pid in (os.getpid(), lease.holder.pid + 1)
         asyncio.run(taken.release())
+
+    def test_release_now_gives_the_run_back_without_an_event_loop(self, leases: RunLeases) -> None:
+        lease = self._acquire(leases, RUN)
+        lease.release_now()  # what a collected model's finalizer calls
+        lease.release_now()  # twice is harmless
+        again = self._acquire(leases, RUN)
+        asyncio.run(again.release())
+
+    def test_the_holder_says_where_its_model_was_registered(self, leases: RunLeases) -> None:
+        lease = asyncio.run(leases.acquire(RUN, registered_at="train.py:31"))
+        assert lease.holder.registered_at == "train.py:31"
+        with pytest.raises(RunBusyError, match=r"train\.py:31"):
+            self._acquire(leases, RUN)
+        asyncio.run(lease.release())

@@ -24,6 +24,7 @@ from ...core.config import TrainConfig
 from ...core.conversations import Conversation
 from ...core.errors import InvalidInputError, NotRegisteredError
 from ...core.identity import ModelSpec, RunRef
+from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.sft import step_metrics as sft_metrics
 from ...core.trajectories import TrajectoryGroup
@@ -232,6 +233,7 @@ class InMemoryBackend(BackendTrainEntry):
 
     async def close(self) -> None:
         self.closed = True
+        await release_leases(self)  # the models registered here give their runs back
 
 
 def _write_export(out_dir: str, payload: Mapping[str, object]) -> None:

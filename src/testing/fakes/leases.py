@@ -29,6 +29,9 @@ class InMemoryLease:
         return self._holder
 
     async def release(self) -> None:
+        self.release_now()
+
+    def release_now(self) -> None:
         if self._owner.held.get(self._run) is self:
             del self._owner.held[self._run]
 
@@ -38,7 +41,7 @@ class InMemoryRunLeases:
         self.held: dict[RunRef, InMemoryLease] = {}
         self._next_pid = os.getpid()
 
-    async def acquire(self, run: RunRef) -> InMemoryLease:
+    async def acquire(self, run: RunRef, *, registered_at: str = "") -> InMemoryLease:
         current = self.held.get(run)
         if current is not None:
             raise RunBusyError(
@@ -48,6 +51,7 @@ class InMemoryRunLeases:
             pid=self._next_pid,
             host=socket.gethostname(),
             started_at=datetime.now(UTC).isoformat(),
+            registered_at=registered_at,
         )
         self._next_pid += 1  # each lease stands for its own trainer process
         lease = InMemoryLease(self, run, holder)

@@ -2,11 +2,16 @@
 
 A rank imports torch, torch.distributed, transformers and peft before it can do anything,
 which takes seconds, every time ranks start (a run's first train, and again after each
-failure). On Linux the frontend therefore keeps one helper process per frontend process (the
-"zygote", zygote.py) that imports all of that once and forks a rank from itself on request;
-the fork starts in milliseconds with everything imported. The zygote runs no torch op and
-never touches CUDA, so forking it is as safe as torch's own fork-started DataLoader workers.
-Elsewhere, and when the zygote cannot be started, each rank is a fresh interpreter.
+failure). On Linux the frontend therefore keeps one helper process (the "zygote", zygote.py)
+that imports all of that once and forks a rank from itself on request; the fork starts in
+milliseconds with everything imported. The zygote runs no torch op and never touches CUDA, so
+forking it is as safe as torch's own fork-started DataLoader workers. Elsewhere, and when the
+zygote cannot be started, each rank is a fresh interpreter.
+
+The zygote is shared by the rank groups of the frontend process that use it: a group holds it
+from its first forked rank until the group is closed (`let_go`), and when the last holder lets
+go the zygote is closed, so a closed backend leaves no process behind, after a rank failure
+as after a clean run. The next rank needed starts a new one.
 
 Either way a rank is a `RankProcess`: its pid, its exit status once it has ended (Popen's
 convention: negative for a signal), and a kill that takes its whole process group (each rank
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
@@ -51,12 +57,13 @@ def kill_group(pid: int) -> None:
         pass  # already gone (its group with it)
 
 
-def start_rank(env: Mapping[str, str], log: Path) -> RankProcess:
-    """A rank with this environment, its output appended to `log`."""
+def start_rank(env: Mapping[str, str], log: Path, holder: object) -> RankProcess:
+    """A rank with this environment, its output appended to `log`. A forked rank makes
+    `holder` (its rank group) hold the zygote until it calls `let_go(holder)`."""
     global _FORKING
     if _FORKING and sys.platform == "linux" and os.environ.get("ARTHEX_RANK_ZYGOTE") != "0":
         try:
-            return _zygote().spawn(env, log)
+            return _zygote(holder).spawn(env, log)
         except BackendError as exc:
             _FORKING = False  # not again in this process: each rank starts fresh from here on
             warnings.warn(f"{exc}; starting ranks as fresh interpreters", stacklevel=2)
@@ -184,12 +191,34 @@ class Zygote:
 _FORKING = True
 _ZYGOTE: Zygote | None = None
 _ZYGOTE_LOCK = threading.Lock()
+_HOLDERS: weakref.WeakSet[object] = weakref.WeakSet()  # the rank groups holding _ZYGOTE
 
 
-def _zygote() -> Zygote:
+def _zygote(holder: object) -> Zygote:
     global _ZYGOTE
     with _ZYGOTE_LOCK:
         if _ZYGOTE is None or _ZYGOTE.owner != os.getpid() or _ZYGOTE._gone is not None:
-            _ZYGOTE = Zygote()
+            stale, _ZYGOTE = _ZYGOTE, Zygote()
+            _HOLDERS.clear()
             atexit.register(_ZYGOTE.close)
+            if stale is not None and stale.owner == os.getpid():
+                atexit.unregister(stale.close)
+                stale.close()  # it exited already: this reaps it and removes its log
+        _HOLDERS.add(holder)
         return _ZYGOTE
+
+
+def let_go(holder: object) -> None:
+    """`holder` needs no more ranks; the last holder to let go closes the zygote (which kills
+    any rank it still has, and exits) and waits for it to end."""
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if holder not in _HOLDERS:
+            return
+        _HOLDERS.discard(holder)
+        zygote = _ZYGOTE
+        if _HOLDERS or zygote is None or zygote.owner != os.getpid():
+            return
+        _ZYGOTE = None
+    atexit.unregister(zygote.close)
+    zygote.close()

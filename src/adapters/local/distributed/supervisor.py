@@ -31,7 +31,7 @@ from torch._C._distributed_c10d import TCPStore
 from ....core.errors import BackendError
 from .channel import Channel
 from .failures import Evidence, RankFailure, culprit, log_tail, never_joined, signal_text
-from .processes import RankProcess, kill_group, start_rank
+from .processes import RankProcess, kill_group, let_go, start_rank
 from .world import LOOPBACK, World, listen_socket
 
 SETTLE_S = 1.0
@@ -145,7 +145,7 @@ class Supervisor:
         env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # logs hold errors, not bars
         env.setdefault("TQDM_DISABLE", "1")
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        return start_rank(env, self._log_path(rank))
+        return start_rank(env, self._log_path(rank), self)
 
     def _log_path(self, rank: int) -> Path:
         return self._log_dir / f"g{self._generation}-rank{rank}.log"
@@ -360,9 +360,13 @@ class Supervisor:
             pass
 
     def close(self) -> None:
-        """Stop the ranks and the store."""
+        """Stop the ranks and the store, and let go of the zygote (the last group to let go
+        closes it): nothing this group started is left running."""
         with self._lock:
-            self.stop()
+            try:
+                self.stop()
+            finally:
+                let_go(self)
             if self._store is not None:
                 self._store.set("closed", "1")
                 self._store = None

@@ -1,0 +1,84 @@
+"""The README's training loop, as written, run twice in one Python process without
+`model.close()` or `backend.close()` (a notebook cell run again, or a script's `main()` called
+twice): the second run registers (the first model, dropped, gave its run's lease back) and
+trains on from the step the first reached. On the LocalBackend and the tiny model, on CPU."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+
+import polars as pl
+
+import arthex
+from arthex.testing.tiny_model import tiny_model
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+README_MODEL = '"Qwen/Qwen2.5-0.5B-Instruct"'
+README_STEPS = "range(await model.get_step(), 100)"
+
+
+def readme_loop() -> str:
+    """The python block under "## A training loop", with the hub model and the 100 steps made
+    names the test sets (each must be there, so a changed README fails here loudly)."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## A training loop", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "README.md has no python block under 'A training loop'"
+    code = match.group(1)
+    assert README_MODEL in code and README_STEPS in code, code
+    code = code.replace(README_MODEL, "BASE_MODEL")
+    return code.replace(README_STEPS, "range(await model.get_step(), STEPS)")
+
+
+def test_the_readme_loop_runs_twice_in_one_process_and_trains_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the README's models log under ./.art
+    code = compile(readme_loop(), "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+    def score(response: Any) -> float:
+        reply: str = response.choices[0].message.content or ""
+        return sum(c.isdigit() for c in reply) / max(len(reply), 1)
+
+    async def evaluate(model: arthex.TrainableModel) -> list[arthex.TrajectoryGroup]:
+        rollout = namespace["rollout"]
+        return [await arthex.trajectory_group([rollout(t) for t in namespace["tickets"]])]
+
+    namespace: dict[str, Any] = {
+        "BASE_MODEL": tiny_model(tmp_path / "tiny"),
+        "tickets": ["What is two plus two?", "Count to three."],
+        "score": score,
+        "evaluate": evaluate,
+    }
+    backends: list[Any] = []
+
+    async def main() -> list[int]:
+        steps = []
+        try:
+            for target in (2, 4):
+                namespace["STEPS"] = target
+                await eval(code, namespace)
+                backends.append(namespace["backend"])  # closed at the end, not between runs
+                steps.append(await namespace["model"].get_step())
+        finally:
+            for backend in backends:
+                await backend.close()
+        return steps
+
+    assert asyncio.run(main()) == [2, 4]
+    history = arthex.load_history(arthex.Model(name="agent-001", project="support-bot"))
+    trained = history.filter(pl.col("train/reward").is_not_null())["step"].to_list()
+    assert trained == [0, 1, 2, 3], "the second run went on from step 2, not from 0"
+    losses = history.filter(pl.col("loss/train").is_not_null())["step"].to_list()
+    assert losses == [1, 2, 3, 4]
