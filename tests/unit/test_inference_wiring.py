@@ -243,3 +243,20 @@ def test_the_vllm_engine_refuses_n_above_the_servers_limit_as_the_torch_engine_d
             InvalidInputError, match=rf"n must be in 1\.\.{MAX_SAMPLES_PER_REQUEST}"
         ):
             asyncio.run(engine.sample("agent", [1, 2], n, SamplingParams()))
+
+
+@pytest.mark.parametrize("reason", ["abort", "repetition"])
+def test_a_trajectory_read_back_keeps_a_vllm_finish_reason(reason: str) -> None:
+    from arthex.core.trajectories import Trajectory
+
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "ok"},
+        "finish_reason": reason,
+        "logprobs": None,
+    }
+    written = json.dumps({"messages_and_choices": [{"role": "user", "content": "hi"}, choice]})
+    read = Trajectory.model_validate_json(written).messages_and_choices[-1]
+    assert not isinstance(read, dict) and read.finish_reason == reason
+    with pytest.raises(ValueError, match="finish_reason"):
+        Trajectory(messages_and_choices=[{**choice, "finish_reason": "bogus"}])
