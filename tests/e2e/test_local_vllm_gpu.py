@@ -1,5 +1,6 @@
-"""LocalBackend with the vLLM engine on one CUDA GPU (skipped without a GPU or without vLLM;
-run by benchmarks/gpu/vllm_smoke.py, which also checks the engine alone).
+"""LocalBackend with the vLLM engine on one CUDA GPU (skipped without a GPU or without vLLM):
+`pytest -m gpu tests/e2e/test_local_vllm_gpu.py` on such a machine. The engine's own checks
+(logprobs against peft, stop strings, freeing the GPU) are in benchmarks/gpu/vllm_smoke.py.
 
 The tiny model at its "3M" size (head dimension 64, which vLLM's attention kernels take),
 written locally: no hub download. Below 50M parameters the torch engine would fully
