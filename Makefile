@@ -7,11 +7,17 @@ BIN := $(VENV)/bin
 # index (make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu) to avoid CUDA wheels.
 TORCH_INDEX_URL ?=
 TORCH_SPEC ?= torch==2.13.0
+# The GPU path: vLLM pins the torch it is built with (CUDA wheels), so it gets its own venv
+# instead of the torch above: `make setup-vllm` on a GPU machine. The pair must be one of
+# TESTED_VLLM in src/adapters/inference/vllm_args.py (tests/unit/test_vllm_pins.py checks).
+VLLM_SPEC ?= vllm==0.33.0
+VLLM_TORCH_SPEC ?= torch==2.14.0
+VLLM_VENV ?= .venv-vllm
 # An editable install in strict mode maps files one by one: reinstall when the set changes.
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup browser demo test lint typecheck unit bench mutants hunt clean
+.PHONY: setup setup-vllm browser demo test test-vllm lint typecheck unit bench mutants hunt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +40,12 @@ browser:
 
 setup: $(STAMP)
 
+setup-vllm:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_TORCH_SPEC)" "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev,vllm]" --config-settings editable_mode=strict
+
 demo: setup
 	$(BIN)/arthex demo
 
@@ -52,6 +64,12 @@ unit: setup
 test: lint typecheck browser
 	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 
+# The vLLM adapter against a real vLLM, no GPU needed; opt-in, as vLLM with its CUDA torch is
+# about 2.4 GB to download and 10 GB on disk (cached under ~/.cache/arthex-interop after the
+# first run, which takes about 15 minutes). ARTHEX_VLLM_VERSION=0.26.0 tests the older one.
+test-vllm: setup
+	ARTHEX_VLLM_TESTS=1 $(BIN)/pytest -q tests/vllm_api
+
 bench: setup
 	$(BIN)/python -m benchmarks
 
@@ -68,4 +86,4 @@ hunt: setup browser
 	$(BIN)/python tools/hunt.py --runs $(RUNS) $(if $(HUNT_ARGS),-- $(HUNT_ARGS))
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .mutants
+	rm -rf $(VENV) $(VLLM_VENV) .mypy_cache .pytest_cache .ruff_cache .mutants

@@ -21,6 +21,20 @@ MetricValue: TypeAlias = float | int | bool
 MetadataValue: TypeAlias = str | int | float | bool | None
 
 
+# Finish reasons a vLLM server reports beyond the ones OpenAI's `Choice` type lists (the
+# openai client keeps them as they are, so a trajectory read back must too).
+ENGINE_FINISH_REASONS = frozenset({"abort", "repetition"})
+
+
+def _validated_choice(item: dict[str, Any]) -> Choice:
+    reason = item.get("finish_reason")
+    if reason not in ENGINE_FINISH_REASONS:
+        return Choice.model_validate(item)
+    choice = Choice.model_validate({**item, "finish_reason": "stop"})
+    object.__setattr__(choice, "finish_reason", reason)
+    return choice
+
+
 def _as_choice_or_message(item: object) -> object:
     """A Choice stays a Choice; a dict shaped like a Choice (it has `finish_reason`) becomes one,
     so trajectories read back from JSON are trainable again; other dicts are context messages."""
@@ -28,10 +42,10 @@ def _as_choice_or_message(item: object) -> object:
         return item
     if isinstance(item, dict):
         if "finish_reason" in item and "message" in item:
-            return Choice.model_validate(item)
+            return _validated_choice(item)
         return item
     if isinstance(item, BaseModel) and hasattr(item, "finish_reason"):
-        return Choice.model_validate(item.model_dump())
+        return _validated_choice(item.model_dump())
     raise TypeError(
         f"messages_and_choices items must be chat message dicts or openai Choice objects, "
         f"got {type(item).__name__}"

@@ -332,6 +332,42 @@ def test_delete_removes_exactly_the_unkept_never_latest_or_pinned(
     assert [p.name for p in checkpoint(tmp_path, 0).parent.iterdir()] == ["0004"]
 
 
+def test_deleting_a_step_being_sampled_keeps_its_folder_until_its_requests_end(
+    base_model: str, tmp_path: Path
+) -> None:
+    """An engine may read a served step's files while sampling it (vLLM reloads an evicted
+    adapter from its folder): the folder is deleted only once the step's requests ended."""
+    from arthex.adapters.inference.engine import SamplingParams
+
+    async def body(b: LocalBackend, endpoint: InferenceEndpoint) -> Any:
+        await train(b, synthetic_groups(1, 2, equal=True))  # steps 0 and 1, both served
+        run = b._runs.get(RUN)
+        assert run is not None
+        engine = run.serving.engine
+        prompt = engine.render_chat("agent@0", [{"role": "user", "content": "count"}], None)
+        params = SamplingParams(max_tokens=300, temperature=1.0, seed=3)
+        sampling = asyncio.create_task(engine.sample("agent@0", prompt, 8, params))
+        await asyncio.sleep(0)  # the request is accepted (counted on its weights) here
+        deleting = asyncio.create_task(b.delete_checkpoint_files(RUN, set()))
+        checks_while_sampling = 0
+        while not sampling.done():
+            checks_while_sampling += 1
+            assert checkpoint(tmp_path, 0).is_dir(), "step 0 deleted while being sampled"
+            await asyncio.sleep(0.005)
+        samples = await sampling
+        deleted = await deleting
+        return checks_while_sampling, samples, deleted, await served(endpoint)
+
+    checks, samples, deleted, names = with_backend(
+        LocalBackend(full_finetune=True), spec_for(base_model, tmp_path), body
+    )
+    assert checks > 1  # the delete ran while the request was in flight
+    assert len(samples) == 8
+    assert deleted == [0]
+    assert not checkpoint(tmp_path, 0).exists()
+    assert names == {"agent", "agent@1"}
+
+
 def test_concurrent_train_calls_never_interleave(base_model: str, tmp_path: Path) -> None:
     spans: dict[int, tuple[float, float]] = {}
 

@@ -23,8 +23,9 @@ from arthex.adapters.inference._openai import (
 )
 from arthex.adapters.inference.engine import Sample, UnknownModelError
 from arthex.adapters.inference.select import pick_engine_kind
-from arthex.adapters.inference.vllm_engine import VllmEngine, _to_sample
-from arthex.core.errors import InvalidInputError, MissingExtraError
+from arthex.adapters.inference.vllm_args import VllmSettings
+from arthex.adapters.inference.vllm_engine import VllmEngine, to_sample
+from arthex.core.errors import BackendError, InvalidInputError, MissingExtraError
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -49,14 +50,16 @@ def test_engine_choice_is_explicit_or_automatic() -> None:
         assert pick_engine_kind("auto") == "torch"
     engine = make_engine("some/model", "torch", max_batch_size=4)
     assert type(engine).__name__ == "TorchEngine"
-    assert engine.max_batch_size == 4
-    assert isinstance(make_engine("some/model", "vllm", max_loras=2), VllmEngine)
+    assert not isinstance(engine, VllmEngine) and engine.max_batch_size == 4
+    vllm_engine = make_engine("some/model", "vllm", settings=VllmSettings(max_loras=2))
+    assert isinstance(vllm_engine, VllmEngine)
+    assert vllm_engine.engine_kwargs()["max_loras"] == 2
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message shown when vllm is missing")
 def test_vllm_engine_without_vllm_names_the_extra() -> None:
-    engine = VllmEngine("some/model", gpu_memory_utilization=0.3, enforce_eager=True)
-    assert engine.engine_kwargs == {"enforce_eager": True}
+    engine = VllmEngine("some/model", VllmSettings(gpu_memory_utilization=0.3, enforce_eager=True))
+    assert engine.engine_kwargs()["enforce_eager"] is True
     assert engine.served_models() == []
     with pytest.raises(MissingExtraError, match=r'pip install (-e )?"[^"]*\[vllm\]"'):
         engine.engine_args()
@@ -66,7 +69,7 @@ def test_vllm_engine_without_vllm_names_the_extra() -> None:
     with pytest.raises(UnknownModelError):
         asyncio.run(engine.sample("agent", [1, 2], 1, SamplingParams()))
     with pytest.raises(InvalidInputError, match="gpu_memory_utilization"):
-        VllmEngine("some/model", gpu_memory_utilization=1.5)
+        VllmSettings(gpu_memory_utilization=1.5)
 
 
 @dataclass
@@ -94,18 +97,23 @@ def test_vllm_outputs_become_samples_with_the_sampled_tokens_logprob() -> None:
         ],
         finish_reason="stop",
     )
-    sample = _to_sample(completion, top_logprobs=2)
+    sample = to_sample(completion, top_logprobs=2)
     assert sample == Sample(
         token_ids=(5, 9),
         logprobs=(-0.5, -4.0),
         top_logprobs=(((5, -0.5), (7, -1.5)), ((3, -0.1), (4, -2.0))),
         finish_reason="stop",
     )
-    completion.finish_reason = "length"
-    assert _to_sample(completion, top_logprobs=0).finish_reason == "length"
+    for reason in ("length", "abort", "repetition"):
+        completion.finish_reason = reason
+        assert to_sample(completion, top_logprobs=0).finish_reason == reason
+    completion.finish_reason = "error"
+    with pytest.raises(BackendError, match="'error'"):
+        to_sample(completion, top_logprobs=0)
+    completion.finish_reason = "stop"
     completion.logprobs = None
     with pytest.raises(Exception, match="logprobs"):
-        _to_sample(completion, top_logprobs=0)
+        to_sample(completion, top_logprobs=0)
 
 
 class _ByteEngine:
@@ -204,3 +212,51 @@ def test_tool_calls_in_the_text_become_openai_tool_calls() -> None:
 def test_malformed_requests_are_rejected_with_the_field_named(body: bytes, fragment: str) -> None:
     with pytest.raises(InvalidInputError, match=fragment):
         parse_request(body)
+
+
+@pytest.mark.parametrize("reason", ["abort", "repetition", "length"])
+def test_finish_reasons_beyond_stop_reach_the_client_as_they_are(reason: str) -> None:
+    request = parse_request(
+        json.dumps(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": "#"}
+        ).encode()
+    )
+    params = request.sampling_params(default_max_tokens=50)
+    text = b"ab#c"
+    sample = Sample(
+        token_ids=tuple(text),
+        logprobs=(-1.0,) * len(text),
+        top_logprobs=((),) * len(text),
+        finish_reason=reason,  # type: ignore[arg-type]
+    )
+    (choice,) = build_response(_ByteEngine(), request, [1], [sample], params)["choices"]
+    assert choice["finish_reason"] == reason
+    assert choice["message"]["content"] == "ab#c"  # only a stop finish is cut at the stop
+
+
+def test_the_vllm_engine_refuses_n_above_the_servers_limit_as_the_torch_engine_does() -> None:
+    from arthex.adapters.inference.served_names import MAX_SAMPLES_PER_REQUEST
+
+    engine = VllmEngine("some/model")
+    for n in (0, MAX_SAMPLES_PER_REQUEST + 1, True):
+        with pytest.raises(
+            InvalidInputError, match=rf"n must be in 1\.\.{MAX_SAMPLES_PER_REQUEST}"
+        ):
+            asyncio.run(engine.sample("agent", [1, 2], n, SamplingParams()))
+
+
+@pytest.mark.parametrize("reason", ["abort", "repetition"])
+def test_a_trajectory_read_back_keeps_a_vllm_finish_reason(reason: str) -> None:
+    from arthex.core.trajectories import Trajectory
+
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "ok"},
+        "finish_reason": reason,
+        "logprobs": None,
+    }
+    written = json.dumps({"messages_and_choices": [{"role": "user", "content": "hi"}, choice]})
+    read = Trajectory.model_validate_json(written).messages_and_choices[-1]
+    assert not isinstance(read, dict) and read.finish_reason == reason
+    with pytest.raises(ValueError, match="finish_reason"):
+        Trajectory(messages_and_choices=[{**choice, "finish_reason": "bogus"}])

@@ -29,7 +29,7 @@ __all__ = [
     "UnknownModelError",
 ]
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "abort", "repetition"]
 MAX_TOP_LOGPROBS = 20
 
 

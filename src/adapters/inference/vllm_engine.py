@@ -3,11 +3,20 @@
 vLLM batches concurrent requests itself (continuous batching), so `sample` simply submits.
 Each served step is a `LoRARequest` on one base model; the base model itself is served with
 no LoRA. Full-weight checkpoints would need a whole engine per step, so this engine refuses
-them (UnsupportedCapability) and the torch engine serves those.
+them (UnsupportedCapability); LocalBackend trains LoRA when its engine is vLLM.
 
-Logprobs: vLLM reports the raw model distribution by default (`logprobs_mode=raw_logprobs`
-where that option exists, and before it existed V1 already did), which is the convention
-of engine.py; we pass the option explicitly when the installed vLLM knows it.
+The engine's arguments come from `vllm_args.engine_arguments` (the knobs of `VllmSettings`,
+the backend's device as `device_ids`, `max_lora_rank` from the LoRA rank in use); the
+installed vLLM's field names are checked before anything starts. Tested with the vLLM
+releases in `vllm_args.TESTED_VLLM`.
+
+Logprobs: `logprobs_mode="raw_logprobs"` makes vLLM report the raw model distribution, the
+convention of engine.py. vLLM's finish reasons beyond stop and length (abort, repetition)
+reach the client as they are; a completion vLLM finished with "error" fails the request.
+
+A step's adapter folder is read again whenever vLLM's adapter cache evicted it, so `unload`
+waits until the step's requests finished before it removes the adapter: a backend that
+unloads before deleting the folder never pulls it from under a request.
 
 The prompt is rendered with the base model's Hugging Face tokenizer here, not inside vLLM,
 so the ids returned as `prompt_token_ids` are exactly the ids vLLM sampled from.
@@ -19,7 +28,8 @@ import asyncio
 import dataclasses
 import itertools
 import secrets
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +42,16 @@ from ...core.errors import (
 from .chat import ChatTokenizer
 from .engine import FinishReason, Sample, SamplingParams, ServingEngine, UnknownModelError
 from .served_names import ServedNames
+from .vllm_args import VllmSettings, engine_arguments
 
-__all__ = ["VllmEngine"]
+__all__ = ["VllmEngine", "lora_request", "to_sample", "vllm_request"]
+
+_PASSED_THROUGH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "abort",
+    "repetition": "repetition",
+}
 
 
 def _import_vllm() -> Any:
@@ -44,77 +62,63 @@ def _import_vllm() -> Any:
     return vllm
 
 
+def engine_field_names(vllm: Any) -> frozenset[str]:
+    """The field names of the installed vLLM's `AsyncEngineArgs`."""
+    return frozenset(field.name for field in dataclasses.fields(vllm.AsyncEngineArgs))
+
+
 class VllmEngine(ServedNames[Any]):
     """A SamplingEngine on vLLM. Construction stores arguments only; `start()` (or the first
     `load`) creates the vLLM engine, which takes the GPU memory share given by
-    `gpu_memory_utilization` (leave room for the trainer on the same GPU).
+    `settings.gpu_memory_utilization` (leave room for the trainer on the same GPU).
 
-    Extra keyword arguments go to `vllm.AsyncEngineArgs` unchanged.
+    `device` is "cuda", "cuda:N" or None (the first visible GPU); `lora_rank` is the rank of
+    the adapters it will serve (vLLM sizes its LoRA slots by it).
     """
 
     def __init__(
         self,
         base_model: str,
+        settings: VllmSettings | None = None,
         *,
-        max_lora_rank: int = 64,
-        max_loras: int = 4,
-        gpu_memory_utilization: float = 0.5,
-        max_model_len: int | None = None,
-        dtype: str | None = None,
-        max_batch_size: int | None = None,
-        **engine_kwargs: Any,
+        device: str | None = None,
+        lora_rank: int = 8,
     ) -> None:
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise InvalidInputError(
-                f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
-            )
         self.base_model = str(base_model)
-        self.max_lora_rank = max_lora_rank
-        self.max_loras = max_loras
-        self.gpu_memory_utilization = gpu_memory_utilization
-        self.max_model_len = max_model_len
-        self.dtype = dtype
-        self.max_batch_size = max_batch_size
-        self.engine_kwargs = dict(engine_kwargs)
+        self.settings = settings if settings is not None else VllmSettings()
+        self.device = device
+        self.lora_rank = lora_rank
+        # Refused here (no vLLM needed): a CPU device, a rank vLLM cannot serve, managed names.
+        engine_arguments(self.base_model, self.settings, device=device, lora_rank=lora_rank)
         self._engine: Any = None
         self._chat: ChatTokenizer | None = None
         self._context_length = 0
         self._served: dict[str, Any] = {}  # served name -> LoRARequest, or None for the base
         self._aliases: dict[str, str] = {}
         self._lora_ids = itertools.count(1)
+        self._inflight: Counter[int] = Counter()  # LoRA id -> requests in flight
+        self._drained: dict[int, asyncio.Event] = {}
+        self._awake: asyncio.Event | None = None
+        self._sleepers = 0
         self._start_lock: asyncio.Lock | None = None
         self._closed = False
 
     # lifecycle ---------------------------------------------------------------------------
 
+    def engine_kwargs(self, known: Collection[str] | None = None) -> dict[str, Any]:
+        """The keyword arguments of `AsyncEngineArgs` (checked against `known` field names)."""
+        return engine_arguments(
+            self.base_model,
+            self.settings,
+            device=self.device,
+            lora_rank=self.lora_rank,
+            known=known,
+        )
+
     def engine_args(self) -> Any:
         """The `AsyncEngineArgs` this engine starts with (imports vLLM, starts nothing)."""
         vllm = _import_vllm()
-        fields = {field.name for field in dataclasses.fields(vllm.AsyncEngineArgs)}
-        arguments: dict[str, Any] = {
-            "model": self.base_model,
-            "enable_lora": True,
-            "max_lora_rank": self.max_lora_rank,
-            "max_loras": self.max_loras,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-        }
-        if self.max_model_len is not None:
-            arguments["max_model_len"] = self.max_model_len
-        if self.dtype is not None:
-            arguments["dtype"] = self.dtype
-        if self.max_batch_size is not None:
-            arguments["max_num_seqs"] = self.max_batch_size
-        if "logprobs_mode" in fields:
-            arguments["logprobs_mode"] = "raw_logprobs"
-        if "disable_log_stats" in fields:
-            arguments["disable_log_stats"] = True
-        arguments.update(self.engine_kwargs)
-        unknown = sorted(set(arguments) - fields)
-        if unknown:
-            raise InvalidInputError(
-                f"this vLLM's AsyncEngineArgs has no field(s) {unknown}; check the vLLM version"
-            )
-        return vllm.AsyncEngineArgs(**arguments)
+        return vllm.AsyncEngineArgs(**self.engine_kwargs(engine_field_names(vllm)))
 
     async def start(self) -> None:
         if self._closed:
@@ -127,13 +131,18 @@ class VllmEngine(ServedNames[Any]):
             if self._started():  # another caller finished starting while we waited
                 return
             args = self.engine_args()
-            from vllm.engine.async_llm_engine import AsyncLLMEngine
+            from vllm.v1.engine.async_llm import AsyncLLM
 
             chat = await asyncio.to_thread(ChatTokenizer.load, self.base_model)
-            engine = AsyncLLMEngine.from_engine_args(args)
-            self._context_length = int(_model_len(engine) or 0) or 4096
-            self._chat = chat
-            self._engine = engine
+            self._attach(AsyncLLM.from_engine_args(args), chat)
+
+    def _attach(self, engine: Any, chat: ChatTokenizer) -> None:
+        """Serve through `engine` (a started vLLM AsyncLLM) with the base model's tokenizer."""
+        self._context_length = int(_model_len(engine) or 0) or 4096
+        self._chat = chat
+        self._awake = asyncio.Event()
+        self._awake.set()
+        self._engine = engine
 
     def _started(self) -> bool:
         return self._engine is not None
@@ -145,10 +154,53 @@ class VllmEngine(ServedNames[Any]):
         engine, self._engine = self._engine, None
         self._served.clear()
         self._aliases.clear()
+        for event in self._drained.values():
+            event.set()
+        if self._awake is not None:
+            self._awake.set()
         if engine is not None:
             shutdown = getattr(engine, "shutdown", None)
             if shutdown is not None:
                 await asyncio.to_thread(shutdown)
+
+    # memory between training and serving ---------------------------------------------------
+
+    async def sleep(self) -> None:
+        """Free vLLM's GPU memory for a training step (`settings.sleep_level` 1 or 2; 0 does
+        nothing). Requests in flight finish first; new ones wait for `wake_up`. Calls nest:
+        the engine wakes when every `sleep` had its `wake_up`."""
+        level = self.settings.sleep_level
+        if not level or self._engine is None or self._awake is None:
+            return
+        self._sleepers += 1
+        if self._sleepers > 1:
+            return
+        self._awake.clear()
+        try:
+            await self._engine.sleep(level, mode="wait")
+        except BaseException:
+            self._sleepers -= 1
+            self._awake.set()
+            raise
+
+    async def wake_up(self) -> None:
+        """Take the memory back after `sleep`; at level 2 the base weights are read again
+        from disk and the served adapters loaded again from their folders."""
+        if not self._sleepers:
+            return
+        self._sleepers -= 1
+        if self._sleepers or self._engine is None or self._awake is None:
+            return
+        try:
+            await self._engine.wake_up()
+            if self.settings.sleep_level == 2:
+                await self._engine.collective_rpc("reload_weights")
+                await self._engine.reset_prefix_cache()
+                for lora in {id(v): v for v in self._served.values() if v is not None}.values():
+                    await self._engine.remove_lora(lora.lora_int_id)
+                    await self._engine.add_lora(lora)
+        finally:
+            self._awake.set()
 
     # serving names -----------------------------------------------------------------------
 
@@ -156,7 +208,6 @@ class VllmEngine(ServedNames[Any]):
         """Serve `name` from the base model (None) or a LoRA adapter directory."""
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"a served model name must be a non-empty string: {name!r}")
-        await self.start()
         lora = None
         if checkpoint_dir is not None:
             path = Path(checkpoint_dir)
@@ -167,20 +218,22 @@ class VllmEngine(ServedNames[Any]):
                     f"{path} holds no LoRA adapter; train with LoRA, or use the torch engine "
                     '(engine="torch") for full fine-tuning',
                 )
-            from vllm.lora.request import LoRARequest
-
-            lora = LoRARequest(
-                lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(path)
-            )
+        await self.start()
+        if checkpoint_dir is not None:
+            lora = lora_request(name, next(self._lora_ids), checkpoint_dir)
+            await self._until_awake()
             # Load now, so a bad adapter fails here rather than in the first rollout.
             await self._engine.add_lora(lora)
         previous = self._served.get(name)
         self._aliases.pop(name, None)
         self._served[name] = lora
         if previous is not None:
-            await self._engine.remove_lora(previous.lora_int_id)
+            await self._retire(previous)
 
     async def unload(self, name: str) -> None:
+        """Stop serving `name`: new requests get UnknownModelError at once; the adapter is
+        removed once the requests already accepted on it finished (its folder must stay
+        until this returns)."""
         if name in self._aliases:
             del self._aliases[name]
             return
@@ -188,47 +241,86 @@ class VllmEngine(ServedNames[Any]):
             raise UnknownModelError(name, self.served_models())
         lora = self._served.pop(name)
         self._forget_aliases_of(name)
-        if lora is not None and self._engine is not None:
-            await self._engine.remove_lora(lora.lora_int_id)
+        if lora is not None:
+            await self._retire(lora)
+
+    async def _retire(self, lora: Any) -> None:
+        lora_id = int(lora.lora_int_id)
+        if self._inflight[lora_id] > 0:
+            event = self._drained.setdefault(lora_id, asyncio.Event())
+            await event.wait()
+        if self._engine is not None:
+            await self._engine.remove_lora(lora_id)
+
+    async def _until_awake(self) -> None:
+        if self._awake is not None:
+            await self._awake.wait()
 
     # sampling ----------------------------------------------------------------------------
 
     async def sample(
         self, model: str, prompt_token_ids: Sequence[int], n: int, params: SamplingParams
     ) -> list[Sample]:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise InvalidInputError(f"n must be a positive integer, got {n!r}")
+        self._admit(n)
         lora = self._resolve(model)
         chat = self._chat_for(model)
         prompt = chat.check_prompt(prompt_token_ids, self._context_length)
-        vllm = _import_vllm()
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
-        vllm_params = vllm.SamplingParams(
-            n=n,
-            max_tokens=min(params.max_tokens, self._context_length - len(prompt)),
-            temperature=params.temperature,
-            top_p=params.top_p,
-            seed=params.seed,
-            stop=list(params.stop) or None,
-            logprobs=params.top_logprobs,
-            output_kind=RequestOutputKind.FINAL_ONLY,
-        )
-        final = None
-        async for output in self._engine.generate(
-            TokensPrompt(prompt_token_ids=prompt),
-            vllm_params,
-            f"arthex-{secrets.token_hex(8)}",
-            lora_request=lora,
-        ):
-            final = output
+        token_prompt, vllm_params = vllm_request(prompt, n, params, self._context_length)
+        lora_id = None if lora is None else int(lora.lora_int_id)
+        if lora_id is not None:
+            self._inflight[lora_id] += 1
+        try:
+            await self._until_awake()
+            if self._engine is None:
+                raise BackendError("the VllmEngine was closed")
+            final = None
+            async for output in self._engine.generate(
+                token_prompt, vllm_params, f"arthex-{secrets.token_hex(8)}", lora_request=lora
+            ):
+                final = output
+        finally:
+            if lora_id is not None:
+                self._inflight[lora_id] -= 1
+                if self._inflight[lora_id] <= 0:
+                    del self._inflight[lora_id]
+                    drained = self._drained.pop(lora_id, None)
+                    if drained is not None:
+                        drained.set()
         if final is None:
             raise BackendError("vLLM returned no output for the request")
         completions = sorted(final.outputs, key=lambda completion: completion.index)
-        return [_to_sample(completion, params.top_logprobs) for completion in completions]
+        return [to_sample(completion, params.top_logprobs) for completion in completions]
 
-    # internals ---------------------------------------------------------------------------
+
+def lora_request(name: str, lora_id: int, checkpoint_dir: str) -> Any:
+    """vLLM's `LoRARequest` for a served step: its name, a fresh id, the adapter folder."""
+    _import_vllm()
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=str(checkpoint_dir))
+
+
+def vllm_request(
+    prompt: Sequence[int], n: int, params: SamplingParams, context_length: int
+) -> tuple[Any, Any]:
+    """vLLM's `TokensPrompt` and `SamplingParams` for one request: raw logprobs of the sampled
+    token (and the top-k asked for), the final output only, the token that completed a stop
+    string kept in `token_ids` (the text is cut at the stop by the server)."""
+    vllm = _import_vllm()
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    sampling = vllm.SamplingParams(
+        n=n,
+        max_tokens=max(1, min(params.max_tokens, context_length - len(prompt))),
+        temperature=params.temperature,
+        top_p=params.top_p,
+        seed=params.seed,
+        stop=list(params.stop) or None,
+        logprobs=params.top_logprobs,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+    return TokensPrompt(prompt_token_ids=list(prompt)), sampling
 
 
 def _model_len(engine: Any) -> int | None:
@@ -240,10 +332,18 @@ def _model_len(engine: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _to_sample(completion: Any, top_logprobs: int) -> Sample:
-    """A vLLM CompletionOutput to a Sample. Each position's logprob mapping holds the sampled
-    token and the top-k (ranked); the sampled token is always present."""
+def to_sample(completion: Any, top_logprobs: int) -> Sample:
+    """A vLLM CompletionOutput to a Sample. Each position's logprob mapping (a dict, or a
+    position of `FlatLogprobs`) holds the sampled token and the top-k; the sampled token is
+    always present. vLLM's "error" finish fails the request (vLLM's own server answers it
+    with a 500); "abort" and "repetition" are passed on as they are."""
     token_ids = tuple(int(token) for token in completion.token_ids)
+    reason = str(completion.finish_reason) if completion.finish_reason is not None else "stop"
+    if reason not in _PASSED_THROUGH:
+        raise BackendError(
+            f"vLLM finished completion {completion.index} with {reason!r} after "
+            f"{len(token_ids)} tokens; the request failed, retry it"
+        )
     positions = completion.logprobs
     if positions is None or len(positions) != len(token_ids):
         raise BackendError(
@@ -253,16 +353,15 @@ def _to_sample(completion: Any, top_logprobs: int) -> Sample:
     logprobs: list[float] = []
     tops: list[tuple[tuple[int, float], ...]] = []
     for token, position in zip(token_ids, positions):
-        entries = {int(other): value for other, value in position.items()}
-        logprobs.append(float(entries[token].logprob))
-        ranked = sorted(entries.items(), key=lambda item: -float(item[1].logprob))
-        tops.append(tuple((other, float(value.logprob)) for other, value in ranked[:top_logprobs]))
-    finish: FinishReason = "length" if completion.finish_reason == "length" else "stop"
+        entries = {int(other): float(value.logprob) for other, value in position.items()}
+        logprobs.append(entries[token])
+        ranked = sorted(entries.items(), key=lambda item: -item[1])
+        tops.append(tuple(ranked[:top_logprobs]))
     return Sample(
         token_ids=token_ids,
         logprobs=tuple(logprobs),
         top_logprobs=tuple(tops),
-        finish_reason=finish,
+        finish_reason=_PASSED_THROUGH[reason],
     )
 
 

@@ -6,8 +6,9 @@ with its optimizer. Training runs on a worker thread, so the event loop that als
 inference server keeps answering while a step trains.
 
 `full_finetune=None` fine-tunes fully below 50M parameters and uses LoRA above (see
-trainer.py). Served steps: after each train call the new step is loaded as `{name}@{step}`
-and `{name}` points at it; at register only the latest step is loaded.
+trainer.py), except with the vLLM engine, which serves LoRA steps only: there it means LoRA.
+Served steps: after each train call the new step is loaded as `{name}@{step}` and `{name}`
+points at it; at register only the latest step is loaded.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from ...ports.training_backend import (
     TrainingBackend,
 )
 from ..inference.engine_pool import RunTable, Serving, ServingPool
+from ..inference.vllm_args import SleepLevel
 from ..layout import MODEL_SPEC, RunLayout
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 
     from ..inference.chat import ChatTokenizer
     from ..inference.engine import ServingEngine
+    from ..inference.vllm_engine import VllmEngine
     from .trainer_protocol import Trainer
 
 EngineKind = Literal["auto", "torch", "vllm"]
@@ -106,6 +109,15 @@ class LocalBackend(BackendTrainEntry):
     one directory (ART moves the model's files under the backend's path; arthex's model logs
     where its own `base_path` says, and a mismatch is warned about at `register`).
     `engine` picks the sampling engine ("auto": vLLM when importable with a GPU, else torch).
+
+    The vLLM engine (docs/backends/local.md) serves LoRA steps only, on the GPU `device` names
+    ("cuda:N"; a CPU device is refused), and takes: `gpu_memory_utilization` (its share of
+    the GPU, kept for its whole life; the trainer gets the rest), `max_model_len` (prompt +
+    completion; None: the model's), `enforce_eager` (no CUDA graphs), `max_num_seqs` (the
+    most sequences decoded at once), `vllm_sleep_level` (1 or 2: vLLM frees its memory while
+    each step trains; requests wait meanwhile) and `engine_args` (further
+    `vllm.AsyncEngineArgs` fields; an unknown name is refused before anything starts). Its
+    `max_lora_rank` follows `lora_rank`. The torch engine ignores these.
     `in_process` is accepted for ART scripts: this backend always trains and serves in the
     calling process (training on a worker thread); `in_process=False`, which asks ART for a
     separate service process, gets a warning.
@@ -136,8 +148,26 @@ class LocalBackend(BackendTrainEntry):
         master_addr: str | None = None,
         master_port: int | None = None,
         in_process: bool | None = None,
+        gpu_memory_utilization: float = 0.5,
+        max_model_len: int | None = None,
+        enforce_eager: bool = False,
+        max_num_seqs: int | None = None,
+        vllm_sleep_level: SleepLevel = 0,
+        engine_args: Mapping[str, Any] | None = None,
     ) -> None:
+        from ..inference.vllm_args import VllmSettings
         from .distributed.world import WorldRequest
+
+        self._vllm = VllmSettings(
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            max_num_seqs=max_num_seqs,
+            sleep_level=vllm_sleep_level,
+            engine_args=engine_args or {},
+        )
+        if engine == "vllm":
+            _check_vllm_choice(device, full_finetune, lora_rank)
 
         self._world = WorldRequest(world_size, devices, master_addr, master_port)
         if in_process is False:
@@ -210,13 +240,17 @@ class LocalBackend(BackendTrainEntry):
         from .trainer_protocol import make_trainer
 
         assert spec.base_model is not None
+        kind = self._resolved_engine()
+        full_finetune = training_mode(kind, self._full_finetune, self._device, self._lora_rank)
+        if kind == "vllm":  # the installed vLLM's fields, checked before anything starts
+            self._vllm_engine(spec.base_model).engine_args()
         model_dir = RunLayout.of(self._path or spec.base_path, spec.run).dir
         model_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temps(model_dir)
         settings = TrainerSettings(
             base_model=spec.base_model,
             device=self._device_name(),
-            full_finetune=self._full_finetune,
+            full_finetune=full_finetune,
             lora_rank=self._lora_rank,
             lora_alpha=self._lora_alpha,
             lora_target_modules=self._lora_targets or DEFAULT_LORA_TARGETS,
@@ -228,6 +262,9 @@ class LocalBackend(BackendTrainEntry):
         serving: Serving | None = None
         try:
             latest = await asyncio.to_thread(_repointed_latest, model_dir, spec)
+            # The engine starts before the trainer touches CUDA, so vLLM can fork its engine
+            # process (once CUDA is initialised it must spawn, which re-imports __main__).
+            serving = await self._serving_for(spec)
             source = ckpt.step_dir(model_dir, latest) if latest is not None else None
             await asyncio.to_thread(trainer.load, source)
             if trainer.fresh_optimizer_for is not None:
@@ -242,7 +279,6 @@ class LocalBackend(BackendTrainEntry):
                 await asyncio.to_thread(
                     ckpt.publish, model_dir, 0, trainer.write_checkpoint, trainer.trainer_state()
                 )
-            serving = await self._serving_for(spec)
             run = _Run(spec=spec, model_dir=model_dir, trainer=trainer, serving=serving)
             await self._serve(run, latest)
         except BaseException:
@@ -257,13 +293,32 @@ class LocalBackend(BackendTrainEntry):
         base_model = spec.base_model
 
         def make_engine() -> ServingEngine:
+            if self._resolved_engine() == "vllm":
+                return self._vllm_engine(base_model)
             try:
-                from ..inference.select import make_engine
+                from ..inference.torch_engine import TorchEngine
             except ImportError as exc:
                 raise MissingExtraError(exc.name or "torch", "local") from exc
-            return make_engine(base_model, kind=self._engine_kind, device=self._device)
+            return TorchEngine(base_model, device=self._device)
 
         return await self._pool.serving_for(base_model, spec.run.name, make_engine)
+
+    def _resolved_engine(self) -> Literal["torch", "vllm"]:
+        """The engine serving this backend's runs: "auto" is vLLM when it is installed with
+        a GPU, unless the settings ask what only the torch engine does (a CPU device, full
+        fine-tuning)."""
+        from ..inference.select import pick_engine_kind
+
+        if self._engine_kind == "auto" and (
+            self._full_finetune is True or (self._device or "").startswith("cpu")
+        ):
+            return "torch"
+        return pick_engine_kind(self._engine_kind)
+
+    def _vllm_engine(self, base_model: str) -> VllmEngine:
+        from ..inference.vllm_engine import VllmEngine
+
+        return VllmEngine(base_model, self._vllm, device=self._device, lora_rank=self._lora_rank)
 
     async def close(self) -> None:
         """Stop every server and engine and drop the trainers (their rank processes with
@@ -366,6 +421,9 @@ class LocalBackend(BackendTrainEntry):
 
         trainer = state.trainer
         finished = False
+        sleeper = _sleeper(state.serving.engine)
+        if sleeper is not None:
+            await sleeper.sleep()
         try:
             samples: list[dict[str, float]] = []
             while True:
@@ -386,10 +444,14 @@ class LocalBackend(BackendTrainEntry):
                 raise _save_failed(state.spec.run, step, state.model_dir, exc) from exc
             finished = True
         finally:
-            if not finished:
-                latest = ckpt.latest_step(state.model_dir)
-                source = ckpt.step_dir(state.model_dir, latest) if latest is not None else None
-                await asyncio.to_thread(trainer.load, source)
+            try:
+                if not finished:
+                    latest = ckpt.latest_step(state.model_dir)
+                    source = None if latest is None else ckpt.step_dir(state.model_dir, latest)
+                    await asyncio.to_thread(trainer.load, source)
+            finally:
+                if sleeper is not None:
+                    await sleeper.wake_up()
         await self._serve(state, step + 1)
 
     async def train_sft(
@@ -483,16 +545,19 @@ class LocalBackend(BackendTrainEntry):
         self, run: RunRef, steps_to_keep: Collection[int]
     ) -> list[int]:
         """Delete every step folder not kept, except the latest step and pinned steps, and
-        stop serving the deleted steps. Returns the steps deleted, ascending."""
+        stop serving the deleted steps. Returns the steps deleted, ascending.
+
+        A step is unserved first, which waits for the requests already sampling it, and only
+        then is its folder deleted: an engine that reads a step's adapter again while
+        sampling (vLLM, after evicting it from its cache) never finds the folder gone."""
         from . import checkpoints as ckpt
 
         state = self._require(run)
         async with state.lock:
             protected = set(steps_to_keep) | set(self.pinned_steps(run))
             doomed = ckpt.unkept(state.model_dir, protected)
-            deleted = await asyncio.to_thread(ckpt.delete_steps, state.model_dir, doomed)
-            await self._pool.unserve_steps(state.serving, run, deleted)
-            return deleted
+            await self._pool.unserve_steps(state.serving, run, doomed)
+            return await asyncio.to_thread(ckpt.delete_steps, state.model_dir, doomed)
 
     async def export(
         self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
@@ -563,6 +628,41 @@ class LocalBackend(BackendTrainEntry):
         except ImportError as exc:
             raise MissingExtraError("torch", "local") from exc
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def training_mode(
+    kind: Literal["torch", "vllm"], full_finetune: bool | None, device: str | None, lora_rank: int
+) -> bool | None:
+    """The trainer's `full_finetune` for the engine that serves the run: the vLLM engine serves
+    LoRA steps only, so there the size rule (full fine-tuning below 50M parameters) gives way
+    to LoRA, and `full_finetune=True` is refused."""
+    if kind != "vllm":
+        return full_finetune
+    _check_vllm_choice(device, full_finetune, lora_rank)
+    return False
+
+
+def _check_vllm_choice(device: str | None, full_finetune: bool | None, lora_rank: int) -> None:
+    """What the vLLM engine cannot do, refused in one line: a CPU device, full fine-tuning
+    (vLLM serves LoRA steps only), a LoRA rank above vLLM's largest."""
+    from ..inference.vllm_args import device_ids, lora_rank_slot
+
+    device_ids(device)
+    if full_finetune is True:
+        raise InvalidInputError(
+            'full_finetune=True with engine="vllm": vLLM serves LoRA steps only; leave '
+            'full_finetune unset (LoRA is used) or use engine="torch" for full fine-tuning'
+        )
+    lora_rank_slot(lora_rank)
+
+
+def _sleeper(engine: object) -> VllmEngine | None:
+    """The engine, when it frees its GPU memory while a step trains (vLLM's sleep mode)."""
+    from ..inference.vllm_engine import VllmEngine
+
+    if isinstance(engine, VllmEngine) and engine.settings.sleep_level > 0:
+        return engine
+    return None
 
 
 def _save_failed(run: RunRef, step: int, model_dir: Path, exc: OSError) -> BackendError:
