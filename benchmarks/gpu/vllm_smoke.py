@@ -306,7 +306,7 @@ async def backend_check(smoke: Smoke, base: str, work: Path) -> None:
                 before = await ask("agent@0")
                 config = TrainConfig(learning_rate=1e-2)
                 metrics = [
-                    dict(m) async for m in backend.train(run, synthetic_groups(2, 4), config)
+                    dict(m) async for m in backend.train_steps(run, synthetic_groups(2, 4), config)
                 ]
                 after = await ask("agent@0")  # vLLM slept while the step trained
                 trained = await ask("agent")

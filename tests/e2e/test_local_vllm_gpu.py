@@ -58,7 +58,7 @@ async def _sample(backend: LocalBackend, base_model: str, root: Path) -> dict[st
     endpoint = await backend.register(ModelSpec(RUN, base_model=base_model, base_path=str(root)))
     assert endpoint is not None
     config = TrainConfig(learning_rate=1e-2)
-    metrics = [dict(m) async for m in backend.train(RUN, synthetic_groups(2, 4), config)]
+    metrics = [dict(m) async for m in backend.train_steps(RUN, synthetic_groups(2, 4), config)]
     async with openai_client_for(endpoint) as client:
         names = {m.id async for m in client.models.list()}
         answers = {}
