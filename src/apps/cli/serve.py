@@ -183,8 +183,10 @@ def parse_values(values: dict[str, Any]) -> ServeOptions:
 
 
 def serve(**values: Any) -> None:
-    """Serve a training backend over HTTP for ServerlessBackend, or with --protocol art for
-    ART 0.5.17's clients (NVIDIA NeMo Agent Toolkit's adapter): docs/backends/nat.md.
+    """Serve a backend over HTTP to ServerlessBackend, ART or NAT.
+
+    For ServerlessBackend clients, or with --protocol art for ART 0.5.17's clients (NVIDIA NeMo
+    Agent Toolkit's adapter): docs/backends/nat.md.
 
     Every option is checked before anything starts or is created. The server runs until
     interrupted (Ctrl-C or SIGTERM) and prints its URL once it listens."""
