@@ -284,3 +284,62 @@ def test_domain_modules_import_no_port_and_no_use_case() -> None:
         if module.startswith("arthex.ports") or module in use_case_modules
     ]
     assert not offenders, f"domain modules stay below the use cases: {offenders}"
+
+
+# -- no import circles ------------------------------------------------------------------------
+
+
+def _module_of(path: Path) -> str:
+    parts = ["arthex", *path.relative_to(SRC).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the arthex modules it imports (`from pkg import name` counts as importing
+    `pkg.name` when that is a module, else `pkg`), TYPE_CHECKING imports included."""
+    files = {_module_of(path): path for path in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    module = ".".join([*base, node.module] if node.module else base)
+                else:
+                    module = node.module or ""
+                targets = [
+                    f"{module}.{alias.name}" if f"{module}.{alias.name}" in files else module
+                    for alias in node.names
+                ]
+            graph[name] |= {t for t in targets if t in files and t != name}
+    return graph
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    """Between modules; a package's `__init__` re-exporting its own submodules is not a
+    circle of the code (what imports it depends on the package)."""
+    graph = _import_graph()
+    for name, targets in graph.items():  # a package's own facade: edges down into it only
+        if (SRC / Path(*name.split(".")[1:]) / "__init__.py").exists():
+            graph[name] = {t for t in targets if not t.startswith(name + ".")}
+    state: dict[str, int] = {}
+    circles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                circles.append([*trail[trail.index(target) :], target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert not circles, [" -> ".join(circle) for circle in circles]

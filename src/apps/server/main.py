@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import socket
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
@@ -52,6 +51,7 @@ from .http_protocol import head_capped_protocol
 from .keys import KeyRing
 from .limits import ServerLimits
 from .options import DEFAULT_PORT
+from .preload import preload
 
 __all__ = ["create_app", "run", "serve", "serve_async"]
 
@@ -161,15 +161,6 @@ def serve(
     )
 
 
-def _preload(modules: Sequence[str]) -> None:
-    """Import the backend's heavy libraries before listening, so the server is ready when it
-    says so and the first register does not wait seconds for torch. (Not on a side thread:
-    transformers' lazy module is not safe to import from two threads at once.)"""
-    for name in modules:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-
-
 def run(opts: options.ServeOptions) -> None:
     """Serve as `opts` say, until SIGINT/SIGTERM: what `arthex serve` runs once its options
     are parsed and checked. A keys file or backend that cannot be loaded exits 1, one line."""
@@ -192,7 +183,7 @@ def run(opts: options.ServeOptions) -> None:
     except ArthexError as exc:
         sys.exit(f"arthex serve: {exc}")
     if opts.backend == "local":
-        _preload(("torch", "transformers"))
+        preload(("torch", "transformers"))
     if opts.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning(
             "listening on %s: API keys travel in clear text; put a TLS proxy in front", opts.host

@@ -184,9 +184,9 @@ def run_art(opts: ServeOptions) -> None:
     except ArthexError as exc:
         sys.exit(f"arthex serve: {exc}")
     if opts.backend == "local":
-        from ..main import _preload
+        from ..preload import preload
 
-        _preload(("torch", "transformers"))
+        preload(("torch", "transformers"))
     if not is_loopback(opts.host):
         logger.warning(
             "listening on %s with --insecure-bind: ART's protocol carries no credentials%s",
