@@ -79,19 +79,15 @@ class FineTunable(Protocol):
 async def train_sft(
     model: FineTunable,
     trajectories: Iterable[object],
-    config: TrainSFTConfig | Mapping[str, Any] | None = None,
+    config: TrainSFTConfig,
     *,
-    verbose: bool = False,
-    progress: bool | None = None,
+    verbose: bool,
+    progress: bool | None,
 ) -> TrainResult:
-    """Supervised fine-tuning as one step of the run (see core/sft.py): train on the
-    conversations (Trajectory objects, OpenAI fine-tuning records or message lists) with
-    the loss on assistant tokens, then record each gradient step under `sft/` and the
-    means as the new step's training row. The new step is served like an RL step's.
-    `config` is a TrainSFTConfig or a mapping of its fields."""
+    """One SFT step of `model`, with `config` checked (`TrainableModel.train_sft` says what
+    it does)."""
     backend = model.backend
     trainer = supervised_backend(backend)
-    config = TrainSFTConfig.model_validate(config) if config is not None else TrainSFTConfig()
     conversations = conversations_from(trajectories)
     config.plan(len(conversations))  # a bad learning-rate list fails before any work
     await model._start_mirrors()  # a mirror that cannot start fails before paid work

@@ -140,8 +140,9 @@ class TrainableModel(Model):
         the loss on assistant tokens, then record each gradient step under `sft/` and the
         means as the new step's training row. The new step is served like an RL step's.
         `config` is a TrainSFTConfig or a mapping of its fields."""
+        checked = TrainSFTConfig.model_validate(config) if config is not None else TrainSFTConfig()
         return await fine_tuning.train_sft(
-            self, trajectories, config, verbose=verbose, progress=progress
+            self, trajectories, checked, verbose=verbose, progress=progress
         )
 
     async def export(

@@ -15,15 +15,15 @@ import pytest
 import arthex as art
 from arthex.core.errors import InvalidInputError, InvalidNameError, NotRegisteredError
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.core.model import Model, ModelPorts
+from arthex.core.model import Model
 from arthex.core.run_state import deep_merge
 from arthex.ports.training_backend import InferenceEndpoint
 from arthex.ports.trajectory_store import StateChange
 from arthex.testing.builders import make_group, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
-from arthex.testing.fakes.history import InMemoryHistory
-from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 from tests.unit.test_art_model_surface import trainable as surface_trainable
+
+from ._model_ports import ports_from
 
 SAFE_SEGMENT_HINT = (
     "is not a safe path segment: use letters, digits, '_', '-' and '.', not starting with "
@@ -46,17 +46,8 @@ class DictRunState:
 
 
 def core_model(**kwargs: Any) -> Model:
-    ports: dict[str, Any] = {"store": InMemoryTrajectoryStore(), "reporter": InMemoryHistory()}
-    for key, field in (
-        ("store", "store"),
-        ("history", "reporter"),
-        ("mirrors", "mirrors"),
-        ("state", "state"),
-        ("leases", "leases"),
-    ):
-        if key in kwargs:
-            ports[field] = kwargs.pop(key)
-    return Model(name="m", project="p", ports=ModelPorts(**ports), **kwargs)
+    ports = ports_from(kwargs)
+    return Model(name="m", project="p", ports=ports, **kwargs)
 
 
 def prompted(tmp_path: Path, name: str = "m", **kwargs: Any) -> art.Model:

@@ -44,23 +44,15 @@ from arthex.testing.fakes.history import InMemoryHistory
 from arthex.testing.fakes.leases import InMemoryRunLeases
 from arthex.testing.fakes.stores import InMemoryTrajectoryStore
 
+from ._model_ports import ports_from
 from .test_model_edges import SAFE_SEGMENT_HINT, DictRunState, ServingBackend, trainable
 from .test_run_lease_model import trainable as leased_trainable
 
 
 def core_trainable(**kwargs: Any) -> TrainableModel:
-    ports: dict[str, Any] = {"store": InMemoryTrajectoryStore(), "reporter": InMemoryHistory()}
-    for key, field in (
-        ("store", "store"),
-        ("history", "reporter"),
-        ("mirrors", "mirrors"),
-        ("state", "state"),
-        ("leases", "leases"),
-    ):
-        if key in kwargs:
-            ports[field] = kwargs.pop(key)
+    ports = ports_from(kwargs)
     options: dict[str, Any] = {"name": "m", "project": "p", "base_model": "tiny", **kwargs}
-    return TrainableModel(**options, ports=ModelPorts(**ports))
+    return TrainableModel(**options, ports=ports)
 
 
 # -- names, steps and values refused ----------------------------------------------------------
