@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,34 +107,53 @@ def art_python() -> Path:
         return Path(given)
     base, version = find_python()
     key = hashlib.sha256(json.dumps([REQUIREMENTS, version]).encode()).hexdigest()[:16]
+    return cached_venv(key, base, REQUIREMENTS, _check, "the interop venv")
+
+
+def cached_venv(
+    key: str,
+    base: str,
+    requirements: Sequence[str],
+    check: Callable[[Path], None] | None,
+    what: str,
+    timeout: float = BUILD_TIMEOUT_S,
+) -> Path:
+    """The interpreter of the venv `key` under the cache root: built once with `base`'s venv
+    module and pip (`requirements`), checked by `check`, then marked ready; processes that
+    race for it wait on its lock. A failed step fails the test with its output."""
     venv = cache_root() / key
-    python = venv / "bin" / "python"
     cache_root().mkdir(parents=True, exist_ok=True)
     with exclusive_lock(cache_root() / f"{key}.lock"):
         if not (venv / "ready").is_file():
             shutil.rmtree(venv, ignore_errors=True)
-            _build(base, venv)
-    return python
+            _build(base, venv, requirements, check, what, timeout)
+    return venv / "bin" / "python"
 
 
-def _build(base: str, venv: Path) -> None:
+def _build(
+    base: str,
+    venv: Path,
+    requirements: Sequence[str],
+    check: Callable[[Path], None] | None,
+    what: str,
+    timeout: float,
+) -> None:
+    python = str(venv / "bin" / "python")
     steps = [
         [base, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-         "--quiet", *REQUIREMENTS],
-    ]  # fmt: skip
+        [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", *requirements],
+    ]
     for command in steps:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             pytest.fail(
-                f"building the interop venv in {venv} failed at `{' '.join(command)}` "
+                f"building {what} in {venv} failed at `{' '.join(command)}` "
                 f"(exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}",
                 pytrace=False,
             )
-    _check(venv / "bin" / "python")
-    freeze = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True
-    )
+    if check is not None:
+        check(venv / "bin" / "python")
+    freeze = subprocess.run([python, "-m", "pip", "freeze"], capture_output=True, text=True)
     (venv / "ready").write_text(freeze.stdout)
 
 

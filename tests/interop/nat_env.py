@@ -11,16 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from arthex.adapters.files import exclusive_lock
-
-from .art_env import art_environment, cache_root, find_python
+from .art_env import art_environment, cached_venv, find_python
 
 NAT_VERSION = "1.9.0"
 ART_VERSION = "0.5.17"
@@ -45,35 +42,9 @@ def nat_python() -> Path:
         _check(Path(given))
         return Path(given)
     base, version = find_python()
-    key = venv_key(version)
-    venv = cache_root() / key
-    cache_root().mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(cache_root() / f"{key}.lock"):
-        if not (venv / "ready").is_file():
-            shutil.rmtree(venv, ignore_errors=True)
-            _build(base, venv)
-    return venv / "bin" / "python"
-
-
-def _build(base: str, venv: Path) -> None:
-    steps = [
-        [base, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-         "--quiet", *REQUIREMENTS],
-    ]  # fmt: skip
-    for command in steps:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        if done.returncode != 0:
-            pytest.fail(
-                f"building the NAT interop venv in {venv} failed at `{' '.join(command)}` "
-                f"(exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}",
-                pytrace=False,
-            )
-    _check(venv / "bin" / "python")
-    freeze = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True
+    return cached_venv(
+        venv_key(version), base, REQUIREMENTS, _check, "the NAT interop venv", BUILD_TIMEOUT_S
     )
-    (venv / "ready").write_text(freeze.stdout)
 
 
 def _check(python: Path) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,9 +25,7 @@ from typing import Any
 
 import pytest
 
-from arthex.adapters.files import exclusive_lock
-
-from ..interop.art_env import cache_root
+from ..interop.art_env import cached_venv
 
 DEFAULT_VERSION = "0.33.0"
 # ARTHEX_VLLM_VERSION picks another tested release (e.g. 0.26.0); each gets its own venv.
@@ -63,32 +60,7 @@ def vllm_python() -> Path:
         return Path(given)
     base = Path(getattr(sys, "_base_executable", sys.executable))
     key = venv_key((sys.version_info[0], sys.version_info[1]))
-    venv = cache_root() / key
-    cache_root().mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(cache_root() / f"{key}.lock"):
-        if not (venv / "ready").is_file():
-            shutil.rmtree(venv, ignore_errors=True)
-            build(str(base), venv)
-    return venv / "bin" / "python"
-
-
-def build(base: str, venv: Path) -> None:
-    python = str(venv / "bin" / "python")
-    steps = [
-        [base, "-m", "venv", str(venv)],
-        [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-         *REQUIREMENTS],
-    ]  # fmt: skip
-    for command in steps:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        if done.returncode != 0:
-            pytest.fail(
-                f"building the vLLM venv in {venv} failed at `{' '.join(command)}` "
-                f"(exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}",
-                pytrace=False,
-            )
-    freeze = subprocess.run([python, "-m", "pip", "freeze"], capture_output=True, text=True)
-    (venv / "ready").write_text(freeze.stdout)
+    return cached_venv(key, str(base), REQUIREMENTS, None, "the vLLM venv", BUILD_TIMEOUT_S)
 
 
 def environment(pyroot: Path) -> dict[str, str]:
