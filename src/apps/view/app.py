@@ -134,7 +134,9 @@ def create_app(paths: Sequence[str], token: str | None = None) -> FastAPI:
         run = catalog.run(project, name)
         return _Json(data.checkpoints(catalog, run, metric, direction, keep_last))
 
-    app.mount("/static", StaticFiles(directory=static_dir), name="static")
+    # An editable install links each asset from its own folder into the package: follow them
+    # (only the package's own files are there; a URL path still cannot leave the folder).
+    app.mount("/static", StaticFiles(directory=static_dir, follow_symlink=True), name="static")
 
     @app.get("/")
     def page() -> FileResponse:
