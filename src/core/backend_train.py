@@ -12,6 +12,7 @@ error that names what to do instead, before anything is trained.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -178,10 +179,12 @@ class BackendTrainEntry:
         those arthex implements set the update's TrainConfig, the others are taken at ART's
         default only."""
         given = dict(locals())  # first: the parameters, every ART option among them
+        # the options the caller set: ART's rules read some only when others are left unset
+        # (normalize_advantages=False against scale_rewards, ppo=True against loss_fn)
         options = {
             name: value
             for name, value in given.items()
-            if name not in ("self", "model", "trajectory_groups", "verbose")
+            if name in _ART_DEFAULTS and not _is_default(value, _ART_DEFAULTS[name])
         }
         if not callable(getattr(model, "train_for_backend", None)):
             raise InvalidInputError(
@@ -191,6 +194,18 @@ class BackendTrainEntry:
             )
         config = train_config_from_options(options)
         return await model.train_for_backend(self, trajectory_groups, config, verbose=verbose)
+
+
+def _is_default(value: object, default: object) -> bool:
+    return value is default or (type(value) is type(default) and value == default)
+
+
+# ART's options and their defaults, as `BackendTrainEntry.train` declares them.
+_ART_DEFAULTS: dict[str, object] = {
+    name: parameter.default
+    for name, parameter in inspect.signature(BackendTrainEntry.train).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "verbose"
+}
 
 
 def checked_train_steps(

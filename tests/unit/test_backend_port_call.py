@@ -54,3 +54,38 @@ def test_the_port_names_train_steps_and_the_entry_names_arts_parameters() -> Non
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(parameters.values())[3:]), (
         "ART's options are keywords"
     )
+
+
+class _Recorder:
+    """Stands in for a registered model: keeps the TrainConfig ART's call hands it."""
+
+    def __init__(self) -> None:
+        self.configs: list[TrainConfig] = []
+
+    async def train_for_backend(
+        self, backend: object, groups: object, config: TrainConfig, *, verbose: bool
+    ) -> None:
+        self.configs.append(config)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, TrainConfig(learning_rate=5e-6)),
+        ({"normalize_advantages": False}, TrainConfig(learning_rate=5e-6, scale_rewards=False)),
+        ({"ppo": True}, TrainConfig(learning_rate=5e-6, loss_fn="ppo")),
+        (
+            {"learning_rate": 1e-4, "loss_fn": "importance_sampling"},
+            TrainConfig(learning_rate=1e-4, loss_fn="importance_sampling"),
+        ),
+    ],
+    ids=["defaults", "normalize_advantages off", "ppo on", "set directly"],
+)
+def test_arts_options_reach_the_config_as_art_reads_them(
+    options: dict[str, Any], expected: TrainConfig
+) -> None:
+    """ART's older switches are read only when the option they stand for is left unset."""
+    recorder = _Recorder()
+    untyped: Any = _Backend().train
+    asyncio.run(untyped(recorder, GROUPS, **options))
+    assert recorder.configs == [expected]
