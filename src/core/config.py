@@ -15,25 +15,26 @@ LossName = Literal["cispo", "ppo", "importance_sampling"]
 LOSSES: tuple[str, ...] = ("cispo", "ppo", "importance_sampling")
 
 
+def finite_number(value: object) -> bool:
+    """A real number (not a bool) that is finite, an integer too big for a float included
+    (`math.isfinite` raises OverflowError on one: it is not a usable number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _positive_finite(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not finite_number(value) or value <= 0:
         raise InvalidInputError(
             f"TrainConfig.{attribute.name} must be a finite number > 0, got {value!r}"
         )
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
+    if not finite_number(value) or value < 0:
         raise InvalidInputError(
             f"TrainConfig.{attribute.name} must be a finite number >= 0, got {value!r}"
         )

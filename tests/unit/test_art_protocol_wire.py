@@ -324,3 +324,28 @@ def test_a_base_path_under_a_file_is_refused(
     with pytest.raises(SystemExit):
         parse(["--protocol", "art", "--base-path", str(tmp_path / "file" / "runs")])
     assert "--base-path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "dev_config"),
+    [
+        ({"learning_rate": 10**400}, {}),
+        ({}, {"epsilon": 10**400}),
+        ({"kl_penalty_coef": 10**400}, {}),
+    ],
+    ids=["learning_rate", "epsilon", "kl_penalty_coef"],
+)
+def test_a_number_too_big_for_a_float_is_refused_as_bad_input(
+    config: dict[str, Any], dev_config: dict[str, Any]
+) -> None:
+    """JSON reads a long integer literal as an int no float holds: a 4xx, never a 500."""
+    model = parse_model({"name": "a", "project": "p", "trainable": True, "base_model": "m"})
+    with pytest.raises(InvalidInputError):
+        train_config(config, dev_config, model)
+
+
+def test_the_arthex_servers_config_refuses_a_number_too_big_for_a_float() -> None:
+    from arthex.apps.server.runner import parse_config
+
+    with pytest.raises(InvalidInputError, match="learning_rate"):
+        parse_config({"learning_rate": 10**400})

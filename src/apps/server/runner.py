@@ -132,7 +132,7 @@ def parse_config(payload: object) -> TrainConfig:
         raise InvalidInputError(f"config must be a JSON object, got {type(payload).__name__}")
     try:
         return TrainConfig(**{str(k): v for k, v in payload.items()})
-    except TypeError as exc:
+    except (TypeError, OverflowError) as exc:
         raise InvalidInputError(f"config: {exc}; see TrainConfig for the fields") from None
 
 

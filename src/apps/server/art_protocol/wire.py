@@ -20,13 +20,12 @@ own `TrainableModel.train(config=TrainConfig(learning_rate=...))` expects.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from ....core.config import TrainConfig
+from ....core.config import TrainConfig, finite_number
 from ....core.errors import InvalidInputError
 from ....core.identity import RunRef
 from ....core.trajectories import TrajectoryGroup
@@ -115,8 +114,8 @@ def parse_model(payload: object, what: str = "the model") -> ArtModel:
 
 
 def _number(value: object, what: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInputError(f"{what} must be a finite number, got {value!r}")
+    if not finite_number(value):
+        raise InvalidInputError(f"{what} must be a finite number, got {value!r:.40}")
     if value < 0 or (positive and value == 0):
         raise InvalidInputError(f"{what} must be {'above' if positive else 'at least'} 0")
     return float(value)
