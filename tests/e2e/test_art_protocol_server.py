@@ -382,3 +382,25 @@ def test_conflicting_registrations_are_409(server: ArtServer, tiny: str) -> None
     prompted = {"name": "gpt", "project": "one", "trainable": False}
     assert client.post("/register", json=prompted).json() is None
     assert client.post("/_get_step", json=prompted).json() == 0
+
+
+def test_a_port_already_taken_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """8000 and 7999 are often taken (vLLM, another server): say so in one line."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "arthex.apps.cli", "serve", "--protocol", "art",
+             "--backend", "inmemory", "--port", str(port), "--inference-port", "0",
+             "--base-path", str(tmp_path / "art")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("arthex serve:") and str(port) in last, done.stderr[-2000:]

@@ -391,3 +391,23 @@ def test_without_a_token_only_loopback_names_are_answered(view: Viewer) -> None:
         assert ok.status_code == 200
     rebound = httpx.get(f"{view.base}/api/runs", headers={"Host": "evil.example"}, timeout=30)
     assert rebound.status_code == 400 and "runs" not in rebound.text
+
+
+def test_an_unreadable_file_is_named_and_the_other_runs_still_show(tmp_path: Path) -> None:
+    """A model.json that is a folder (as good as unreadable): /api/runs still lists every
+    run, and the broken one says which file."""
+    runs = tmp_path / "runs"
+    for name in ("good", "broken"):
+        (runs / "proj" / "models" / name).mkdir(parents=True)
+        (runs / "proj" / "models" / name / "history.jsonl").write_text(
+            '{"step": 0, "training_step": 0, "recorded_at": "2026-01-01T00:00:00+00:00", '
+            '"train/reward": 0.5}\n'
+        )
+    (runs / "proj" / "models" / "broken" / "model.json").mkdir()
+    with viewer([str(runs)]) as running:
+        answer = running.get("/api/runs")
+        assert answer.status_code == 200, answer.text
+        listed = {run["name"]: run for run in answer.json()["runs"]}
+    assert set(listed) == {"good", "broken"}
+    assert any("model.json" in error for error in listed["broken"]["errors"])
+    assert not listed["good"]["errors"]

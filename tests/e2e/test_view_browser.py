@@ -47,8 +47,8 @@ def _chromium() -> str:
     path = shutil.which("chromium") or (CHROMIUM if os.path.exists(CHROMIUM) else None)
     if path is None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("chromium is not installed; `make setup` installs Debian's chromium")
-        pytest.skip("chromium is not installed (make setup installs it); not in CI, so skipped")
+            pytest.fail("chromium is not installed; `make browser` (in `make test`) installs it")
+        pytest.skip("chromium is not installed (`make browser` installs it); not in CI, so skipped")
     return path
 
 

@@ -280,6 +280,14 @@ class _HistoryCache:
         return self._index
 
     def refresh(self) -> None:
+        try:
+            self._refresh()
+        except OSError as error:  # unreadable: named, and the rest of the run still shows
+            self.reset()
+            where = self.run.root.location(self.run.file(HISTORY))
+            self.errors.append(f"{where} cannot be read ({error})")
+
+    def _refresh(self) -> None:
         path = self.run.file(HISTORY)
         stat = self.run.root.stat(path)
         size = 0 if stat is None else stat[0]
@@ -436,7 +444,11 @@ def run_summary(catalog: Catalog, run: Run, metric: str | None, direction: str) 
 
 def _json_file(run: Run, name: str, errors: list[str]) -> dict[str, Any] | None:
     path = run.file(name)
-    data = run.root.read_bytes(path)
+    try:
+        data = run.root.read_bytes(path)
+    except OSError as error:  # unreadable (permissions, a folder, I/O): named, the rest shows
+        errors.append(f"{run.root.location(path)} cannot be read ({error})")
+        return None
     if data is None:
         return None
     try:
@@ -467,7 +479,7 @@ def lease(run: Run) -> dict[str, Any] | None:
         try:
             os.kill(holder.pid, 0)
             alive = True
-        except ProcessLookupError:
+        except (ProcessLookupError, OverflowError, ValueError):  # gone, or no pid at all
             alive = False
         except PermissionError:
             alive = True

@@ -202,20 +202,27 @@ def run_art(opts: ServeOptions) -> None:
             flush=True,
         )
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
-            serve_art(
-                backend,
-                base_path=base_path,
-                host=opts.host,
-                port=opts.listen_port,
-                inference_port=opts.art_inference_port,
-                keys=keys,
-                limits=opts.limits,
-                allowed_base_models=(
-                    frozenset(opts.allow_base_model) if opts.allow_base_model else None
-                ),
-                on_ready=ready,
-                log_level=opts.log_level,
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(
+                serve_art(
+                    backend,
+                    base_path=base_path,
+                    host=opts.host,
+                    port=opts.listen_port,
+                    inference_port=opts.art_inference_port,
+                    keys=keys,
+                    limits=opts.limits,
+                    allowed_base_models=(
+                        frozenset(opts.allow_base_model) if opts.allow_base_model else None
+                    ),
+                    on_ready=ready,
+                    log_level=opts.log_level,
+                )
             )
-        )
+    except ArthexError as exc:  # a port already taken, a backend that cannot start: one line
+        sys.exit(f"arthex serve: {exc}")
+    finally:
+        # the backend is closed on every way out, also when the server never started
+        with contextlib.suppress(Exception):
+            asyncio.run(backend.close())
