@@ -16,6 +16,7 @@ from pydantic import BaseModel as PydanticModel
 from ..core import model as core
 from ..core import pipeline, trainable
 from ..core.config import LossName
+from ..core.errors import InvalidInputError
 from ..core.pipeline.rollouts import ConfigT, ModelT, ScenarioT
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
 from ..ports.training_backend import RunLeases, TrainingBackend
@@ -46,6 +47,15 @@ def model_ports(
         state=state if state is not None else container.run_state(base_path),
         leases=leases if leases is not None else container.run_leases(base_path),
     )
+
+
+def _one_way(ports: core.ModelPorts | None, *adapters: object) -> None:
+    """The adapters come in `ports=` or one by one, never both (one would be ignored)."""
+    if ports is not None and any(adapter is not None for adapter in adapters):
+        raise InvalidInputError(
+            "pass the adapters either in ports= or one by one (store=, reporter=, mirrors=, "
+            "state=, leases=), not both"
+        )
 
 
 def _warn_backend_settings(lora_config: object, internal_config: object) -> None:
@@ -94,6 +104,7 @@ class Model(core.Model):
         run_name: str | None = None,
         ports: core.ModelPorts | None = None,
     ) -> None:
+        _one_way(ports, store, reporter, mirrors, state)
         if ports is None:
             ports = model_ports(
                 base_path,
@@ -150,6 +161,7 @@ class TrainableModel(trainable.TrainableModel, Model):
         ports: core.ModelPorts | None = None,
     ) -> None:
         _warn_backend_settings(lora_config, _internal_config)
+        _one_way(ports, store, reporter, mirrors, state, leases)
         if ports is None:
             ports = model_ports(
                 base_path,

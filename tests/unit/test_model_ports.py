@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 import arthex
 from arthex.composition.api import model_ports
+from arthex.core.errors import InvalidInputError
 from arthex.core.identity import RunRef
 from arthex.core.model import ModelPorts
 from arthex.testing.builders import make_group
@@ -66,3 +69,13 @@ def test_the_trainable_model_is_a_model_with_no_class_layer_between() -> None:
 
     assert trainable.TrainableModel.__bases__ == (model.Model,)
     assert issubclass(arthex.TrainableModel, arthex.Model)  # as in ART
+
+
+def test_adapters_come_in_ports_or_one_by_one_never_both(tmp_path: Path) -> None:
+    ports = model_ports(str(tmp_path), report_metrics=[])
+    with pytest.raises(InvalidInputError, match="either in ports= or one by one"):
+        arthex.TrainableModel(
+            name="m", project="p", base_model="tiny", ports=ports, reporter=InMemoryHistory()
+        )
+    with pytest.raises(InvalidInputError, match="either in ports= or one by one"):
+        arthex.Model(name="m", project="p", ports=ports, store=InMemoryTrajectoryStore())
