@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeGuard, TypeVar
 
 import attrs
 
@@ -15,7 +15,7 @@ LossName = Literal["cispo", "ppo", "importance_sampling"]
 LOSSES: tuple[str, ...] = ("cispo", "ppo", "importance_sampling")
 
 
-def finite_number(value: object) -> bool:
+def finite_number(value: object) -> TypeGuard[int | float]:
     """A real number (not a bool) that is finite, an integer too big for a float included
     (`math.isfinite` raises OverflowError on one: it is not a usable number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
