@@ -85,7 +85,7 @@ def test_a_served_run_exports_from_the_client_as_on_the_server(
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "ARTHEX_API_KEY": key},
+        env={**os.environ, "ARTHEX_API_KEY": key, "ARTHEX_SERVERLESS_URL": server.url},
     )
     assert done.returncode == 0, done.stderr
     # the server's state directory, by the names the client gave
@@ -112,6 +112,7 @@ def test_exporting_a_client_run_without_the_key_names_the_variable(
     remote = {"server": server.url, "model_id": "m" + "0" * 24}
     (run_dir / "model.json").write_text(json.dumps({"project": "p", "name": "m", "remote": remote}))
     environment = {k: v for k, v in os.environ.items() if k != "ARTHEX_API_KEY"}
+    environment["ARTHEX_SERVERLESS_URL"] = server.url
     done = subprocess.run(
         [
             sys.executable,
@@ -130,3 +131,33 @@ def test_exporting_a_client_run_without_the_key_names_the_variable(
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "ARTHEX_API_KEY" in lines[0] and server.url in lines[0], lines
+
+
+def test_the_key_goes_only_to_the_server_the_user_configured(tmp_path: Path) -> None:
+    """A run folder naming another server (a shared or cloned folder) never gets the key sent
+    there: refused in one line, before any connection."""
+    run_dir = tmp_path / "art" / "p" / "models" / "m"
+    run_dir.mkdir(parents=True)
+    remote = {"server": "http://127.0.0.9:9", "model_id": "m" + "0" * 24}
+    (run_dir / "model.json").write_text(json.dumps({"project": "p", "name": "m", "remote": remote}))
+    environment = {k: v for k, v in os.environ.items() if k != "ARTHEX_SERVERLESS_URL"}
+    environment["ARTHEX_API_KEY"] = "secret"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "arthex.apps.cli",
+            "export",
+            str(run_dir),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ARTHEX_SERVERLESS_URL" in lines[0], lines
+    assert "127.0.0.9:9" in lines[0]

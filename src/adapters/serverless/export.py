@@ -43,6 +43,8 @@ def export_remote(
 
     if format not in ("merged", "peft"):
         raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
+    if not wire.MODEL_ID.fullmatch(model_id):
+        raise InvalidInputError(f"{model_id!r:.80} is not a model id of a training server")
     httpx = httpx_module()
     headers = {"Authorization": f"Bearer {api_key}"}
     with (

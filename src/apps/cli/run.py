@@ -146,8 +146,17 @@ def _export_from_server(
     export_format: ExportFormat,
     dtype: str | None,
 ) -> Path:
+    from ...adapters.serverless.client import URL_ENV
     from ...adapters.serverless.export import export_remote
 
+    # The key goes only to the server the user configured, never to one a run folder names.
+    configured = os.environ.get(URL_ENV, "").rstrip("/")
+    if configured != remote["server"].rstrip("/"):
+        raise UsageError(
+            f"this run was trained on the server {remote['server']!r}; to send your API key "
+            f"there to fetch its checkpoint, set {URL_ENV} to that URL (it is now "
+            f"{configured or 'unset'})"
+        )
     key = os.environ.get(SERVERLESS_KEY_ENV)
     if not key:
         raise UsageError(
