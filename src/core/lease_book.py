@@ -67,8 +67,14 @@ async def release_leases(backend: object) -> None:
         owners = _ON_BACKEND.pop(backend, None)
     except TypeError:
         return
-    for owner in list(owners or ()):
-        await owner.release_lease_from(backend)
+    failed: BaseException | None = None
+    for owner in list(owners or ()):  # each is released, even when another one fails
+        try:
+            await owner.release_lease_from(backend)
+        except Exception as error:
+            failed = failed or error
+    if failed is not None:
+        raise failed
 
 
 def collect_if_held_here(run: RunRef) -> bool:

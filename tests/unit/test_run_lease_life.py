@@ -173,3 +173,31 @@ def test_a_notebook_cell_that_builds_the_model_runs_again_without_closing_anythi
 
     assert asyncio.run(go()) == [os.getpid()] * 3
     assert lease_text(tmp_path) == ""
+
+
+def test_a_backend_close_releases_every_lease_even_when_one_release_fails() -> None:
+    from arthex.core import lease_book
+    from arthex.core.identity import RunRef
+
+    class Owner:
+        def __init__(self, name: str, fails: bool) -> None:
+            self.run = RunRef("p", name)
+            self.fails = fails
+            self.released = False
+
+        async def release_lease_from(self, backend: object) -> None:
+            self.released = True
+            lease_book.let_go(self)
+            if self.fails:
+                raise OSError("the lease file's disk went away")
+
+    class Backend:
+        pass
+
+    backend = Backend()
+    owners = [Owner("a", fails=True), Owner("b", fails=False), Owner("c", fails=True)]
+    for owner in owners:
+        lease_book.holds(owner, backend)
+    with pytest.raises(OSError, match="disk went away"):
+        asyncio.run(lease_book.release_leases(backend))
+    assert all(owner.released for owner in owners)
