@@ -201,3 +201,45 @@ def test_auto_keeps_the_torch_engine_for_what_only_it_does() -> None:
     assert LocalBackend(device="cpu")._resolved_engine() == "torch"
     assert LocalBackend(full_finetune=True)._resolved_engine() == "torch"
     assert LocalBackend(engine="vllm")._resolved_engine() == "vllm"
+
+
+def test_a_second_sleeper_trains_only_once_the_engine_is_asleep() -> None:
+    """Two runs on one engine: the second `sleep` returns only when the first one's
+    `engine.sleep` has finished, and the engine wakes once both woke up."""
+    from typing import Any
+
+    from arthex.adapters.inference.vllm_args import VllmSettings
+    from arthex.adapters.inference.vllm_engine import VllmEngine
+
+    events: list[str] = []
+
+    class SleepyEngine:
+        def __init__(self) -> None:
+            self.asleep = asyncio.Event()
+            self.release = asyncio.Event()
+
+        async def sleep(self, level: int, mode: str) -> None:
+            events.append("sleep starts")
+            await self.release.wait()
+            events.append("asleep")
+
+        async def wake_up(self) -> None:
+            events.append("wake")
+
+    async def main() -> None:
+        engine = VllmEngine("m", VllmSettings(sleep_level=1))
+        fake: Any = SleepyEngine()
+        engine._attach(fake, chat=None)  # type: ignore[arg-type]
+        first = asyncio.create_task(engine.sleep())
+        await asyncio.sleep(0)
+        second = asyncio.create_task(engine.sleep())
+        await asyncio.sleep(0)
+        assert not second.done(), "the second run must wait until vLLM is asleep"
+        fake.release.set()
+        await asyncio.gather(first, second)
+        events.append("both train")
+        await engine.wake_up()
+        await engine.wake_up()
+
+    asyncio.run(main())
+    assert events == ["sleep starts", "asleep", "both train", "wake"]

@@ -100,6 +100,7 @@ class VllmEngine(ServedNames[Any]):
         self._drained: dict[int, asyncio.Event] = {}
         self._awake: asyncio.Event | None = None
         self._sleepers = 0
+        self._asleep: asyncio.Future[None] | None = None  # set once the first sleep is done
         self._start_lock: asyncio.Lock | None = None
         self._closed = False
 
@@ -134,6 +135,8 @@ class VllmEngine(ServedNames[Any]):
             from vllm.v1.engine.async_llm import AsyncLLM
 
             chat = await asyncio.to_thread(ChatTokenizer.load, self.base_model)
+            if self._closed:  # closed while the tokenizer loaded: start no engine
+                raise BackendError("this VllmEngine was closed while it started")
             self._attach(AsyncLLM.from_engine_args(args), chat)
 
     def _attach(self, engine: Any, chat: ChatTokenizer) -> None:
@@ -173,15 +176,26 @@ class VllmEngine(ServedNames[Any]):
         if not level or self._engine is None or self._awake is None:
             return
         self._sleepers += 1
-        if self._sleepers > 1:
+        if self._sleepers > 1:  # another run is putting it to sleep: train once it is asleep
+            if self._asleep is not None:
+                try:
+                    await asyncio.shield(self._asleep)
+                except BaseException:
+                    self._sleepers -= 1
+                    raise
             return
         self._awake.clear()
+        self._asleep = asyncio.get_running_loop().create_future()
         try:
             await self._engine.sleep(level, mode="wait")
-        except BaseException:
+        except BaseException as error:
             self._sleepers -= 1
             self._awake.set()
+            self._asleep.set_exception(BackendError(f"vLLM could not sleep: {error}"))
+            self._asleep.exception()  # retrieved here: no "never retrieved" warning
+            self._asleep = None
             raise
+        self._asleep.set_result(None)
 
     async def wake_up(self) -> None:
         """Take the memory back after `sleep`; at level 2 the base weights are read again
@@ -191,6 +205,7 @@ class VllmEngine(ServedNames[Any]):
         self._sleepers -= 1
         if self._sleepers or self._engine is None or self._awake is None:
             return
+        self._asleep = None
         try:
             await self._engine.wake_up()
             if self.settings.sleep_level == 2:
