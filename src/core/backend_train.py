@@ -217,7 +217,9 @@ def checked_train_steps(
     """A backend's `train_steps` behind the core's input checks, for callers of the port other
     than the model (which runs the same checks before it writes anything): the groups
     (`check_training_groups`, finite values) and the capabilities the config needs. Backends
-    trust their input; the checks run here, once, raising before any step."""
+    trust their input; the checks run here, once, raising before any step. (What the model
+    also does, turning captured trajectories into trainable groups, its client has done
+    before it sends them: the servers receive trainable groups.)"""
     checked = check_training_groups(groups, config)
     check_finite_values(checked, training=True)
     backend.capabilities.check(config, type(backend).__name__)
