@@ -66,6 +66,10 @@ def _unreachable(endpoint: str) -> str | None:
 
 
 def _probe(endpoint: str) -> str | None:
+    import urllib.request
+
+    if urllib.request.getproxies():  # the hub is reached through a proxy: transformers knows
+        return None
     parts = urlsplit(endpoint)
     host = parts.hostname or endpoint
     port = parts.port or (443 if parts.scheme == "https" else 80)

@@ -56,7 +56,11 @@ def closed_port() -> int:
 
 
 def register(tmp_path: Path, base_model: str, **env: str) -> tuple[dict[str, object], str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("HF_") and not k.lower().endswith("_proxy")
+    }
     environment.update({"HF_HOME": str(tmp_path / "hf"), **env})
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, base_model, str(tmp_path / "runs")],
@@ -106,3 +110,16 @@ def test_a_cached_hub_model_loads_from_the_cache_with_the_hub_unreachable(tmp_pa
     outcome, stderr = register(tmp_path, FAKE_ID, HF_ENDPOINT=endpoint)
     assert outcome == {"step": 0}, stderr[-2000:]
     assert "Retry" not in stderr, stderr[-2000:]
+
+
+def test_behind_a_proxy_the_hub_is_left_to_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A direct connection fails behind a proxy although the hub is reachable through it: the
+    probe does not call such a hub unreachable."""
+    from arthex.adapters import hub
+
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert hub._probe(endpoint) is not None  # no proxy: the closed port is unreachable
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    assert hub._probe(endpoint) is None
