@@ -102,6 +102,9 @@ def test_a_served_run_exports_from_the_client_as_on_the_server(
     listed = arthex_cli("runs", "--base-path", str(server.state_dir))
     assert listed.returncode == 0, listed.stderr
     assert "exported/agent" in [row[0] for row in table_rows(listed.stdout)]
+    # the one line pointing at the viewer names the folder whose runs it finds
+    (hint,) = [line for line in listed.stderr.splitlines() if "arthex view" in line]
+    assert list(Path(hint.split("arthex view ", 1)[1]).glob("*/models/*"))
 
 
 def test_exporting_a_client_run_without_the_key_names_the_variable(

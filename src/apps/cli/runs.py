@@ -66,7 +66,7 @@ def runs(
         return
     out.print(f"{len(rows)} model(s) under {base_path}")
     print_table(out, COLUMNS, rows)
-    view_hint(base_path)
+    view_hint(root)  # a server's runs live under its backend folder: point the viewer there
 
 
 def run_row(
