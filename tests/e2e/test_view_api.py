@@ -411,3 +411,20 @@ def test_an_unreadable_file_is_named_and_the_other_runs_still_show(tmp_path: Pat
     assert set(listed) == {"good", "broken"}
     assert any("model.json" in error for error in listed["broken"]["errors"])
     assert not listed["good"]["errors"]
+
+
+def test_two_token_viewers_on_one_host_keep_their_own_cookies(tmp_path: Path) -> None:
+    """Cookies are per host, not per port: each token's cookie has its own name."""
+    from fastapi.testclient import TestClient
+
+    from arthex.apps.view.app import create_app
+
+    (tmp_path / "runs").mkdir()
+    names = []
+    for token in ("first-token", "second-token"):
+        with TestClient(create_app([str(tmp_path / "runs")], token)) as client:
+            answer = client.get("/api/runs", params={"token": token})
+            assert answer.status_code == 200, answer.text
+            (name,) = list(answer.cookies)
+            names.append(name)
+    assert names[0] != names[1]

@@ -7,6 +7,7 @@ first authorised page load sets (the page's own later requests); anything else i
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
@@ -55,6 +56,9 @@ def create_app(paths: Sequence[str], token: str | None = None) -> FastAPI:
     else:
         if not token:
             raise InvalidInputError("the token must not be empty")
+        # Browsers keep cookies per host, not per port: each viewer's cookie has its own
+        # name, so two viewers on one host do not overwrite each other's.
+        cookie = f"{COOKIE}_{hashlib.sha256(token.encode()).hexdigest()[:12]}"
 
         @app.middleware("http")
         async def require_token(
@@ -64,12 +68,12 @@ def create_app(paths: Sequence[str], token: str | None = None) -> FastAPI:
             header = request.headers.get("authorization", "")
             if header.lower().startswith("bearer "):
                 given = given or header[7:].strip()
-            given = given or request.cookies.get(COOKIE)
+            given = given or request.cookies.get(cookie)
             if given is None or not secrets.compare_digest(given.encode(), token.encode()):
                 return JSONResponse({"error": "a valid token is required"}, status_code=401)
             response = await call_next(request)
             if request.query_params.get("token"):
-                response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+                response.set_cookie(cookie, token, httponly=True, samesite="strict")
             return response
 
     @app.middleware("http")
