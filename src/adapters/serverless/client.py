@@ -185,7 +185,9 @@ class ServerlessBackend(BackendTrainEntry):
         payload = (await self._request("POST", wire.MODELS_PATH, json=body)).json()
         self._model_ids[model.run] = str(payload["id"])
         lease = payload.get("lease")
-        if isinstance(lease, Mapping) and model.run not in self._heartbeats:
+        beating = self._heartbeats.get(model.run)
+        if isinstance(lease, Mapping) and (beating is None or beating.done()):
+            # a beat that ended (its lease lost, its event loop gone) starts again
             ttl = float(lease.get("ttl_s") or 60.0)
             self._heartbeats[model.run] = asyncio.create_task(
                 _heartbeat(weakref.ref(self), model.run, ttl), name=f"lease-{model.run}"
