@@ -16,6 +16,7 @@ pytest.importorskip("fastapi")
 from arthex.apps.demo.life import LifeResult, run_sft_demo
 from arthex.apps.demo.rl import DemoResult, run_demo
 from arthex.apps.demo.task import digit_share
+from arthex.core.metrics import RESERVED_KEYS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -64,11 +65,14 @@ def test_demo_through_the_pipeline_improves_the_reward(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
     logged = sorted(r["step"] for r in rows if "train/reward" in r)
     assert printed_steps(out.getvalue()) == [(step, step + 1) for step in logged]
-    ages = [
-        r["offpolicy/token_weighted_policy_age_steps"]
-        for r in rows
-        if "discarded/cum/stale_groups" in r
+    # each update's row carries its discards and its policy age; a stream that ends on
+    # discards adds one row of discard counters alone (docs/pipeline.md), and nothing else
+    update_rows = [r for r in rows if "discarded/cum/stale_groups" in r]
+    ending = [
+        r for r in update_rows if all(k.startswith("discarded/") or k in RESERVED_KEYS for k in r)
     ]
+    assert len(ending) <= 1 and all(r["step"] == record["step"] for r in ending)
+    ages = [r["offpolicy/token_weighted_policy_age_steps"] for r in update_rows if r not in ending]
     assert len(ages) == len(result.rewards) and max(ages) <= 1.0
 
 
