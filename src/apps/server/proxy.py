@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     import httpx
     from starlette.responses import Response
 
+    from ...ports.training_backend import InferenceEndpoint
+
 UPSTREAM_TIMEOUT_S = 1200.0
 
 
@@ -62,6 +64,26 @@ def _upstream_error(status: int, content: bytes, record: ModelRecord, requested:
     return JSONResponse(wire.error_body(status, message, kind, param), status_code=status)
 
 
+async def open_upstream(
+    http: httpx.AsyncClient, endpoint: InferenceEndpoint, path: str, body: Any
+) -> httpx.Response:
+    """POST `body` to `path` of a backend's inference server, its response streamed (the
+    caller reads or relays it, and closes it); unreachable is a BackendError."""
+    import httpx
+
+    request = http.build_request(
+        "POST",
+        endpoint.base_url.rstrip("/") + path,
+        json=body,
+        headers={"Authorization": f"Bearer {endpoint.api_key}"},
+        timeout=UPSTREAM_TIMEOUT_S,
+    )
+    try:
+        return await http.send(request, stream=True)
+    except httpx.TransportError as exc:
+        raise BackendError(f"the backend's inference server is unreachable: {exc}") from exc
+
+
 async def chat_completions(
     service: TrainingService,
     http: httpx.AsyncClient,
@@ -69,24 +91,13 @@ async def chat_completions(
     body: dict[str, Any],
     project: str | None,
 ) -> Response:
-    import httpx
     from starlette.background import BackgroundTask
     from starlette.responses import Response, StreamingResponse
 
     requested = body.get("model")
     record, endpoint, served = await service.resolve_served(tenant, requested, project)
     body["model"] = served
-    request = http.build_request(
-        "POST",
-        endpoint.base_url.rstrip("/") + "/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {endpoint.api_key}"},
-        timeout=UPSTREAM_TIMEOUT_S,
-    )
-    try:
-        upstream = await http.send(request, stream=True)
-    except httpx.TransportError as exc:
-        raise BackendError(f"the backend's inference server is unreachable: {exc}") from exc
+    upstream = await open_upstream(http, endpoint, "/chat/completions", body)
     content_type = upstream.headers.get("content-type", "application/json")
     if upstream.is_success and content_type.startswith("text/event-stream"):
 

@@ -45,6 +45,7 @@ from ..bodies import BadJsonError, json_object
 from ..guard import Guard, bearer_token, send_json
 from ..keys import KeyRing
 from ..limits import ServerLimits
+from ..proxy import open_upstream
 from .service import ArtConflictError, ArtService, ServerStoppedError
 from .wire import parse_groups, parse_model, parse_steps, train_config
 
@@ -58,7 +59,6 @@ __all__ = ["InferenceKeys", "art_error", "create_api_app", "create_inference_app
 logger = logging.getLogger("arthex.art_protocol")
 
 ART_DEFAULT_API_KEY = "default"  # what ART's server answers when the client names none
-UPSTREAM_TIMEOUT_S = 1200.0
 
 
 def art_error(status: int, message: str, _kind: str = "") -> dict[str, Any]:
@@ -331,7 +331,6 @@ def create_inference_app(
 async def _relay(
     service: ArtService, http: httpx.AsyncClient, body: dict[str, Any], path: str
 ) -> Response:
-    import httpx
     from starlette.background import BackgroundTask
     from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -342,17 +341,7 @@ async def _relay(
     if endpoint is None:
         message = f"model {requested!r} is not served here; GET /v1/models lists the names"
         return JSONResponse(_openai_error(404, message, serverless_wire.NOT_FOUND), status_code=404)
-    upstream_request = http.build_request(
-        "POST",
-        endpoint.base_url.rstrip("/") + path,
-        json=body,
-        headers={"Authorization": f"Bearer {endpoint.api_key}"},
-        timeout=UPSTREAM_TIMEOUT_S,
-    )
-    try:
-        upstream = await http.send(upstream_request, stream=True)
-    except httpx.TransportError as exc:
-        raise BackendError(f"the backend's inference server is unreachable: {exc}") from exc
+    upstream = await open_upstream(http, endpoint, path, body)
     content_type = upstream.headers.get("content-type", "application/json")
     if upstream.is_success and content_type.startswith("text/event-stream"):
         return StreamingResponse(
