@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ...core.backend_train import checked_train_steps
+from ...core.config import TrainConfig
 from ...core.errors import ArthexError, InvalidInputError, UnsupportedCapability
 from ...core.identity import ModelSpec, RunRef
 from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
@@ -114,35 +115,28 @@ class StepContract(BackendFixtures):
     def test_each_loss_trains_or_is_refused(
         self, backend: TrainingBackend, spec: ModelSpec, loss: str
     ) -> None:
-        supported = f"loss:{loss}" in backend.capabilities
-
-        async def scenario(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
-            config = self.config(loss_fn=loss)
-            if supported:
-                async for _m in b.train_steps(s.run, self.make_groups(), config):
-                    pass
-            else:  # refused by the core's checks, from what the backend declares
-                with pytest.raises(UnsupportedCapability):
-                    async for _m in checked_train_steps(b, s.run, self.make_groups(), config):
-                        pass
-            return await b.get_step(s.run)
-
-        assert run_scenario(backend, spec, scenario) == (1 if supported else 0)
+        self._trains_or_is_refused(backend, spec, f"loss:{loss}", self.config(loss_fn=loss))
 
     def test_kl_penalty_trains_or_is_refused(
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        supported = Capability.KL_PENALTY in backend.capabilities
+        config = self.config(kl_penalty_coef=0.1, kl_penalty_reference_step=0)
+        self._trains_or_is_refused(backend, spec, Capability.KL_PENALTY, config)
+
+    def _trains_or_is_refused(
+        self, backend: TrainingBackend, spec: ModelSpec, capability: str, config: TrainConfig
+    ) -> None:
+        """Declared: it trains (step 1). Not declared: the core refuses it, from what the
+        backend declares, before anything trains (step 0)."""
+        supported = capability in backend.capabilities
 
         async def scenario(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
-            config = self.config(kl_penalty_coef=0.1, kl_penalty_reference_step=0)
             if supported:
-                async for _m in b.train_steps(s.run, self.make_groups(), config):
+                async for _m in checked_train_steps(b, s.run, self.make_groups(), config):
                     pass
-            else:  # refused by the core's checks, from what the backend declares
+            else:  # the checks run when the call is made, before any step
                 with pytest.raises(UnsupportedCapability):
-                    async for _m in checked_train_steps(b, s.run, self.make_groups(), config):
-                        pass
+                    checked_train_steps(b, s.run, self.make_groups(), config)
             return await b.get_step(s.run)
 
         assert run_scenario(backend, spec, scenario) == (1 if supported else 0)
