@@ -107,60 +107,41 @@ def test_a_served_run_exports_from_the_client_as_on_the_server(
     assert list(Path(hint.split("arthex view ", 1)[1]).glob("*/models/*"))
 
 
-def test_exporting_a_client_run_without_the_key_names_the_variable(
-    server: ServerProcess, tmp_path: Path
-) -> None:
+def _refused_export(tmp_path: Path, server_url: str, **env: str | None) -> list[str]:
+    """`arthex export` of a client's run recording `server_url`, with `env` changed (None
+    removes a variable): it must fail; its stderr lines."""
     run_dir = tmp_path / "art" / "p" / "models" / "m"
     run_dir.mkdir(parents=True)
-    remote = {"server": server.url, "model_id": "m" + "0" * 24}
+    remote = {"server": server_url, "model_id": "m" + "0" * 24}
     (run_dir / "model.json").write_text(json.dumps({"project": "p", "name": "m", "remote": remote}))
-    environment = {k: v for k, v in os.environ.items() if k != "ARTHEX_API_KEY"}
-    environment["ARTHEX_SERVERLESS_URL"] = server.url
+    environment = {k: v for k, v in os.environ.items() if k not in env}
+    environment.update({k: v for k, v in env.items() if v is not None})
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "arthex.apps.cli",
-            "export",
-            str(run_dir),
-            "--out",
-            str(tmp_path / "o"),
-        ],
+        [sys.executable, "-m", "arthex.apps.cli", "export", str(run_dir), "--out", "o"],
         capture_output=True,
         text=True,
         timeout=120,
         env=environment,
+        cwd=tmp_path,
     )
     assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
+    return done.stderr.strip().splitlines()
+
+
+def test_exporting_a_client_run_without_the_key_names_the_variable(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    lines = _refused_export(
+        tmp_path, server.url, ARTHEX_API_KEY=None, ARTHEX_SERVERLESS_URL=server.url
+    )
     assert len(lines) == 1 and "ARTHEX_API_KEY" in lines[0] and server.url in lines[0], lines
 
 
 def test_the_key_goes_only_to_the_server_the_user_configured(tmp_path: Path) -> None:
     """A run folder naming another server (a shared or cloned folder) never gets the key sent
     there: refused in one line, before any connection."""
-    run_dir = tmp_path / "art" / "p" / "models" / "m"
-    run_dir.mkdir(parents=True)
-    remote = {"server": "http://127.0.0.9:9", "model_id": "m" + "0" * 24}
-    (run_dir / "model.json").write_text(json.dumps({"project": "p", "name": "m", "remote": remote}))
-    environment = {k: v for k, v in os.environ.items() if k != "ARTHEX_SERVERLESS_URL"}
-    environment["ARTHEX_API_KEY"] = "secret"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "arthex.apps.cli",
-            "export",
-            str(run_dir),
-            "--out",
-            str(tmp_path / "o"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
+    lines = _refused_export(
+        tmp_path, "http://127.0.0.9:9", ARTHEX_API_KEY="secret", ARTHEX_SERVERLESS_URL=None
     )
-    assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "ARTHEX_SERVERLESS_URL" in lines[0], lines
     assert "127.0.0.9:9" in lines[0]
