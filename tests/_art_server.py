@@ -9,7 +9,6 @@ import asyncio
 import copy
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from arthex.adapters.local.backend import LocalBackend
 from arthex.core.config import TrainConfig
 from arthex.core.identity import RunRef
 from arthex.core.trajectories import TrajectoryGroup
+from tests._serverless import ready_line
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "unit" / "data" / "art_protocol" / "nat-1.9.0-requests.json"
@@ -146,23 +146,7 @@ def start_art_server(
 
 
 def _await_ready(process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> tuple[str, str]:
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    buffer = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stdout], [], [], 0.2)
-        if ready:
-            chunk = os.read(process.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            buffer += chunk
-            for line in buffer.decode(errors="replace").splitlines():
-                if "listening on " in line and "inference on " in line:
-                    api = line.split("listening on ", 1)[1].split()[0]
-                    inference = line.split("inference on ", 1)[1].split(",")[0]
-                    return api, inference
-        elif process.poll() is not None:
-            break
-    process.kill()
-    process.wait()
-    raise RuntimeError(f"the ART server did not start:\n{log.read_text()[-3000:]}")
+    markers = ("listening on ", "inference on ")
+    line = ready_line(process, log, timeout_s, "the ART server", *markers)
+    api = line.split("listening on ", 1)[1].split()[0]
+    return api, line.split("inference on ", 1)[1].split(",")[0]

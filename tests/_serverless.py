@@ -233,7 +233,11 @@ def start_server(
     ).wait()
 
 
-def _await_ready(process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
+def ready_line(
+    process: subprocess.Popen[bytes], log: Path, timeout_s: float, what: str, *markers: str
+) -> str:
+    """The first line the server prints that holds every marker, within `timeout_s`; else
+    the server is killed and RuntimeError shows the end of its log (`what` names it)."""
     assert process.stdout is not None
     deadline = time.monotonic() + timeout_s
     buffer = b""
@@ -245,13 +249,18 @@ def _await_ready(process: subprocess.Popen[bytes], log: Path, timeout_s: float) 
                 break
             buffer += chunk
             for line in buffer.decode(errors="replace").splitlines():
-                if "listening on " in line:
-                    return line.split("listening on ", 1)[1].split()[0]
+                if all(marker in line for marker in markers):
+                    return line
         elif process.poll() is not None:
             break
     process.kill()
     process.wait()
-    raise RuntimeError(f"the training server did not start:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(f"{what} did not start:\n{log.read_text()[-3000:]}")
+
+
+def _await_ready(process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
+    line = ready_line(process, log, timeout_s, "the training server", "listening on ")
+    return line.split("listening on ", 1)[1].split()[0]
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

@@ -18,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from openai.types.chat.chat_completion import Choice
 import arthex
 from arthex.testing.builders import make_choice, make_exception, make_trajectory, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
+from tests._serverless import ready_line
 
 PLANTED = "The capital of Atlantis is Poseidonia-7731"
 SCRIPT = "<script>document.title='pwned'</script><b>bold?</b>"
@@ -141,20 +143,17 @@ class Viewer:
 
     def __init__(self, paths: Sequence[str], *args: str, env: dict[str, str] | None = None) -> None:
         command = [sys.executable, "-m", "arthex.apps.cli", "view", *paths, "--port", "0", *args]
+        # stderr to a file: a pipe nobody reads would block a viewer that writes a lot
+        self._log = tempfile.NamedTemporaryFile(prefix="arthex-view-")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stderr=self._log,
             env={**os.environ, **(env or {})},
         )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline().strip()
-        if not line:
-            _, err = self.process.communicate(timeout=10)
-            raise AssertionError(f"arthex view printed no URL; stderr: {err}")
-        self.url = line
-        self.base = line.split("?", 1)[0].rstrip("/")
+        line = ready_line(self.process, Path(self._log.name), 60, "arthex view", "http")
+        self.url = line.strip()
+        self.base = self.url.split("?", 1)[0].rstrip("/")
 
     def get(self, path: str, **params: Any) -> Any:
         import httpx
@@ -174,9 +173,9 @@ class Viewer:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=10)
         elapsed = time.monotonic() - start
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
         return elapsed
 
 
