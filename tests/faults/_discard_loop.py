@@ -36,20 +36,12 @@ def start_child(options: Mapping[str, Any]) -> Any:
 
 def child_main(options: dict[str, Any], events: Connection) -> None:
     from arthex.adapters import jsonl_history
-    from arthex.adapters.run_files import pipeline as pipeline_state
     from arthex.core.pipeline import batch_collector
 
     kill = options.get("kill")
     killer = loop.Killer(kill[0] if kill else None, kill[1] if kill else 0, events)
     loop.install_hooks(killer)
-    store: Any = pipeline_state.JsonPipelineStateStore
-    save = store.save
-
-    async def hooked_save(self: Any, run: Any, record: Any) -> None:
-        await save(self, run, record)
-        killer.reached("record-saved")
-
-    store.save = hooked_save
+    pipeline.hook_record_saves(killer)
     history: Any = jsonl_history.JsonlHistory
     report = history.report
 

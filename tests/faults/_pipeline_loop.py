@@ -56,12 +56,10 @@ def start_child(
     return loop.start_child(options, child_main, PRELOAD)
 
 
-def child_main(options: dict[str, Any], events: Connection) -> None:
+def hook_record_saves(killer: loop.Killer) -> None:
+    """Count every save of the pipeline record as the point `record-saved` (after it)."""
     from arthex.adapters.run_files import pipeline as pipeline_state
 
-    kill = options.get("kill")
-    killer = loop.Killer(kill[0] if kill else None, kill[1] if kill else 0, events)
-    loop.install_hooks(killer)
     store: Any = pipeline_state.JsonPipelineStateStore
     save = store.save
 
@@ -70,6 +68,13 @@ def child_main(options: dict[str, Any], events: Connection) -> None:
         killer.reached("record-saved")
 
     store.save = hooked_save
+
+
+def child_main(options: dict[str, Any], events: Connection) -> None:
+    kill = options.get("kill")
+    killer = loop.Killer(kill[0] if kill else None, kill[1] if kill else 0, events)
+    loop.install_hooks(killer)
+    hook_record_saves(killer)
     from arthex.adapters.inference import select
 
     killer.wrap(select, "make_engine", "make-engine")
