@@ -404,3 +404,40 @@ def test_a_port_already_taken_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("arthex serve:") and str(port) in last, done.stderr[-2000:]
+
+
+def test_two_clients_training_at_once_each_get_their_own_step(server: ArtServer, tiny: str) -> None:
+    """Two NAT clients on one model and a third on another, all training at the same time:
+    the updates of one model are serialised (steps 1 and 2, no step lost or shared), the
+    other model trains beside them, and every stream ends with its own numbers."""
+    import threading
+
+    for name in ("shared", "beside"):
+        with httpx.Client(base_url=server.api_url, timeout=300) as client:
+            assert client.post("/register", json=_model(tiny, name)).status_code == 200
+    bodies = [
+        _train_body(tiny, "shared", ["token_id:5", "token_id:6"]),
+        _train_body(tiny, "shared", ["token_id:7", "token_id:8"]),
+        _train_body(tiny, "beside", ["token_id:9", "token_id:10"]),
+    ]
+    results: dict[int, list[dict[str, Any]]] = {}
+    start = threading.Barrier(len(bodies))
+
+    def train(index: int) -> None:
+        with httpx.Client(base_url=server.api_url, timeout=300) as client:
+            start.wait()
+            results[index] = train_lines(client, bodies[index])
+
+    threads = [threading.Thread(target=train, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert sorted(results) == [0, 1, 2], "every stream ended"
+    assert all(lines and all(isinstance(v, int | float) for v in lines[-1].values())
+               for lines in results.values())  # fmt: skip
+    with httpx.Client(base_url=server.api_url, timeout=60) as client:
+        assert client.post("/_get_step", json=_model(tiny, "shared")).json() == 2
+        assert client.post("/_get_step", json=_model(tiny, "beside")).json() == 1
+    assert checkpoints(server, "shared") == [0, 1, 2]
+    assert checkpoints(server, "beside") == [0, 1]
