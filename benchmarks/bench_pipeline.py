@@ -44,9 +44,10 @@ from arthex.adapters.local import LocalBackend
 from arthex.apps.demo import rl as demo_module
 from arthex.apps.demo import task as demo_task
 from arthex.apps.demo.task import quiet_transformers
-from arthex.composition.api import PipelineTrainer, TrainableModel
+from arthex.composition.api import TrainableModel
 from arthex.core.config import TrainConfig
 from arthex.core.gather import gather_trajectory_groups
+from arthex.core.pipeline import PipelineTrainer
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import make_choice
 from arthex.testing.tiny_model import tiny_model

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Model": "arthex.composition.api",
     "TrainableModel": "arthex.composition.api",
-    "PipelineTrainer": "arthex.composition.api",
+    "PipelineTrainer": "arthex.core.pipeline",
     "make_group_rollout_fn": "arthex.core.pipeline",
     "TrainResult": "arthex.core.model",
     "TrainConfig": "arthex.core.config",
@@ -98,7 +98,6 @@ if TYPE_CHECKING:
     from .apps.loaders import load_trajectories as load_trajectories
     from .apps.sft_dataset import load_sft_dataset as load_sft_dataset
     from .composition.api import Model as Model
-    from .composition.api import PipelineTrainer as PipelineTrainer
     from .composition.api import TrainableModel as TrainableModel
     from .composition.capture import capture as capture
     from .composition.capture import capture_trajectory as capture_trajectory
@@ -128,6 +127,7 @@ if TYPE_CHECKING:
     from .core.identity import RunRef as RunRef
     from .core.metrics import MetricsRow as MetricsRow
     from .core.model import TrainResult as TrainResult
+    from .core.pipeline import PipelineTrainer as PipelineTrainer
     from .core.pipeline import make_group_rollout_fn as make_group_rollout_fn
     from .core.retention import RetentionDecision as RetentionDecision
     from .core.sft import TrainSFTConfig as TrainSFTConfig

@@ -237,7 +237,7 @@ REFUSED_MODULES: dict[str, str] = {
 
 _MODEL = Use("arthex.composition.api", "Model")
 _TRAINABLE = Use("arthex.composition.api", "TrainableModel")
-_PIPELINE = Use("arthex.composition.api", "PipelineTrainer")
+_PIPELINE = Use("arthex.core.pipeline", "PipelineTrainer")
 _GROUP_ROLLOUT = Use("arthex.core.pipeline", "make_group_rollout_fn")
 _TRAJECTORY = Use("arthex.core.trajectories", "Trajectory")
 _GROUP = Use("arthex.core.trajectories", "TrajectoryGroup")

@@ -8,18 +8,16 @@ construction runs unchanged; where arthex does a thing elsewhere it says so in a
 from __future__ import annotations
 
 import warnings
-from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel as PydanticModel
 
 from ..core import model as core
-from ..core import pipeline, trainable
-from ..core.config import LossName
+from ..core import trainable
 from ..core.errors import InvalidInputError
-from ..core.pipeline.rollouts import ConfigT, ModelT, ScenarioT
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
-from ..ports.training_backend import RunLeases, TrainingBackend
+from ..ports.training_backend import RunLeases
 from ..ports.trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
 from .container import container
 
@@ -34,10 +32,11 @@ def model_ports(
     mirrors: Sequence[MetricsReporter] | None = None,
     state: RunStateStore | None = None,
     leases: RunLeases | None = None,
+    pipeline_state: PipelineStateStore | None = None,
 ) -> core.ModelPorts:
     """A model's ports, built once: each adapter given wins, the rest are the defaults under
     `base_path` (parquet trajectories, the `history.jsonl` ledger, `state.json`, the trainer
-    lease file) and the mirrors `report_metrics` names."""
+    lease file, `pipeline_state.json`) and the mirrors `report_metrics` names."""
     return core.ModelPorts(
         store=store if store is not None else container.trajectory_store(base_path),
         reporter=reporter if reporter is not None else container.history(base_path),
@@ -46,6 +45,9 @@ def model_ports(
         ),
         state=state if state is not None else container.run_state(base_path),
         leases=leases if leases is not None else container.run_leases(base_path),
+        pipeline_state=(
+            pipeline_state if pipeline_state is not None else container.pipeline_state(base_path)
+        ),
     )
 
 
@@ -183,71 +185,3 @@ class TrainableModel(trainable.TrainableModel, Model):
             run_name=run_name,
         )
         self.entity = entity
-
-
-class PipelineTrainer(pipeline.PipelineTrainer[ModelT, ScenarioT, ConfigT]):
-    """`PipelineTrainer(model, backend, rollout_fn, scenarios, config, eval_fn=None, ...)`:
-    rollouts overlap training (see `arthex.core.pipeline.PipelineTrainer` for every option).
-    Its record goes to `pipeline_state.json` in the model's run directory unless `state_store`
-    is given."""
-
-    def __init__(
-        self,
-        model: ModelT,
-        backend: TrainingBackend,
-        rollout_fn: pipeline.RolloutFn[ModelT, ScenarioT, ConfigT],
-        scenarios: Iterable[ScenarioT] | AsyncIterable[ScenarioT],
-        config: ConfigT,
-        eval_fn: pipeline.EvalFn[ModelT, ConfigT] | None = None,
-        *,
-        num_rollout_workers: int = 16,
-        min_batch_size: int = 4,
-        max_batch_size: int | None = None,
-        queue_maxsize: int | None = None,
-        max_steps_off_policy: int | None = 4,
-        learning_rate: float = 1e-5,
-        loss_fn: LossName = "cispo",
-        normalize_advantages: bool = True,
-        grad_accumulation_sequences: int | None = None,
-        kl_penalty_coef: float = 0.0,
-        kl_penalty_step_lag: int | None = None,
-        max_steps: int | None = None,
-        eval_every_n_steps: int = 20,
-        eval_at_start: bool = True,
-        save_checkpoint: bool = True,
-        checkpoint_retention: int | None = None,
-        resume: bool = True,
-        log_interval_seconds: float = 60.0,
-        on_step: pipeline.StepCallback | None = None,
-        state_store: PipelineStateStore | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            backend,
-            rollout_fn,
-            scenarios,
-            config,
-            eval_fn,
-            state_store=state_store
-            if state_store is not None
-            else container.pipeline_state(model.base_path),
-            num_rollout_workers=num_rollout_workers,
-            min_batch_size=min_batch_size,
-            max_batch_size=max_batch_size,
-            queue_maxsize=queue_maxsize,
-            max_steps_off_policy=max_steps_off_policy,
-            learning_rate=learning_rate,
-            loss_fn=loss_fn,
-            normalize_advantages=normalize_advantages,
-            grad_accumulation_sequences=grad_accumulation_sequences,
-            kl_penalty_coef=kl_penalty_coef,
-            kl_penalty_step_lag=kl_penalty_step_lag,
-            max_steps=max_steps,
-            eval_every_n_steps=eval_every_n_steps,
-            eval_at_start=eval_at_start,
-            save_checkpoint=save_checkpoint,
-            checkpoint_retention=checkpoint_retention,
-            resume=resume,
-            log_interval_seconds=log_interval_seconds,
-            on_step=on_step,
-        )

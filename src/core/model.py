@@ -21,7 +21,7 @@ from ..ports.metrics_reporter import (
     Startable,
 )
 from ..ports.training_backend import RunLeases
-from ..ports.trajectory_store import RunStateStore, TrajectoryStore
+from ..ports.trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
 from .errors import (
     CorruptDataError,
     InvalidInputError,
@@ -72,13 +72,15 @@ class ModelPorts:
     trajectories and the model's card (`state`, the run-state facet, sits beside it);
     `reporter` is the ledger the model reports to and its policies read, `mirrors` the
     reporters that copy its rows (wandb); `leases` guard a backend's checkpoints (one trainer
-    per run). The backend, the third role, is given at `register`."""
+    per run); `pipeline_state` keeps a PipelineTrainer's record of its scenario stream. The
+    backend, the third role, is given at `register`."""
 
     store: TrajectoryStore
     reporter: MetricsHistory
     mirrors: tuple[MetricsReporter, ...] = attrs.field(default=(), converter=_reporters)
     state: RunStateStore | None = None
     leases: RunLeases | None = None
+    pipeline_state: PipelineStateStore | None = None
 
 
 class Model(RunStateMixin, InferenceTarget):

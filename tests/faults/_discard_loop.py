@@ -66,7 +66,8 @@ def child_main(options: dict[str, Any], events: Connection) -> None:
 
 async def _run(options: dict[str, Any], events: Connection) -> None:
     from arthex.adapters.local import LocalBackend
-    from arthex.composition.api import PipelineTrainer, TrainableModel
+    from arthex.composition.api import TrainableModel
+    from arthex.core.pipeline import PipelineTrainer
     from arthex.core.trajectories import TrajectoryGroup
     from tests._pipeline_checks import chat_rollout_fn
 

@@ -79,3 +79,34 @@ def test_adapters_come_in_ports_or_one_by_one_never_both(tmp_path: Path) -> None
         )
     with pytest.raises(InvalidInputError, match="either in ports= or one by one"):
         arthex.Model(name="m", project="p", ports=ports, store=InMemoryTrajectoryStore())
+
+
+def test_the_pipeline_keeps_its_record_in_the_models_ports_facet(tmp_path: Path) -> None:
+    """arthex.PipelineTrainer is the core's: its record goes where the model's ports keep
+    it (pipeline_state.json by default), and a model whose ports keep none is told so."""
+    from arthex.core.model import ModelPorts
+    from arthex.core.pipeline import PipelineTrainer
+    from arthex.core.trainable import TrainableModel
+    from arthex.testing.fakes.pipeline_state import InMemoryPipelineStateStore
+
+    async def rollout(model: object, scenario: int, config: None) -> object:
+        raise AssertionError("not called")
+
+    assert arthex.PipelineTrainer is PipelineTrainer
+    kept = InMemoryPipelineStateStore()
+    ports = ModelPorts(InMemoryTrajectoryStore(), InMemoryHistory(), pipeline_state=kept)
+    model = TrainableModel(name="m", project="p", base_model="tiny", ports=ports)
+    trainer = PipelineTrainer(model, InMemoryBackend(), rollout, [1], None)  # type: ignore[arg-type]
+    assert trainer._state_store is kept  # the facet, not a default file store
+    bare = TrainableModel(
+        name="m",
+        project="p",
+        base_model="tiny",
+        ports=ModelPorts(InMemoryTrajectoryStore(), InMemoryHistory()),
+    )
+    with pytest.raises(InvalidInputError, match="keep no pipeline record: pass state_store="):
+        PipelineTrainer(bare, InMemoryBackend(), rollout, [1], None)  # type: ignore[arg-type]
+    public = arthex.TrainableModel(
+        name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
+    )
+    assert public.ports.pipeline_state is not None

@@ -157,8 +157,7 @@ async def _pipeline(
     Groups whose rollouts all earned the same reward teach nothing and are discarded (as in
     ART), so once the model answers in digits most groups are; the stream holds twice the
     scenarios of `steps` steps, and the run ends early when they are used up."""
-    from ...composition.api import PipelineTrainer
-    from ...core.pipeline import make_group_rollout_fn
+    from ...core.pipeline import PipelineTrainer, make_group_rollout_fn
 
     counter = itertools.count()
 

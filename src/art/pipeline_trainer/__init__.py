@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.composition.api import PipelineTrainer as PipelineTrainer
+    from arthex.core.pipeline import PipelineTrainer as PipelineTrainer
     from arthex.core.pipeline import make_group_rollout_fn as make_group_rollout_fn
     from arthex.core.pipeline.rollouts import EvalFn as EvalFn
     from arthex.core.pipeline.rollouts import RolloutFn as RolloutFn

@@ -88,9 +88,11 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
     `checkpoint_retention` keeps that many newest checkpoints (plus the best evaluated one and
     every step still in use) and deletes the rest as the run goes, None keeps all, and
     `save_checkpoint=False` means keep none but those; `resume` continues from the run's
-    pipeline record. `on_step(step, metrics)` is called after each durable update. While it
-    trains it shows each update: a progress line on a terminal, else one log line (logger
-    "arthex", INFO) per update, at most one every `log_interval_seconds` (see status.py).
+    pipeline record, kept by `state_store` (default: the model's ports' `pipeline_state`,
+    `pipeline_state.json` in the run directory). `on_step(step, metrics)` is called after
+    each durable update. While it trains it shows each update: a progress line on a
+    terminal, else one log line (logger "arthex", INFO) per update, at most one every
+    `log_interval_seconds` (see status.py).
 
     The scenario stream must be the same on resume (a list, a seeded generator); see stream.py.
     """
@@ -104,7 +106,7 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         config: ConfigT,
         eval_fn: EvalFn[ModelT, ConfigT] | None = None,
         *,
-        state_store: PipelineStateStore,
+        state_store: PipelineStateStore | None = None,
         num_rollout_workers: int = 16,
         min_batch_size: int = 4,
         max_batch_size: int | None = None,
@@ -157,7 +159,13 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         self.resume = resume
         self.log_interval_seconds = check_interval(log_interval_seconds)
         self.on_step = on_step
-        self._state_store = state_store
+        store = state_store if state_store is not None else model.ports.pipeline_state
+        if store is None:
+            raise InvalidInputError(
+                f"model {model.run}'s ports keep no pipeline record: pass state_store= (a "
+                "PipelineStateStore), or build the model with ports that have one"
+            )
+        self._state_store = store
         self._kl_lag = kl_penalty_step_lag
         self._base_config = TrainConfig(  # validates the training settings now
             learning_rate=learning_rate,
