@@ -44,6 +44,7 @@ from pathlib import Path
 
 from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ...ports.training_backend import TrainingBackend
+from ..listen import listen
 from . import options
 from .app import create_app
 from .audit import AuditLog
@@ -92,17 +93,7 @@ async def serve_async(
         admin_keys=admin_keys,
         audit=audit,
     )
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
-    # without it every reused connection waits ~40 ms on Nagle and delayed ACKs.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(512)
-    except OSError as exc:
-        sock.close()
-        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock = listen(host, port, "the training server")
     limits = limits if limits is not None else ServerLimits()
     config = uvicorn.Config(
         app,
@@ -122,7 +113,7 @@ async def serve_async(
                 raise InvalidInputError("the training server stopped while starting")
             await asyncio.sleep(0.01)
         if on_ready is not None:
-            shown = f"[{host}]" if family == socket.AF_INET6 else host
+            shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
             on_ready(f"http://{shown}:{sock.getsockname()[1]}")
         await task
     finally:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import ipaddress
 import secrets
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
 from urllib.parse import quote
 
-from ...core.errors import InvalidInputError
+from ..listen import listen
 
 
 def is_loopback(host: str) -> bool:
@@ -26,25 +25,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on (host, port); port 0 picks a free one."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as error:
-        raise InvalidInputError(f"--host {host!r} cannot be resolved: {error}") from error
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError as error:
-        sock.close()
-        raise InvalidInputError(f"cannot listen on {host}:{port}: {error.strerror}") from error
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
 
 
 def url_of(host: str, port: int, token: str | None) -> str:
@@ -61,7 +41,8 @@ def serve(paths: Sequence[str], host: str, port: int, token: str | None) -> None
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(24)
     app = create_app(paths, token)  # checks the paths before anything listens
-    sock = bind(host, port)
+    sock = listen(host, port, "the viewer")
+    sock.set_inheritable(True)
     try:
         bound = sock.getsockname()[1]
         print(url_of(host, bound, token), flush=True)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ....core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ....ports.training_backend import TrainingBackend
+from ...listen import listen
 from ..http_protocol import head_capped_protocol
 from ..keys import KeyRing
 from ..limits import ServerLimits
@@ -37,19 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["run_art", "serve_art"]
 
 logger = logging.getLogger("arthex.art_protocol")
-
-
-def _listen(host: str, port: int, what: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(512)
-    except OSError as exc:
-        sock.close()
-        raise InvalidInputError(f"cannot listen on {host}:{port} for {what}: {exc}") from exc
-    return sock
 
 
 def _signal_free(config: Any) -> Any:
@@ -94,9 +82,9 @@ async def serve_art(
     except ImportError as exc:
         raise MissingExtraError(exc.name or "uvicorn", "server") from exc
     limits = limits if limits is not None else ServerLimits()
-    api_socket = _listen(host, port, "the ART API")
+    api_socket = listen(host, port, "the ART API")
     try:
-        inference_socket = _listen(host, inference_port, "the inference server")
+        inference_socket = listen(host, inference_port, "the inference server")
     except BaseException:
         api_socket.close()
         raise
