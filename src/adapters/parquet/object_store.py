@@ -53,6 +53,19 @@ def _publish_lock(filesystem: pafs.FileSystem, directory: str) -> threading.Lock
         return _PUBLISH_LOCKS.setdefault(key, threading.Lock())
 
 
+def read_file(filesystem: pafs.FileSystem, path: str, *, local: bool) -> bytes | None:
+    """A whole file's bytes (a local path read directly), None when it does not exist."""
+    try:
+        if local:
+            with open(path, "rb") as handle:
+                return handle.read()
+        with filesystem.open_input_stream(path) as stream:
+            data: bytes = stream.read()
+            return data
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def make_remote_dirs(filesystem: pafs.FileSystem, directory: str) -> None:
     if filesystem.type_name not in PREFIX_ONLY:
         filesystem.create_dir(directory, recursive=True)

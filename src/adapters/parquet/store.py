@@ -46,7 +46,7 @@ from ..layout import RunLayout
 from .decoding import json_object, read_part
 from .encoding import BATCH_BYTES, encode_batches
 from .local_disk import make_dirs, write_local
-from .object_store import PREFIX_ONLY, make_remote_dirs, write_remote
+from .object_store import PREFIX_ONLY, make_remote_dirs, read_file, write_remote
 from .parts import PartFile, list_parts, parse_part_name, read_step
 from .schema import FORMAT_VERSION, SCHEMA, VERSION_KEY
 
@@ -200,14 +200,7 @@ class ParquetTrajectoryStore:
             out.write(data)
 
     def _read_spec(self, path: str) -> bytes | None:
-        try:
-            if self.local:
-                return Path(path).read_bytes()
-            with self.filesystem.open_input_stream(path) as stream:
-                data: bytes = stream.read()
-                return data
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        return read_file(self.filesystem, path, local=self.local)
 
     # --- reading ------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ from ...adapters.layout import (
     is_step_name,
 )
 from ...adapters.parquet.decoding import decode, open_part
+from ...adapters.parquet.object_store import read_file
 from ...adapters.parquet.schema import AUTHORITATIVE
 from ...adapters.parquet.store import list_parts, resolve_root
 from ...core.advantages import group_advantages
@@ -127,14 +128,7 @@ class Root:
         return self.is_dir(path) and any(self.exists(f"{path}/{m}") for m in MARKERS)
 
     def read_bytes(self, path: str) -> bytes | None:
-        try:
-            if self.local:
-                return Path(path).read_bytes()
-            with self.filesystem.open_input_stream(path) as stream:
-                data: bytes = stream.read()
-                return data
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        return read_file(self.filesystem, path, local=self.local)
 
     def stat(self, path: str) -> tuple[int, int] | None:
         """(size, mtime in ns) of a file, None when absent: what caches key on."""
