@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any, TypeAlias, cast
 
 from openai.types.chat.chat_completion import Choice
@@ -34,4 +36,28 @@ def as_message(item: MessageOrChoice | dict[str, Any]) -> Message:
     return cast(Message, copy)
 
 
-__all__ = ["Message", "MessageOrChoice", "Messages", "MessagesAndChoices", "Tools", "as_message"]
+def content_text(content: object, separator: str = "\n") -> str:
+    """A message's content as plain text: a string as it is, the text of each part of a
+    list (`<image_url>` and the like for parts without text), "" for none, JSON otherwise."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return separator.join(
+            str(part.get("text", f"<{part.get('type', 'part')}>"))
+            for part in content
+            if isinstance(part, Mapping)
+        )
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+__all__ = [
+    "Message",
+    "MessageOrChoice",
+    "Messages",
+    "MessagesAndChoices",
+    "Tools",
+    "as_message",
+    "content_text",
+]

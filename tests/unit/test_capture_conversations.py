@@ -204,3 +204,13 @@ def test_a_reply_without_text_reads_the_same_in_every_conversation() -> None:
     ]
     assert all(reply["content"] == "" for reply in replies), replies
     assert len({json.dumps(reply, sort_keys=True) for reply in replies}) == 1
+
+
+def test_a_messages_content_reads_as_plain_text_in_every_shape() -> None:
+    from arthex.core.chat_types import content_text
+
+    parts = [{"type": "text", "text": "look:"}, {"type": "image_url", "image_url": {}}]
+    assert content_text(None) == "" and content_text("hi") == "hi"
+    assert content_text(parts) == "look:\n<image_url>"
+    assert content_text(parts, " ") == "look: <image_url>"
+    assert content_text({"a": 1}) == '{"a": 1}'

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ...adapters.layout import TRAJECTORIES, run_label
+from ...core.chat_types import content_text
 from .common import (
     BASE_PATH_OPT,
     MODEL_ARG,
@@ -188,7 +189,7 @@ def _print_messages(
         if item.get("tool_call_id"):
             role = f"{role}[{item['tool_call_id']}]"
         text = Text(f"{indent}{role}: ", style="blue" if role == "user" else "magenta")
-        text.append(_cut(_content_text(item.get("content")), max_chars), style="default")
+        text.append(_cut(content_text(item.get("content"), " "), max_chars), style="default")
         out.print(text)
         for call in item.get("tool_calls") or []:
             function = call.get("function") or {}
@@ -201,7 +202,7 @@ def _print_trainable(out: Console, message: Mapping[str, Any], max_chars: int, i
     text = Text(indent)
     text.append("[trainable] ", style="bold green")
     text.append(f"{message.get('role', 'assistant')}: ", style="green")
-    text.append(_cut(_content_text(message.get("content")), max_chars))
+    text.append(_cut(content_text(message.get("content"), " "), max_chars))
     out.print(text)
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, Mapping) else None
@@ -213,20 +214,6 @@ def _print_trainable(out: Console, message: Mapping[str, Any], max_chars: int, i
                     f"{indent}  -> {function.get('name')}({_cut(shown, max_chars)})", style="green"
                 )
             )
-
-
-def _content_text(content: object) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(part.get("text", f"<{part.get('type', 'part')}>"))
-            for part in content
-            if isinstance(part, dict)
-        )
-    return str(content)
 
 
 def _cut(text: str, limit: int) -> str:

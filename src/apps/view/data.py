@@ -58,6 +58,7 @@ from ...adapters.parquet.object_store import read_file
 from ...adapters.parquet.schema import AUTHORITATIVE
 from ...adapters.parquet.store import list_parts, resolve_root
 from ...core.advantages import group_advantages
+from ...core.chat_types import content_text
 from ...core.errors import ArthexError, CorruptDataError, InvalidInputError
 from ...core.history_index import HistoryIndex
 from ...core.identity import RunRef, validate_name
@@ -862,31 +863,17 @@ def message_json(item: Any) -> dict[str, Any]:
             {
                 "id": call.get("id") if isinstance(call, Mapping) else None,
                 "name": str(function.get("name", "?")),
-                "arguments": _text(function.get("arguments")),
+                "arguments": content_text(function.get("arguments")),
             }
         )
     return {
         "role": str(data.get("role", "?")),
-        "content": _text(data.get("content")),
+        "content": content_text(data.get("content")),
         "trainable": False,
         "tool_calls": calls,
         "tool_call_id": data.get("tool_call_id"),
         "name": data.get("name"),
     }
-
-
-def _text(content: object) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text", f"<{part.get('type', 'part')}>"))
-            for part in content
-            if isinstance(part, Mapping)
-        )
-    return json.dumps(content, ensure_ascii=False, default=str)
 
 
 def _finite(value: float | None) -> float | None:
