@@ -244,6 +244,7 @@ USE_CASES = {
     Path("run_state.py"),
     Path("lease_book.py"),
     Path("backend_train.py"),
+    Path("environments.py"),
 }
 USE_CASE_PACKAGES = {"pipeline"}
 
