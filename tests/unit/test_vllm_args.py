@@ -105,6 +105,8 @@ def test_the_knobs_reach_the_arguments_and_the_defaults_are_explicit() -> None:
         ("max_loras", 0),
         ("sleep_level", 3),
         ("sleep_level", True),
+        ("enforce_eager", "false"),
+        ("enforce_eager", 1),
     ],
 )
 def test_bad_knobs_are_refused_naming_the_knob(field: str, value: object) -> None:

@@ -79,6 +79,12 @@ def _positive(_instance: object, _attribute: object, value: object) -> None:
         raise InvalidInputError(f"max_loras must be a positive integer, got {value!r}")
 
 
+def _bool(_instance: object, attribute: Any, value: object) -> None:
+    # Not bool(): the string "false" would turn CUDA graphs off.
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{attribute.name} must be True or False, got {value!r}")
+
+
 def _sleep_level(_instance: object, _attribute: object, value: object) -> None:
     if isinstance(value, bool) or value not in (0, 1, 2):
         raise InvalidInputError(f"sleep_level must be 0, 1 or 2, got {value!r}")
@@ -122,7 +128,7 @@ class VllmSettings:
     max_model_len: int | None = attrs.field(
         default=None, validator=_optional_positive("max_model_len")
     )
-    enforce_eager: bool = attrs.field(default=False, converter=bool)
+    enforce_eager: bool = attrs.field(default=False, validator=_bool)
     max_num_seqs: int | None = attrs.field(
         default=None, validator=_optional_positive("max_num_seqs")
     )
