@@ -306,6 +306,13 @@ def test_other_addresses_need_insecure_bind(capsys: pytest.CaptureFixture[str]) 
         (["--insecure-bind"], "--insecure-bind is an option of --protocol art"),
         (["--protocol", "grpc"], "--protocol must be one of arthex, art"),
         (["--protocol", "art", "--inference-port", "70000"], "65535"),
+        (
+            ["--protocol", "art", "--state-dir", "s"],
+            "--state-dir is not an option of --protocol art",
+        ),
+        (["--protocol", "art", "--audit-log", "off"], "--audit-log is not an option of --protocol"),
+        (["--protocol", "art", "--admin-keys", "k"], "--admin-keys is not an option of --protocol"),
+        (["--protocol", "art", "--audit-backups", "2"], "--audit-backups is not an option of"),
     ],
 )
 def test_misplaced_options_are_one_line_errors(

@@ -169,6 +169,21 @@ class ServeOptions:
                     "delete checkpoints. Bind 127.0.0.1 (tunnel to it), or pass --insecure-bind "
                     "(and --keys for clients that can send a key) to listen there anyway"
                 )
+            # The hosted API's own state and logs: ART's protocol keeps its runs under
+            # --base-path and has no audit log or metrics endpoint, so these would do nothing.
+            plain = ServeOptions()
+            for name, attribute in (
+                ("--state-dir", "state_dir"),
+                ("--admin-keys", "admin_keys"),
+                ("--audit-log", "audit_log"),
+                ("--audit-max-bytes", "audit_max_bytes"),
+                ("--audit-backups", "audit_backups"),
+            ):
+                if getattr(self, attribute) != getattr(plain, attribute):
+                    raise InvalidInputError(
+                        f"{name} is not an option of --protocol art (its runs and checkpoints "
+                        "live under --base-path; it keeps no audit log or metrics endpoint)"
+                    )
             return
         for name, value in (
             ("--inference-port", self.inference_port),
