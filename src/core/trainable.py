@@ -166,10 +166,17 @@ class TrainableModel(Model):
         another `base_model` raises BaseModelChangedError before anything is written. A run
         with nothing trained yet (no row past step 0 in its history) may be re-pointed."""
         spec = self.spec()
-        await self._check_base_model()
+        repointed_from = await self._check_base_model()
         took = await self._take_lease(backend, lease_book.caller_site())
         try:
             endpoint = await backend.register(spec)
+            if repointed_from is not None:  # said once the backend took it (Tinker refuses)
+                logger.warning(
+                    "%s had nothing trained yet: its base model changed from %r to %r",
+                    self.run,
+                    repointed_from,
+                    self.base_model,
+                )
             remote_of = getattr(backend, "remote_of", None)  # a backend that trains elsewhere
             if callable(remote_of):
                 spec = attrs.evolve(spec, remote=remote_of(self.run))
@@ -192,21 +199,17 @@ class TrainableModel(Model):
         async with self._train_lock:
             await self._repair_training_row(self._step)
 
-    async def _check_base_model(self) -> None:
-        """Refuse another base model for a run that has trained; only reads."""
+    async def _check_base_model(self) -> str | None:
+        """Refuse another base model for a run that has trained; only reads. The recorded
+        base model a run with nothing trained is re-pointed from, else None."""
         recorded = await self._store.read_model_spec(self.run)
         before = None if recorded is None else recorded.get("base_model")
         if not isinstance(before, str) or not before or before == self.base_model:
-            return
+            return None
         last = (await self._history_index()).last_step
         if last is not None and last >= 1:
             raise BaseModelChangedError(self.run, before, self.base_model)
-        logger.warning(
-            "%s had nothing trained yet: its base model changes from %r to %r",
-            self.run,
-            before,
-            self.base_model,
-        )
+        return before
 
     async def _take_lease(self, backend: TrainingBackend, site: str) -> bool:
         """Take the run's lease if this backend needs one and it is not held yet; True when

@@ -236,3 +236,39 @@ def test_a_trained_tinker_run_refuses_another_base_model_before_anything_changes
         assert tree_digest(tmp_path / "proj" / "models" / "agent") == before
 
     asyncio.run(main())
+
+
+def test_a_tinker_run_at_step_0_keeps_its_base_model_and_logs_no_change(
+    emulator: TinkerEmulator, tiny: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tinker's run keeps the base model its service session was made from, even before a
+    step: the backend refuses, and the core does not claim the base model changed."""
+    import arthex
+    from arthex.core.errors import InvalidInputError
+
+    def model(base_model: str) -> arthex.TrainableModel:
+        return arthex.TrainableModel(
+            name="agent", project="proj", base_model=base_model, base_path=str(tmp_path),
+            report_metrics=[],
+        )  # fmt: skip
+
+    async def main() -> None:
+        backend = TinkerBackend(base_url=emulator.base_url, api_key=KEY, timeout_s=TIMEOUT_S)
+        first = model(tiny)
+        try:
+            await first.register(backend)
+        finally:
+            await first.close()
+            await backend.close()
+        backend = TinkerBackend(base_url=emulator.base_url, api_key=KEY, timeout_s=TIMEOUT_S)
+        other = model("org/another-model")
+        try:
+            with pytest.raises(InvalidInputError, match="was trained from base model"):
+                await other.register(backend)
+        finally:
+            await other.close()
+            await backend.close()
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(main())
+    assert not any("nothing trained yet" in record.getMessage() for record in caplog.records)
