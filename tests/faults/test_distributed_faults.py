@@ -396,3 +396,23 @@ def test_a_backend_closed_while_a_register_is_in_flight_stops_the_ranks_it_start
     in_flight, left = asyncio.run(main())
     assert in_flight, "register finished before its ranks were seen; nothing was raced"
     assert left == []
+
+
+def test_a_rank_group_collected_without_close_lets_the_zygote_go() -> None:
+    """The zygote is held by the rank groups forked from it; one dropped without `close`
+    lets go when collected, so the zygote does not wait for interpreter exit."""
+    import gc
+
+    from arthex.adapters.local.distributed import processes
+
+    class Group:  # a holder is any object the zygote is held for
+        pass
+
+    group = Group()
+    zygote = processes._zygote(group)
+    process = psutil.Process(zygote._proc.pid)
+    assert process.is_running()
+    del group
+    gc.collect()
+    zygote._proc.wait(timeout=120)  # ends once let go: a deadline, not a sleep
+    assert processes._ZYGOTE is not zygote

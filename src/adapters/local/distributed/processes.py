@@ -9,9 +9,9 @@ forking it is as safe as torch's own fork-started DataLoader workers. Elsewhere,
 zygote cannot be started, each rank is a fresh interpreter.
 
 The zygote is shared by the rank groups of the frontend process that use it: a group holds it
-from its first forked rank until the group is closed (`let_go`), and when the last holder lets
-go the zygote is closed, so a closed backend leaves no process behind, after a rank failure
-as after a clean run. The next rank needed starts a new one.
+from its first forked rank until the group is closed (`let_go`) or collected, and when the
+last holder lets go the zygote is closed, so a closed backend leaves no process behind, after
+a rank failure as after a clean run. The next rank needed starts a new one.
 
 Either way a rank is a `RankProcess`: its pid, its exit status once it has ended (Popen's
 convention: negative for a signal), and a kill that takes its whole process group (each rank
@@ -34,7 +34,7 @@ import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 from ....core.errors import BackendError
 
@@ -191,7 +191,9 @@ class Zygote:
 _FORKING = True
 _ZYGOTE: Zygote | None = None
 _ZYGOTE_LOCK = threading.Lock()
-_HOLDERS: weakref.WeakSet[object] = weakref.WeakSet()  # the rank groups holding _ZYGOTE
+# The rank groups holding _ZYGOTE, by id; each entry is the finalizer that lets go for a group
+# collected without `let_go`.
+_HOLDERS: dict[int, weakref.finalize[Any, Any]] = {}
 
 
 def _zygote(holder: object) -> Zygote:
@@ -199,25 +201,51 @@ def _zygote(holder: object) -> Zygote:
     with _ZYGOTE_LOCK:
         if _ZYGOTE is None or _ZYGOTE.owner != os.getpid() or _ZYGOTE._gone is not None:
             stale, _ZYGOTE = _ZYGOTE, Zygote()
+            for finalizer in _HOLDERS.values():
+                finalizer.detach()
             _HOLDERS.clear()
             atexit.register(_ZYGOTE.close)
             if stale is not None and stale.owner == os.getpid():
                 atexit.unregister(stale.close)
                 stale.close()  # it exited already: this reaps it and removes its log
-        _HOLDERS.add(holder)
+        key = id(holder)
+        known = _HOLDERS.get(key)
+        if known is None or not known.alive:  # not a holder yet (or a collected one's id)
+            # It lets go off this thread: the collector may run the finalizer while this very
+            # lock is held. At exit the atexit close does it.
+            finalizer = weakref.finalize(holder, _let_go_later, key)
+            finalizer.atexit = False
+            _HOLDERS[key] = finalizer
         return _ZYGOTE
 
 
 def let_go(holder: object) -> None:
     """`holder` needs no more ranks; the last holder to let go closes the zygote (which kills
     any rank it still has, and exits) and waits for it to end."""
+    finalizer = _HOLDERS.get(id(holder))
+    if finalizer is not None and finalizer.detach() is not None:
+        _let_go(id(holder), finalizer)
+
+
+def _let_go_later(key: int) -> None:
+    finalizer = _HOLDERS.get(key)
+    if finalizer is not None:
+        thread = threading.Thread(
+            target=_let_go, args=(key, finalizer), name="arthex-zygote-close", daemon=True
+        )
+        thread.start()
+
+
+def _let_go(key: int, finalizer: weakref.finalize[Any, Any]) -> None:
     global _ZYGOTE
     with _ZYGOTE_LOCK:
-        if holder not in _HOLDERS:
+        if _HOLDERS.get(key) is not finalizer:  # let go already, or a new zygote since
             return
-        _HOLDERS.discard(holder)
+        del _HOLDERS[key]
+        if _HOLDERS:
+            return
         zygote = _ZYGOTE
-        if _HOLDERS or zygote is None or zygote.owner != os.getpid():
+        if zygote is None or zygote.owner != os.getpid():
             return
         _ZYGOTE = None
     atexit.unregister(zygote.close)
