@@ -9,7 +9,10 @@ event, so a test can drive two of them against one server:
   `trained` with the step reached;
 - `wait`: register; at the first refusal say `busy`, wait for `go` on stdin, then retry until
   the lease is free, train one step and say `trained` with the step and how many refusals
-  it counted.
+  it counted;
+- `relay`: one backend through two event loops, as a notebook's cells or two `asyncio.run`
+  calls use it: register and train one step in the first, then again in the second, say
+  `ready`, and hold the lease until `close` on stdin, as `hold` does.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ async def train_one(backend: ServerlessBackend) -> int:
     return await backend.get_step(RUN)
 
 
-async def main(mode: str, url: str, key: str) -> None:
-    backend = ServerlessBackend(url, key, poll_wait_s=1.0)
+async def main(mode: str, url: str, key: str, backend: ServerlessBackend | None = None) -> None:
+    backend = backend or ServerlessBackend(url, key, poll_wait_s=1.0)
     spec = ModelSpec(run=RUN)
     if mode == "hold":
         await backend.register(spec)
@@ -55,6 +58,10 @@ async def main(mode: str, url: str, key: str) -> None:
         await backend.close()
         say("closed")
         return
+    if mode == "relay":
+        await backend.register(spec)
+        await train_one(backend)
+        return  # the caller runs the rest on a new event loop: this one's tasks end with it
     refusals = 0
     try:
         while True:
@@ -77,5 +84,19 @@ async def main(mode: str, url: str, key: str) -> None:
         await backend.close()
 
 
+async def relay_second_loop(backend: ServerlessBackend) -> None:
+    await backend.register(ModelSpec(run=RUN))
+    say("ready", step=await train_one(backend))
+    while await read_line() != "close":
+        pass
+    await backend.close()
+    say("closed")
+
+
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    if sys.argv[1] == "relay":
+        relayed = ServerlessBackend(sys.argv[2], sys.argv[3], poll_wait_s=1.0)
+        asyncio.run(main("relay", sys.argv[2], sys.argv[3], backend=relayed))
+        asyncio.run(relay_second_loop(relayed))
+    else:
+        asyncio.run(main(*sys.argv[1:4]))

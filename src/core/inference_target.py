@@ -8,6 +8,7 @@ evaluated and logged like a trained one; a trainable model gets them from its ba
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from .errors import InvalidInputError
@@ -21,6 +22,7 @@ class InferenceTarget:
     inference_api_key: str | None
     _inference_model_name: str | None
     _client: AsyncOpenAI | None
+    _client_loop: asyncio.AbstractEventLoop | None
 
     @property
     def name(self) -> str:
@@ -33,6 +35,7 @@ class InferenceTarget:
         self.inference_api_key = api_key
         self._inference_model_name = model_name
         self._client = None
+        self._client_loop = None
 
     @property
     def inference_model_name(self) -> str | None:
@@ -52,21 +55,38 @@ class InferenceTarget:
         return base if step is None else f"{base}@{step}"
 
     def openai_client(self) -> AsyncOpenAI:
-        """An `openai.AsyncOpenAI` for `inference_base_url` and `inference_api_key` (cached)."""
+        """An `openai.AsyncOpenAI` for `inference_base_url` and `inference_api_key` (cached
+        per event loop: a script's second `asyncio.run` gets a client of its own, as the
+        first one's pooled connections ended with its loop)."""
         if self.inference_base_url is None or self.inference_api_key is None:
             raise InvalidInputError(
                 f"model {self.name!r} has no inference endpoint: pass inference_base_url= and "
                 "inference_api_key= (e.g. https://api.openai.com/v1 and your key)"
             )
+        return self._client_for(self.inference_base_url, self.inference_api_key)
+
+    def _client_for(self, base_url: str, api_key: str) -> AsyncOpenAI:
+        loop = _running_loop()
+        if loop is not None and self._client_loop not in (None, loop):
+            # made on a loop that has ended (or another thread's): left to it
+            self._client, self._client_loop = None, None
         if self._client is None:
             from openai import AsyncOpenAI  # the client class, not only the types
 
-            self._client = AsyncOpenAI(
-                base_url=self.inference_base_url, api_key=self.inference_api_key, timeout=1200.0
-            )
+            self._client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=1200.0)
+        if self._client_loop is None:
+            self._client_loop = loop
         return self._client
 
     async def _close_client(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        client, made_on = self._client, self._client_loop
+        self._client, self._client_loop = None, None
+        if client is not None and made_on in (None, _running_loop()):
+            await client.close()  # a client of an ended loop has nothing left to close here
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -92,7 +92,6 @@ class TrainableModel(Model):
         self.base_model = base_model
         self._backend: TrainingBackend | None = None
         self._endpoint: InferenceEndpoint | None = None
-        self._client: AsyncOpenAI | None = None
         self._step: int | None = None
         self._train_lock = asyncio.Lock()
         self._pending: PendingBatch | None = None
@@ -281,19 +280,14 @@ class TrainableModel(Model):
         return self.get_inference_name() if self._endpoint is not None else None
 
     def openai_client(self) -> AsyncOpenAI:
-        """An `openai.AsyncOpenAI` for the backend's endpoint (cached per registration)."""
+        """An `openai.AsyncOpenAI` for the backend's endpoint (cached per registration and
+        event loop)."""
         if self._endpoint is None:
             raise NotRegisteredError(
                 f"model {self.run} has no inference endpoint: register it with a backend that "
                 "serves (e.g. LocalBackend) first"
             )
-        if self._client is None:
-            from openai import AsyncOpenAI  # the client class, not only the types
-
-            self._client = AsyncOpenAI(
-                base_url=self._endpoint.base_url, api_key=self._endpoint.api_key, timeout=1200.0
-            )
-        return self._client
+        return self._client_for(self._endpoint.base_url, self._endpoint.api_key)
 
     async def train(
         self,

@@ -10,12 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests._serverless import REPO, STEP_DELAY_ENV, ServerProcess, directories, start_server
+from tests.e2e.test_serverless_operations import audit_lines
 from tests.e2e.test_serverless_security import Unchanged, groups_json, http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # trainer processes, a TTL to expire
@@ -142,6 +144,28 @@ def test_training_calls_need_the_lease_while_reads_and_other_tenants_do_not(
     mine = other.post("/preview/models", json={"project": "lease", "name": "agent"})
     assert mine.status_code == 201 and mine.json()["id"] != model
     assert str(holder.pid) not in mine.text
+    holder.tell("close")
+    assert holder.next_event()["event"] == "closed"
+    assert holder.finish() == 0
+
+
+def test_a_backend_used_again_on_a_new_event_loop_keeps_renewing_its_lease(
+    server: ServerProcess,
+) -> None:
+    """The heartbeat that renews the lease ends with the event loop it ran on; registering
+    again on the next loop starts it again, so an idle trainer keeps its lease past the TTL.
+    Seen in the audit log: a PUT of the lease by this tenant after the trainer went idle."""
+    tenant, key = server.fresh_tenant()
+    holder = Trainer("relay", server, key)
+    assert holder.next_event() == {"event": "ready", "pid": holder.pid, "step": 2}
+    seen = len(audit_lines(server))
+    deadline = time.monotonic() + 120  # the beat comes every TTL/3; a deadline, not a pace
+    while not any(
+        line["method"] == "PUT" and line["route"].endswith("/lease") and line["tenant"] == tenant
+        for line in audit_lines(server)[seen:]
+    ):
+        assert time.monotonic() < deadline, "no lease renewal after the trainer went idle"
+        time.sleep(0.2)
     holder.tell("close")
     assert holder.next_event()["event"] == "closed"
     assert holder.finish() == 0

@@ -142,6 +142,7 @@ class ServerlessBackend(BackendTrainEntry):
         self._model_ids: dict[RunRef, str] = {}
         self._capabilities: BackendCapabilities | None = None
         self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
         self.lease_id = _process_lease_id(self.base_url, key)
         self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
         self._heartbeats: dict[RunRef, asyncio.Task[None]] = {}
@@ -271,6 +272,10 @@ class ServerlessBackend(BackendTrainEntry):
             with contextlib.suppress(RuntimeError):  # its event loop may be gone
                 task.cancel()
         client = self._client
+        if client is not None and self._client_loop is not asyncio.get_running_loop():
+            client = None  # an ended loop's: nothing of it can be used or closed here
+        if client is None and heartbeats:
+            client = self._http()  # give the leases back from this loop
         if client is not None:
             for run in heartbeats:
                 if self._shared(run):
@@ -389,6 +394,12 @@ class ServerlessBackend(BackendTrainEntry):
         return payload
 
     def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._client_loop is not loop:
+            # made on a loop that has ended (a script's earlier asyncio.run): its pooled
+            # connections went with it, so this loop gets a client of its own
+            self._client = None
+        self._client_loop = loop
         if self._client is None:
             httpx = httpx_module()
             self._client = httpx.AsyncClient(
