@@ -175,8 +175,13 @@ def reported(
     # the project's own cache, filled by `mypy --strict` (which `make test` runs first) with
     # the same settings, so only the snippets are checked; else one kept by pytest
     cache = ROOT / ".mypy_cache"
-    if not cache.is_dir():
-        cache = request.config.cache.mkdir("mypy-public-signatures")
+    if not cache.is_dir():  # pytest's cache, or this session's folder under -p no:cacheprovider
+        kept = getattr(request.config, "cache", None)
+        cache = (
+            kept.mkdir("mypy-public-signatures")
+            if kept is not None
+            else tmp_path_factory.mktemp("mypy-cache")
+        )
     stdout, stderr, status = mypy_api.run(
         [
             "--config-file",
