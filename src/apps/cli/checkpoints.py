@@ -15,8 +15,8 @@ Where a run keeps its checkpoints decides what these commands can do:
 - on a training server (ServerlessBackend): nothing in the run directory says so; `prune`
   finds no checkpoints and says where they may be.
 
-`prune` decides exactly as `model.delete_checkpoints` does: the best step from `BestStep` over
-the policies' per-step means, the keep set from `arthex.core.retention.decide`.
+`prune` calls the use case `model.delete_checkpoints` calls (`arthex.core.pruning`) on
+`RunCheckpoints`, the run directory's checkpoints as the backend port's `CheckpointFiles`.
 """
 
 from __future__ import annotations
