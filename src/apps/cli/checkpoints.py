@@ -21,8 +21,6 @@ Where a run keeps its checkpoints decides what these commands can do:
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -78,13 +76,3 @@ def require_local(path: Path) -> Stored:
             "through a training server keeps them there: use model.delete_checkpoints()"
         )
     return found
-
-
-def disk_use(path: Path) -> int:
-    """Bytes of the regular files below `path` (links are not followed)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for file in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, file)).st_size
-    return total

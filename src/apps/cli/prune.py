@@ -20,11 +20,12 @@ from pathlib import Path
 import attrs
 import typer
 
+from ...adapters.files import disk_use
 from ...adapters.layout import parse_run_dir, run_label
 from ...core.identity import RunRef
 from ...core.pruning import delete_checkpoints
 from ...core.retention import Direction, RetentionDecision
-from .checkpoints import Stored, disk_use, require_local
+from .checkpoints import Stored, require_local
 from .common import (
     BASE_PATH_OPT,
     DIRECTION_OPT,

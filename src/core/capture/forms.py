@@ -72,13 +72,8 @@ class capture:
     async def __aenter__(self) -> Trajectory:
         return self._enter()
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._exit(error)
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.__exit__(*exc_info)
 
     def __enter__(self) -> Trajectory:
         return self._enter()
