@@ -1,4 +1,5 @@
-"""Durable file writes shared by the file adapters: temp file, fsync, rename, directory fsync."""
+"""Durable file writes shared by the file adapters: temp file, fsync, rename, directory fsync;
+locks; the disk use of a folder."""
 
 from __future__ import annotations
 
@@ -51,7 +52,12 @@ def temp_path_for(path: Path) -> Path:
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    """fsync a directory (after a rename or an unlink in it, so the entry is durable)."""
+    _fsync(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
@@ -102,11 +108,17 @@ def new_folder(target: Path) -> Iterator[Path]:
 
 def fsync_file(path: Path) -> None:
     """fsync a file's data and metadata (by path; the file stays closed afterwards)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(path, os.O_RDONLY)
+
+
+def disk_use(path: Path) -> int:
+    """Bytes of the regular files below `path` (links are not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for file in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, file)).st_size
+    return total
 
 
 @contextlib.contextmanager

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import attrs
 
-from ..core.identity import RunRef
+from ..core.errors import InvalidInputError
+from ..core.identity import ModelSpec, RunRef
 
 MODELS = "models"
 HISTORY = "history.jsonl"
@@ -91,6 +92,20 @@ class RunLayout:
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / step_name(step)
+
+
+def backend_run_dir(spec: ModelSpec, path: str | None, backend: str) -> Path:
+    """Where a backend keeps `spec`'s run: under the model's `base_path`, the one place a run
+    lives (its trajectories, ledger and trainer lease are there, so its checkpoints are too).
+    A backend's own `path` (ART's spelling of that place) may only agree: InvalidInputError
+    naming both otherwise, before anything is written."""
+    if path is not None and Path(path).resolve() != Path(spec.base_path).resolve():
+        raise InvalidInputError(
+            f"{backend}(path={path!r}) names another place for {spec.run} than the model's "
+            f"base_path {spec.base_path!r}: a run lives in one directory, the model's "
+            f"base_path; pass base_path={path!r} to the model, or leave path out"
+        )
+    return RunLayout.of(spec.base_path, spec.run).dir
 
 
 def step_name(step: int) -> str:

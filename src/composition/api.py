@@ -51,13 +51,36 @@ def model_ports(
     )
 
 
-def _one_way(ports: core.ModelPorts | None, *adapters: object) -> None:
-    """The adapters come in `ports=` or one by one, never both (one would be ignored)."""
-    if ports is not None and any(adapter is not None for adapter in adapters):
+def _ports_of(
+    ports: core.ModelPorts | None,
+    base_path: str,
+    report_metrics: Sequence[str] | None,
+    entity: str | None,
+    store: TrajectoryStore | None,
+    reporter: MetricsHistory | None,
+    mirrors: Sequence[MetricsReporter] | None,
+    state: RunStateStore | None,
+    leases: RunLeases | None = None,
+) -> core.ModelPorts:
+    """The model's ports: given whole (`ports=`), or built by `model_ports` from the adapters
+    given one by one and the defaults; never both (one would be ignored)."""
+    if ports is None:
+        return model_ports(
+            base_path,
+            report_metrics,
+            entity,
+            store=store,
+            reporter=reporter,
+            mirrors=mirrors,
+            state=state,
+            leases=leases,
+        )
+    if any(adapter is not None for adapter in (store, reporter, mirrors, state, leases)):
         raise InvalidInputError(
             "pass the adapters either in ports= or one by one (store=, reporter=, mirrors=, "
             "state=, leases=), not both"
         )
+    return ports
 
 
 def _warn_backend_settings(lora_config: object, internal_config: object) -> None:
@@ -106,17 +129,7 @@ class Model(core.Model):
         run_name: str | None = None,
         ports: core.ModelPorts | None = None,
     ) -> None:
-        _one_way(ports, store, reporter, mirrors, state)
-        if ports is None:
-            ports = model_ports(
-                base_path,
-                report_metrics,
-                entity,
-                store=store,
-                reporter=reporter,
-                mirrors=mirrors,
-                state=state,
-            )
+        ports = _ports_of(ports, base_path, report_metrics, entity, store, reporter, mirrors, state)
         super().__init__(
             name=name,
             project=project,
@@ -163,18 +176,9 @@ class TrainableModel(trainable.TrainableModel, Model):
         ports: core.ModelPorts | None = None,
     ) -> None:
         _warn_backend_settings(lora_config, _internal_config)
-        _one_way(ports, store, reporter, mirrors, state, leases)
-        if ports is None:
-            ports = model_ports(
-                base_path,
-                report_metrics,
-                entity,
-                store=store,
-                reporter=reporter,
-                mirrors=mirrors,
-                state=state,
-                leases=leases,
-            )
+        ports = _ports_of(
+            ports, base_path, report_metrics, entity, store, reporter, mirrors, state, leases
+        )
         super().__init__(
             name=name,
             project=project,

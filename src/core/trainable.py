@@ -24,7 +24,7 @@ from ..ports.training_backend import (
     StepMetricsSource,
     TrainingBackend,
 )
-from . import fine_tuning, lease_book
+from . import fine_tuning, lease_book, pruning
 from .capture.endpoints import register_endpoint
 from .capture.training import training_groups
 from .config import TrainConfig
@@ -42,7 +42,7 @@ from .metrics import (
 )
 from .model import Model, ModelPorts, TrainResult, config_json
 from .progress import ProgressLine
-from .retention import BestStep, Direction, RetentionDecision, decide
+from .retention import BestStep, Direction, RetentionDecision
 from .sft import TrainSFTConfig
 from .training_row import (
     GRADIENT_STEPS_KEY,
@@ -425,39 +425,20 @@ class TrainableModel(Model):
         """Keep the latest `keep_last` steps, the best step by `best_checkpoint_metric`
         (`direction` "max" or "min"; ties go to the later step), pinned steps and KL reference
         steps; delete the other checkpoints. When the metric was never logged nothing is
-        deleted and the decision says why. `dry_run` reports without deleting."""
+        deleted and the decision says why. `dry_run` reports without deleting (the use case
+        `pruning.delete_checkpoints`, which `arthex prune` calls too)."""
         backend = self.backend
-        latest = await backend.get_step(self.run)
         best = await self._best_step(best_checkpoint_metric, direction)
-        existing = await backend.checkpoint_steps(self.run)
-        decision = decide(
+        decision = await pruning.delete_checkpoints(
+            backend,
+            self.run,
             best,
-            latest=latest,
             metric=best_checkpoint_metric,
             direction=direction,
             keep_last=keep_last,
             pinned=set(pinned) | self._pinned,
+            dry_run=dry_run,
         )
-        if decision is None:
-            reason = (
-                f"{best_checkpoint_metric!r} was never logged for {self.run}, so the best "
-                "checkpoint is unknown: nothing deleted"
-            )
-            logger.warning(reason)
-            return RetentionDecision(
-                keep=frozenset(existing),
-                best_step=None,
-                metric=best_checkpoint_metric,
-                reason=reason,
-                dry_run=dry_run,
-            )
-        remaining = frozenset(s for s in existing if s in decision.keep)
-        if dry_run:
-            return attrs.evolve(
-                decision,
-                keep=remaining,
-                deleted=tuple(s for s in existing if s not in decision.keep),
-                dry_run=True,
-            )
-        deleted = await backend.delete_checkpoint_files(self.run, decision.keep)
-        return attrs.evolve(decision, keep=remaining - set(deleted), deleted=tuple(sorted(deleted)))
+        if decision.best_step is None:
+            logger.warning(decision.reason)
+        return decision

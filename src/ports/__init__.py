@@ -5,7 +5,8 @@
 - `metrics_reporter`: MetricsReporter, where rows go, and MetricsHistory, the ledger the
   policies read;
 - `training_backend`: TrainingBackend, which trains and serves, with its facets (capabilities,
-  SFT, export, step metrics) and the run lease that guards its checkpoints (RunLeases).
+  SFT, export, step metrics, the checkpoint files retention drives: CheckpointFiles) and the
+  run lease that guards its checkpoints (RunLeases).
 """
 
 from .metrics_reporter import (
@@ -18,6 +19,7 @@ from .metrics_reporter import (
 from .training_backend import (
     BackendCapabilities,
     Capability,
+    CheckpointFiles,
     HeldLease,
     InferenceEndpoint,
     LeaseHolder,
@@ -31,6 +33,7 @@ from .trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
 __all__ = [
     "BackendCapabilities",
     "Capability",
+    "CheckpointFiles",
     "ConfigRecorder",
     "HeldLease",
     "InferenceEndpoint",

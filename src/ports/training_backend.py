@@ -91,6 +91,27 @@ class InferenceEndpoint:
     model_name: str
 
 
+class CheckpointFiles(Protocol):
+    """What retention drives (`core/pruning.py`): a run's step, its checkpoints, deleting
+    them. Every TrainingBackend is one; so is a run directory's own checkpoints read without a
+    trainer (`adapters/local/checkpoints.RunCheckpoints`, what `arthex prune` opens)."""
+
+    async def get_step(self, run: RunRef) -> int:
+        """The newest durable checkpoint's step; 0 before any training."""
+        ...
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        """The steps that have checkpoints, ascending."""
+        ...
+
+    async def delete_checkpoint_files(
+        self, run: RunRef, steps_to_keep: Collection[int]
+    ) -> list[int]:
+        """Delete every checkpoint not in `steps_to_keep` (never the latest, never one being
+        served); return the steps deleted."""
+        ...
+
+
 class TrainingBackend(Protocol):
     @property
     def capabilities(self) -> BackendCapabilities: ...
@@ -237,6 +258,7 @@ __all__ = [
     "ALL_CAPABILITIES",
     "BackendCapabilities",
     "Capability",
+    "CheckpointFiles",
     "ExportFormat",
     "HeldLease",
     "InferenceEndpoint",

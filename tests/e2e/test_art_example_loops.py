@@ -119,7 +119,7 @@ def test_the_art_skill_template_loop_runs_with_its_imports_changed(
     assert kept == sorted({2, best})
 
 
-def test_register_fills_arts_inference_fields_and_a_split_run_directory_is_warned_about(
+def test_register_fills_arts_inference_fields_with_the_run_in_one_directory(
     base_model: str, tmp_path: Path, no_wandb: None
 ) -> None:
     import arthex as art
@@ -134,9 +134,8 @@ def test_register_fills_arts_inference_fields_and_a_split_run_directory_is_warne
             report_metrics=[],
         )
         assert (model.inference_base_url, model.inference_model_name) == (None, None)
-        backend = art.LocalBackend(path=str(tmp_path / "elsewhere"))
-        with pytest.warns(UserWarning, match="base_path="):
-            await model.register(backend)
+        backend = art.LocalBackend(path=str(tmp_path / "logs"))  # ART's spelling, agreeing
+        await model.register(backend)
         try:
             assert model.inference_base_url is not None
             assert model.inference_base_url.startswith("http://127.0.0.1:")
@@ -155,4 +154,5 @@ def test_register_fills_arts_inference_fields_and_a_split_run_directory_is_warne
             await backend.close()
 
     asyncio.run(main())
-    assert (tmp_path / "elsewhere" / "fields" / "models" / "agent-run-1" / "checkpoints").is_dir()
+    run_dir = tmp_path / "logs" / "fields" / "models" / "agent-run-1"
+    assert (run_dir / "checkpoints").is_dir() and (run_dir / "trainer.lease").is_file()

@@ -243,6 +243,7 @@ USE_CASES = {
     Path("fine_tuning.py"),
     Path("run_state.py"),
     Path("lease_book.py"),
+    Path("pruning.py"),
     Path("backend_train.py"),
     Path("environments.py"),
 }

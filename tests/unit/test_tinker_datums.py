@@ -220,12 +220,17 @@ _fits: type[TinkerClients] = FakeClients
 # --- helpers ----------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the model's base_path (spec) is where the backend's path is
+
+
 def make_backend(fake: FakeTinker, tmp_path: Path, **options: Any) -> TinkerBackend:
     return TinkerBackend(str(tmp_path), serve=False, clients=FakeClients(fake), **options)
 
 
 def spec() -> ModelSpec:
-    return ModelSpec(run=RUN, base_model="tiny-base")
+    return ModelSpec(run=RUN, base_model="tiny-base", base_path=str(Path.cwd()))
 
 
 def choice(prompt: list[int], completion: list[int], logprobs: list[float]) -> Any:

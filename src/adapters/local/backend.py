@@ -51,7 +51,7 @@ from ...ports.training_backend import (
 )
 from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..inference.vllm_args import SleepLevel
-from ..layout import MODEL_SPEC, RunLayout
+from ..layout import MODEL_SPEC, backend_run_dir
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -104,10 +104,11 @@ class _Run:
 class LocalBackend(BackendTrainEntry):
     """Train with torch on this machine; serve `{name}` and `{name}@{step}` over HTTP.
 
-    `path` overrides the model's `base_path` for checkpoints (runs live in
-    `{base}/{project}/models/{name}`); give the model the same `base_path` to keep the run in
-    one directory (ART moves the model's files under the backend's path; arthex's model logs
-    where its own `base_path` says, and a mismatch is warned about at `register`).
+    A run lives in one directory, `{base_path}/{project}/models/{name}`, and the model's
+    `base_path` names it: its trajectories, ledger and trainer lease are there, so its
+    checkpoints are too. `path` is ART's spelling of that place (ART moves the model's files
+    under it); here it may only agree: a model whose `base_path` names another place is
+    refused at `register`, before anything is written.
     `engine` picks the sampling engine ("auto": vLLM when importable with a GPU, else torch).
 
     The vLLM engine (docs/backends/local.md) serves LoRA steps only, on the GPU `device` names
@@ -207,7 +208,7 @@ class LocalBackend(BackendTrainEntry):
         self._runs.check_open()
         if not model.trainable:
             return None
-        self._warn_split_run_directory(model)
+        backend_run_dir(model, self._path, "LocalBackend")  # refused before anything starts
         if not model.base_model:
             raise InvalidInputError(
                 f"model {model.run} has no base_model; LocalBackend needs a Hugging Face causal "
@@ -222,18 +223,6 @@ class LocalBackend(BackendTrainEntry):
             )
         return self._pool.endpoint(run.serving, model.run)
 
-    def _warn_split_run_directory(self, model: ModelSpec) -> None:
-        if self._path is None or model.run in self._runs:
-            return
-        if Path(self._path).resolve() != Path(model.base_path).resolve():
-            warnings.warn(
-                f"LocalBackend(path={self._path!r}) keeps {model.run}'s checkpoints there, "
-                f"while the model logs under its base_path {model.base_path!r}; pass "
-                f"base_path={self._path!r} to the model to keep the run in one directory",
-                UserWarning,
-                stacklevel=3,
-            )
-
     async def _open_run(self, spec: ModelSpec) -> _Run:
         from . import checkpoints as ckpt
         from .trainer import DEFAULT_LORA_TARGETS, TrainerSettings
@@ -244,7 +233,7 @@ class LocalBackend(BackendTrainEntry):
         full_finetune = training_mode(kind, self._full_finetune, self._device, self._lora_rank)
         if kind == "vllm":  # the installed vLLM's fields, checked before anything starts
             self._vllm_engine(spec.base_model).engine_args()
-        model_dir = RunLayout.of(self._path or spec.base_path, spec.run).dir
+        model_dir = backend_run_dir(spec, self._path, "LocalBackend")
         model_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temps(model_dir)
         settings = TrainerSettings(

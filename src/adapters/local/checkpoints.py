@@ -27,7 +27,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import BackendError, CorruptDataError
+from ...core.errors import BackendError, CorruptDataError, InvalidInputError
+from ...core.identity import RunRef
 from ..files import TEMP_PREFIX, fsync_dir, fsync_file
 from ..layout import CHECKPOINTS, step_name
 
@@ -201,3 +202,34 @@ def _files(directory: Path) -> Iterator[Path]:
     for path in sorted(directory.rglob("*")):
         if path.is_file():
             yield path
+
+
+class RunCheckpoints:
+    """One run directory's checkpoints, read and deleted with the LocalBackend's own folder
+    logic but without a trainer: the port's `CheckpointFiles` for `arthex prune`, which opens
+    a run and applies the retention use case to it as a script does. Nothing serves from it,
+    so deleting has nothing to unserve first; `run` names the run it was opened for."""
+
+    def __init__(self, model_dir: Path, run: RunRef) -> None:
+        self.model_dir = model_dir
+        self.run = run
+
+    def _check(self, run: RunRef) -> None:
+        if run != self.run:
+            raise InvalidInputError(f"these are the checkpoints of {self.run}, not of {run}")
+
+    async def get_step(self, run: RunRef) -> int:
+        self._check(run)
+        return latest_step(self.model_dir) or 0
+
+    async def checkpoint_steps(self, run: RunRef) -> list[int]:
+        self._check(run)
+        return complete_steps(self.model_dir)
+
+    async def delete_checkpoint_files(
+        self, run: RunRef, steps_to_keep: Collection[int]
+    ) -> list[int]:
+        """Delete every step folder but the kept ones and the latest (`unkept`: incomplete
+        folders too, as the LocalBackend deletes); return the steps deleted."""
+        self._check(run)
+        return delete_steps(self.model_dir, unkept(self.model_dir, steps_to_keep))

@@ -41,14 +41,13 @@ from ...core.errors import RunBusyError
 from ...core.identity import RunRef
 from ...ports.training_backend import LeaseHolder, held_by_this_process
 from ..files import unwritable_directory_error
-from ..layout import LEASE, RunLayout
+from ..layout import RunLayout
 
 if TYPE_CHECKING:
     from ...ports.training_backend import HeldLease, RunLeases
 
 logger = logging.getLogger("arthex")
 
-LEASE_FILE = LEASE
 _MAX_LEASE_BYTES = 4096
 
 

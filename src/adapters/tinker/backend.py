@@ -58,7 +58,7 @@ from ...ports.training_backend import (
     TrainingBackend,
 )
 from ..inference.engine_pool import RunTable, Serving, ServingPool
-from ..layout import RunLayout
+from ..layout import backend_run_dir
 from .clients import (
     RestClientLike,
     SamplingClientLike,
@@ -101,7 +101,8 @@ class TinkerBackend(BackendTrainEntry):
     """Train on Tinker; serve `{name}` and `{name}@{step}` from an OpenAI-compatible server.
 
     `base_url`/`api_key` default to the SDK's own lookup (`TINKER_BASE_URL`, `TINKER_API_KEY`).
-    `path` overrides the model's `base_path`. `tokenizer` is where the chat tokenizer is loaded
+    `path`, when given, must name the model's `base_path` (a run lives in one directory:
+    `layout.backend_run_dir`). `tokenizer` is where the chat tokenizer is loaded
     from when the Tinker model name is not a loadable Hugging Face id or directory.
     `serve=False` trains without starting an inference server (`register` returns None).
     `clients` replaces the SDK (tests). `timeout_s` bounds every wait on the service.
@@ -181,12 +182,13 @@ class TinkerBackend(BackendTrainEntry):
             raise InvalidInputError(
                 f"model {model.run} has no base_model; TinkerBackend needs a model Tinker serves"
             )
+        backend_run_dir(model, self._path, "TinkerBackend")  # refused before anything starts
         run = await self._runs.open(model.run, lambda: self._open_run(model))
         return None if run.serving is None else self._pool.endpoint(run.serving, model.run)
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
         assert spec.base_model is not None
-        model_dir = RunLayout.of(self._path or spec.base_path, spec.run).dir
+        model_dir = backend_run_dir(spec, self._path, "TinkerBackend")
         model_dir.mkdir(parents=True, exist_ok=True)
         record = await asyncio.to_thread(read_record, model_dir)
         if record is None:

@@ -198,12 +198,6 @@ def _stop_sdk_loop_at_exit() -> None:
             _at_exit_registered = True
 
 
-def sdk_loop_thread() -> threading.Thread | None:
-    """The SDK's event-loop thread, while it runs."""
-    running = _sdk_loop()
-    return running[1] if running is not None else None
-
-
 def _sdk_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread] | None:
     """The SDK's loop and its thread, while it runs (the pinned SDK keeps them in a module
     singleton; None too if a later SDK keeps them elsewhere)."""

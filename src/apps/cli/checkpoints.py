@@ -15,14 +15,12 @@ Where a run keeps its checkpoints decides what these commands can do:
 - on a training server (ServerlessBackend): nothing in the run directory says so; `prune`
   finds no checkpoints and says where they may be.
 
-`prune` decides exactly as `model.delete_checkpoints` does: the best step from `BestStep` over
-the policies' per-step means, the keep set from `arthex.core.retention.decide`.
+`prune` calls the use case `model.delete_checkpoints` calls (`arthex.core.pruning`) on
+`RunCheckpoints`, the run directory's checkpoints as the backend port's `CheckpointFiles`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -78,13 +76,3 @@ def require_local(path: Path) -> Stored:
             "through a training server keeps them there: use model.delete_checkpoints()"
         )
     return found
-
-
-def disk_use(path: Path) -> int:
-    """Bytes of the regular files below `path` (links are not followed)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for file in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, file)).st_size
-    return total

@@ -40,6 +40,14 @@ def model_argument(default_help: str = GUESSED) -> Any:
 
 
 MODEL_ARG = model_argument()
+
+
+def option(metavar: str, description: str, *names: str, shown: bool = True) -> Any:
+    """An option defaulting to None: `--name METAVAR  description`; `shown=False` keeps the
+    default out of the help (where it is set elsewhere, or says nothing)."""
+    return typer.Option(None, *names, metavar=metavar, help=description, show_default=shown)
+
+
 BASE_PATH_OPT = typer.Option(Path(".art"), "--base-path", metavar="DIR", help="Where runs live.")
 PROJECT_OPT = typer.Option(
     None, "--project", metavar="PROJECT", help="The model's project (with --name)."

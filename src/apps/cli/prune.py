@@ -1,25 +1,31 @@
 """`arthex prune`: the retention decision over a run's checkpoints, deleting only with `--yes`.
 
-The decision is `model.delete_checkpoints`'s: `decide` from `arthex.core.retention`, fed the
-best step by the policies' per-step means (ledger.py) and the newest complete checkpoint.
-What it deletes is what the LocalBackend would (`checkpoints.unkept`: every step folder but
-the kept steps and the latest), deleted by the LocalBackend's own `delete_steps`. With
-`--yes`, prune holds the run's trainer lease from its decision to its last deletion, so it
-never deletes under a live trainer on this host (which may be using a step the files don't
-show), and no trainer starts while it works.
+prune opens the run and calls the use case a script calls, `core.pruning.delete_checkpoints`
+(what `model.delete_checkpoints` runs): the best step comes from `BestStep` over the ledger's
+per-step means (ledger.py), and the run's checkpoints are the port's `CheckpointFiles` over
+its directory (`adapters/local/checkpoints.RunCheckpoints`: the LocalBackend's own folder
+logic, deleting every step folder but the kept ones and the latest). With `--yes`, prune
+holds the run's trainer lease, as a registered model does, from its decision to its last
+deletion, so it never deletes under a live trainer on this host (which may be using a step
+the files don't show), and no trainer starts while it works.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 
+import attrs
 import typer
 
+from ...adapters.files import disk_use
 from ...adapters.layout import parse_run_dir, run_label
-from ...core.retention import Direction, decide
-from .checkpoints import disk_use, require_local
+from ...core.identity import RunRef
+from ...core.pruning import delete_checkpoints
+from ...core.retention import Direction, RetentionDecision
+from .checkpoints import Stored, require_local
 from .common import (
     BASE_PATH_OPT,
     DIRECTION_OPT,
@@ -72,52 +78,82 @@ def prune(
     Keeps the latest step, the last --keep-last steps, the best step by --metric and pinned
     steps; nothing is deleted when the metric was never logged. Works on runs that keep their
     checkpoints in the run directory (arthex's and ART's LocalBackend)."""
-    from ...adapters.local import checkpoints as ckpt
-
     with one_line_errors():
         if dry_run and yes:
             raise UsageError(BOTH)
         check_direction(direction)
         path = resolve_model(model, base_path, project, name, guess=False)
         require_local(path)  # a run whose checkpoints are elsewhere is refused before any lease
-    with one_line_errors(), _lease(path) if yes else contextlib.nullcontext():
-        found = require_local(path)
-        ledger = Ledger.required(path)
-        latest = found.latest
-        assert latest is not None
         sense: Direction = "max" if direction == "max" else "min"
         pinned = set(pin or ())
-        decision = decide(
-            ledger.best_step(metric, sense),
-            latest=latest,
-            metric=metric,
-            direction=sense,
-            keep_last=keep_last,
-            pinned=pinned,
-        )
-        if decision is None:
-            logged = ", ".join(k for k in ledger.metric_keys() if k.endswith(("reward", "loss")))
-            hint = f"pass --metric, one of: {logged}" if logged else "no reward or loss is logged"
-            raise UsageError(
-                f"{metric!r} was never logged for {run_label(path)}, so the best checkpoint is "
-                f"unknown: nothing deleted; {hint}"
-            )
-        doomed = ckpt.unkept(path, decision.keep)
+        done = asyncio.run(_prune(path, metric, sense, keep_last, pinned, delete=yes))
+    _show(done, metric, direction, keep_last, pinned, deleting=yes)
+
+
+@attrs.frozen
+class _Pruned:
+    """What prune found, decided and did, for the table."""
+
+    path: Path
+    found: Stored
+    ledger: Ledger
+    folders: list[int]  # every step folder, complete or not, before any deletion
+    sizes: dict[int, int]
+    decision: RetentionDecision
+
+
+async def _prune(
+    path: Path,
+    metric: str,
+    direction: Direction,
+    keep_last: int,
+    pinned: Collection[int],
+    *,
+    delete: bool,
+) -> _Pruned:
+    from ...adapters.local import checkpoints as ckpt
+
+    base, run = _run_of(path)
+    async with _lease(base, run) if delete else contextlib.nullcontext():
+        found = require_local(path)
+        ledger = Ledger.required(path)
         folders = sorted({*found.steps, *ckpt.step_folders(path)})
         sizes = {step: disk_use(ckpt.step_dir(path, step)) for step in folders}
-        deleted = ckpt.delete_steps(path, doomed) if yes else []
-    out = console()
-    loose = len(folders) - len(found.steps)
-    extra = f" and {loose} incomplete folder(s)" if loose else ""
-    out.print(f"{run_label(path)}: {len(found.steps)} checkpoint(s){extra}, latest {latest}")
-    means = ledger.step_means(metric)
+        decision = await delete_checkpoints(
+            ckpt.RunCheckpoints(path, run),
+            run,
+            ledger.best_step(metric, direction),
+            metric=metric,
+            direction=direction,
+            keep_last=keep_last,
+            pinned=pinned,
+            dry_run=not delete,
+        )
+    if decision.best_step is None:
+        logged = ", ".join(k for k in ledger.metric_keys() if k.endswith(("reward", "loss")))
+        hint = f"pass --metric, one of: {logged}" if logged else "no reward or loss is logged"
+        raise UsageError(
+            f"{metric!r} was never logged for {run_label(path)}, so the best checkpoint is "
+            f"unknown: nothing deleted; {hint}"
+        )
+    return _Pruned(path, found, ledger, folders, sizes, decision)
 
-    def fate(step: int) -> str:
-        if step not in found.steps:
-            return "delete (incomplete)" if step in doomed else "keep (incomplete)"
-        if step in doomed:
-            return "delete"
-        why = [
+
+def _show(
+    done: _Pruned,
+    metric: str,
+    direction: str,
+    keep_last: int,
+    pinned: Collection[int],
+    *,
+    deleting: bool,
+) -> None:
+    found, decision = done.found, done.decision
+    latest = found.latest
+    assert latest is not None
+
+    def reasons(step: int) -> list[str]:
+        return [
             reason
             for reason, applies in (
                 ("latest", step == latest),
@@ -127,35 +163,66 @@ def prune(
             )
             if applies
         ]
-        return "keep (" + ", ".join(why) + ")"
 
-    rows = [[str(step), fmt(means.get(step)), size(sizes[step]), fate(step)] for step in folders]
+    incomplete = [step for step in done.folders if step not in found.steps]
+    if deleting:
+        doomed = list(decision.deleted)
+    else:  # the dry run names checkpoints; deleting also takes the incomplete folders unkept
+        doomed = sorted({*decision.deleted, *(s for s in incomplete if not reasons(s))})
+
+    def fate(step: int) -> str:
+        if step in incomplete:
+            return "delete (incomplete)" if step in doomed else "keep (incomplete)"
+        if step in doomed:
+            return "delete"
+        return "keep (" + ", ".join(reasons(step)) + ")"
+
+    out = console()
+    extra = f" and {len(incomplete)} incomplete folder(s)" if incomplete else ""
+    out.print(f"{run_label(done.path)}: {len(found.steps)} checkpoint(s){extra}, latest {latest}")
+    means = done.ledger.step_means(metric)
+    rows = [
+        [str(step), fmt(means.get(step)), size(done.sizes[step]), fate(step)]
+        for step in done.folders
+    ]
     columns = [Column("step"), Column(metric), Column("size"), Column("", "left")]
     print_table(out, columns, rows)
-    freed = size(sum(sizes[s] for s in doomed))
+    freed = size(sum(done.sizes[s] for s in doomed if s in done.sizes))
     if not doomed:
         out.print("nothing to delete")
-    elif not yes:
+    elif not deleting:
         out.print(
             f"dry run: would delete {len(doomed)} checkpoint(s) ({freed}): "
             f"{abbreviate(doomed)}; run again with --yes to delete them"
         )
     else:
-        out.print(f"deleted {len(deleted)} checkpoint(s) ({freed}): {abbreviate(deleted)}")
+        out.print(f"deleted {len(doomed)} checkpoint(s) ({freed}): {abbreviate(doomed)}")
 
 
-@contextlib.contextmanager
-def _lease(path: Path) -> Iterator[None]:
-    """Hold the run's trainer lease from the decision to the last deletion, so no trainer
-    starts in between; a live trainer holding it refuses prune (RunBusyError)."""
+def _run_of(path: Path) -> tuple[Path | None, RunRef]:
+    """The run's base path and name in the standard layout; outside it, no base (no trainer
+    can hold a lease there) and the run named after its folders."""
     parsed = parse_run_dir(path)
-    if parsed is None:  # outside the standard layout no trainer can hold a lease on it
+    if parsed is not None:
+        return parsed
+    try:
+        return None, RunRef(project=path.parent.name or "run", name=path.name or "run")
+    except ValueError:
+        return None, RunRef(project="run", name="run")
+
+
+@contextlib.asynccontextmanager
+async def _lease(base: Path | None, run: RunRef) -> AsyncIterator[None]:
+    """Hold the run's trainer lease (the RunLeases port, as a registered model holds it) from
+    the decision to the last deletion, so no trainer starts in between; a live trainer
+    holding it refuses prune (RunBusyError naming it)."""
+    if base is None:
         yield
         return
-    from ...adapters.run_files.lease import FileRunLeases
+    from ...composition import container
 
-    lease = FileRunLeases(str(parsed[0])).acquire_now(parsed[1])
+    lease = await container.file_run_leases(str(base)).acquire(run, registered_at="arthex prune")
     try:
         yield
     finally:
-        lease.release_now()
+        await lease.release()

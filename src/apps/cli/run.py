@@ -25,6 +25,7 @@ from .common import (
     fail,
     model_argument,
     one_line_errors,
+    option,
     resolve_model,
 )
 
@@ -93,11 +94,10 @@ def export(
         help="The history's step to export. Default: the latest.",
         show_default=False,
     ),
-    dtype: str | None = typer.Option(
-        None,
-        metavar="DTYPE",
-        help="float32, bfloat16 or float16 for merged weights. Default: the base model's.",
-        show_default=False,
+    dtype: str | None = option(
+        "DTYPE",
+        "float32, bfloat16 or float16 for merged weights. Default: the base model's.",
+        shown=False,
     ),
     base_path: Path = BASE_PATH_OPT,
     project: str | None = PROJECT_OPT,

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
+from ...adapters.files import disk_use
 from ...adapters.layout import find_runs, run_label
 from ...core.retention import Direction
-from .checkpoints import disk_use, stored
+from .checkpoints import stored
 from .common import (
     BASE_PATH_OPT,
     DIRECTION_OPT,
@@ -19,6 +18,7 @@ from .common import (
     fmt,
     local_time,
     one_line_errors,
+    option,
     size,
     view_hint,
 )
@@ -38,11 +38,8 @@ COLUMNS = (
 
 def runs(
     base_path: Path = BASE_PATH_OPT,
-    metric: str | None = typer.Option(
-        None,
-        metavar="KEY",
-        help="The metric for 'best'. Default: val/reward, else train/reward.",
-        show_default=False,
+    metric: str | None = option(
+        "KEY", "The metric for 'best'. Default: val/reward, else train/reward.", shown=False
     ),
     direction: str = DIRECTION_OPT,
 ) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import one_line_errors
+from .common import one_line_errors, option
 from .conventions import CONTEXT, PLAIN, Command, exits
 
 if TYPE_CHECKING:
@@ -44,83 +44,60 @@ def _parser(check: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _general(
-    backend: str = typer.Option(
-        None,
-        metavar="NAME",
-        help="local, inmemory, an arthex.backends entry point, or module:callable (a factory).",
+    backend: str = option(
+        "NAME", "local, inmemory, an arthex.backends entry point, or module:callable (a factory)."
     ),
-    host: str = typer.Option(
-        None, metavar="HOST", help="The interface to listen on (loopback by default)."
+    host: str = option("HOST", "The interface to listen on (loopback by default)."),
+    port: int | None = option(
+        "PORT",
+        "The port: 8000, or ART's 7999 with --protocol art; 0 picks a free one.",
+        shown=False,
     ),
-    port: int | None = typer.Option(
-        None,
-        metavar="PORT",
-        help="The port: 8000, or ART's 7999 with --protocol art; 0 picks a free one.",
-        show_default=False,
-    ),
-    protocol: str = typer.Option(
-        None,
-        metavar="arthex|art",
-        help="arthex: the hosted API for ServerlessBackend. art: ART's remote-backend API "
+    protocol: str = option(
+        "arthex|art",
+        "arthex: the hosted API for ServerlessBackend. art: ART's remote-backend API "
         "(`art run`'s), for ART 0.5.17 clients such as NVIDIA NeMo Agent Toolkit's.",
     ),
-    inference_port: int | None = typer.Option(
-        None,
-        metavar="PORT",
-        help="--protocol art: the OpenAI-compatible inference server's port (ART's 8000).",
-        show_default=False,
+    inference_port: int | None = option(
+        "PORT",
+        "--protocol art: the OpenAI-compatible inference server's port (ART's 8000).",
+        shown=False,
     ),
-    base_path: str | None = typer.Option(
-        None,
-        metavar="DIR",
-        help="--protocol art: where runs and checkpoints live (ART's .art).",
-        show_default=False,
+    base_path: str | None = option(
+        "DIR", "--protocol art: where runs and checkpoints live (ART's .art).", shown=False
     ),
     insecure_bind: bool = typer.Option(
         None,
         "--insecure-bind",
         help="--protocol art: listen on a non-loopback --host (ART's API has no keys).",
     ),
-    keys: str | None = typer.Option(
-        None,
-        metavar="FILE",
-        help="The tenants' API keys file. Default: the ARTHEX_SERVER_KEYS variable; with "
+    keys: str | None = option(
+        "FILE",
+        "The tenants' API keys file. Default: the ARTHEX_SERVER_KEYS variable; with "
         "--protocol art, none (the API is open on loopback).",
-        show_default=False,
+        shown=False,
     ),
-    state_dir: str = typer.Option(
-        None, metavar="DIR", help="Where the registry, jobs and checkpoints live."
-    ),
+    state_dir: str = option("DIR", "Where the registry, jobs and checkpoints live."),
     allow_base_model: list[str] | None = typer.Option(
         None,
         metavar="MODEL",
         help="A base model tenants may register (repeat for more). Default: any.",
         show_default=False,
     ),
-    log_level: str = typer.Option(
-        None,
-        metavar="LEVEL",
-        help="critical, error, warning, info, debug or trace.",
-    ),
-    admin_keys: str | None = typer.Option(
-        None,
-        metavar="FILE",
-        help="Keys for GET /metrics. Default: the ARTHEX_SERVER_ADMIN_KEYS variable; "
+    log_level: str = option("LEVEL", "critical, error, warning, info, debug or trace."),
+    admin_keys: str | None = option(
+        "FILE",
+        "Keys for GET /metrics. Default: the ARTHEX_SERVER_ADMIN_KEYS variable; "
         "none: /metrics is closed.",
-        show_default=False,
+        shown=False,
     ),
-    audit_log: str | None = typer.Option(
-        None,
-        metavar="FILE|off",
-        help="The JSON-lines audit log. Default: audit.jsonl in --state-dir; off: none.",
-        show_default=False,
+    audit_log: str | None = option(
+        "FILE|off",
+        "The JSON-lines audit log. Default: audit.jsonl in --state-dir; off: none.",
+        shown=False,
     ),
-    audit_max_bytes: int = typer.Option(
-        None, metavar="BYTES", help="Rotate the audit log at this size."
-    ),
-    audit_backups: int = typer.Option(
-        None, metavar="N", help="How many rotated audit logs to keep."
-    ),
+    audit_max_bytes: int = option("BYTES", "Rotate the audit log at this size."),
+    audit_backups: int = option("N", "How many rotated audit logs to keep."),
 ) -> None:
     """The general options. Their defaults are ServeOptions', filled in by `_signature`, so
     the settings hold the only copy."""
@@ -146,12 +123,12 @@ def _signature() -> inspect.Signature:
         if name in checks:
             info.parser = _parser(checks[name])
         parameters.append(parameter.replace(default=info))
-    for field, (_low, _high, option) in BOUNDS.items():
+    for field, (_low, _high, flag) in BOUNDS.items():
         default = getattr(defaults.limits, field)
         whole = isinstance(default, int)
         info = typer.Option(
             default,
-            option,
+            flag,
             metavar="N" if whole else "NUMBER",
             help=options.LIMIT_HELP[field][:1].upper() + options.LIMIT_HELP[field][1:] + ".",
             parser=_parser(options.integer if whole else options.number),

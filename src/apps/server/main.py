@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Coroutine
 from pathlib import Path
+from typing import Any, ParamSpec
 
 from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
 from ...ports.training_backend import TrainingBackend
@@ -58,6 +60,7 @@ __all__ = ["create_app", "run", "serve", "serve_async"]
 
 logger = logging.getLogger("arthex.serverless")
 
+P = ParamSpec("P")
 TRACE = 5  # uvicorn's level below DEBUG
 
 
@@ -120,36 +123,19 @@ async def serve_async(
         sock.close()
 
 
-def serve(
-    backend: TrainingBackend,
-    *,
-    keys: KeyRing,
-    state_dir: str | Path,
-    host: str = "127.0.0.1",
-    port: int = DEFAULT_PORT,
-    limits: ServerLimits | None = None,
-    allowed_base_models: Collection[str] | None = None,
-    admin_keys: KeyRing | None = None,
-    audit: AuditLog | None = None,
-    on_ready: Callable[[str], None] | None = None,
-    log_level: str = "warning",
-) -> None:
-    """Blocking form of `serve_async` (same arguments)."""
-    asyncio.run(
-        serve_async(
-            backend,
-            keys=keys,
-            state_dir=state_dir,
-            host=host,
-            port=port,
-            limits=limits,
-            allowed_base_models=allowed_base_models,
-            admin_keys=admin_keys,
-            audit=audit,
-            on_ready=on_ready,
-            log_level=log_level,
-        )
-    )
+def _blocking(
+    serve_async: Callable[P, Coroutine[Any, Any, None]],
+) -> Callable[P, None]:
+    @functools.wraps(serve_async)
+    def serve(*args: P.args, **kwargs: P.kwargs) -> None:
+        asyncio.run(serve_async(*args, **kwargs))
+
+    serve.__name__ = serve.__qualname__ = "serve"
+    serve.__doc__ = "Blocking form of `serve_async` (same arguments)."
+    return serve
+
+
+serve = _blocking(serve_async)
 
 
 def run(opts: options.ServeOptions) -> None:

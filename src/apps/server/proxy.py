@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...adapters.serverless import wire
@@ -84,6 +84,43 @@ async def open_upstream(
         raise BackendError(f"the backend's inference server is unreachable: {exc}") from exc
 
 
+def streamed(
+    upstream: httpx.Response, rewrite: Callable[[str], str] | None = None
+) -> Response | None:
+    """The upstream's event stream relayed to the client (each line rewritten when `rewrite`
+    is given, else the bytes as they come), closed when done; None when the upstream answered
+    otherwise (an error, or a whole body: `read_body`)."""
+    from starlette.background import BackgroundTask
+    from starlette.responses import StreamingResponse
+
+    content_type = upstream.headers.get("content-type", "application/json")
+    if not (upstream.is_success and content_type.startswith("text/event-stream")):
+        return None
+    if rewrite is None:
+        chunks: AsyncIterator[bytes] = upstream.aiter_raw()
+    else:
+
+        async def rewritten() -> AsyncIterator[bytes]:
+            async for line in upstream.aiter_lines():
+                yield (rewrite(line) + "\n").encode()
+
+        chunks = rewritten()
+    return StreamingResponse(
+        chunks,
+        status_code=upstream.status_code,
+        media_type="text/event-stream",
+        background=BackgroundTask(upstream.aclose),
+    )
+
+
+async def read_body(upstream: httpx.Response) -> bytes:
+    """The upstream's whole body; the response is closed either way."""
+    try:
+        return await upstream.aread()
+    finally:
+        await upstream.aclose()
+
+
 async def chat_completions(
     service: TrainingService,
     http: httpx.AsyncClient,
@@ -91,30 +128,17 @@ async def chat_completions(
     body: dict[str, Any],
     project: str | None,
 ) -> Response:
-    from starlette.background import BackgroundTask
-    from starlette.responses import Response, StreamingResponse
+    from starlette.responses import Response
 
     requested = body.get("model")
     record, endpoint, served = await service.resolve_served(tenant, requested, project)
     body["model"] = served
     upstream = await open_upstream(http, endpoint, "/chat/completions", body)
+    stream = streamed(upstream, lambda line: _rename(line, record))
+    if stream is not None:
+        return stream
+    content = await read_body(upstream)
     content_type = upstream.headers.get("content-type", "application/json")
-    if upstream.is_success and content_type.startswith("text/event-stream"):
-
-        async def relay() -> AsyncIterator[bytes]:
-            async for line in upstream.aiter_lines():
-                yield (_rename(line, record) + "\n").encode()
-
-        return StreamingResponse(
-            relay(),
-            status_code=upstream.status_code,
-            media_type="text/event-stream",
-            background=BackgroundTask(upstream.aclose),
-        )
-    try:
-        content = await upstream.aread()
-    finally:
-        await upstream.aclose()
     if not upstream.is_success:
         return _upstream_error(upstream.status_code, content, record, str(requested))
     text = _rename(content.decode("utf-8", errors="replace"), record)

@@ -67,9 +67,51 @@ class JobRunner:
         started: Mapping[str, Any],
         updates: Callable[[], AsyncIterator[Mapping[str, float]]],
     ) -> None:
-        """Run `updates()` (an RL or SFT update's metrics, one per gradient step) as `job`."""
+        """Run `updates()` (an RL or SFT update's metrics, one per gradient step) as `job`:
+        it waits for a slot (with `max_running_jobs`), then trains, and ends with a terminal
+        event whatever happens."""
         self.training[record.id] = job.id
-        task = asyncio.create_task(self._run(job, record, started, updates), name=f"job-{job.id}")
+
+        async def train() -> None:
+            run = record.run
+            slot = False
+            try:
+                if self._slots is not None:
+                    self.queued += 1
+                    try:
+                        await self._slots.acquire()
+                    finally:
+                        self.queued -= 1
+                    slot = True
+                step = await self.backend.get_step(run)
+                job.append(TRAINING_STARTED, {"step": step, **started})
+                count = 0
+                async for metrics in updates():
+                    count += 1
+                    job.append(GRADIENT_STEP, {"index": count, "metrics": encode_metrics(metrics)})
+                new_step = await self.backend.get_step(run)
+                job.append(TRAINING_ENDED, {"step": new_step, "num_gradient_steps": count})
+            except asyncio.CancelledError:
+                job.append(
+                    TRAINING_FAILED,
+                    {
+                        "message": "the training server shut down during this job",
+                        "type": "Interrupted",
+                    },
+                )
+                raise
+            except Exception as exc:
+                if not isinstance(exc, ArthexError):
+                    logger.exception("job %s failed", job.id)
+                message = self.scrub(str(exc))
+                job.append(TRAINING_FAILED, {"message": message, "type": type(exc).__name__})
+            finally:
+                if slot and self._slots is not None:
+                    self._slots.release()
+                self.training.pop(record.id, None)
+                self.on_end(record)
+
+        task = asyncio.create_task(train(), name=f"job-{job.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -81,48 +123,6 @@ class JobRunner:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-    async def _run(
-        self,
-        job: JobLog,
-        record: ModelRecord,
-        started: Mapping[str, Any],
-        updates: Callable[[], AsyncIterator[Mapping[str, float]]],
-    ) -> None:
-        run = record.run
-        slot = False
-        try:
-            if self._slots is not None:
-                self.queued += 1
-                try:
-                    await self._slots.acquire()
-                finally:
-                    self.queued -= 1
-                slot = True
-            step = await self.backend.get_step(run)
-            job.append(TRAINING_STARTED, {"step": step, **started})
-            count = 0
-            async for metrics in updates():
-                count += 1
-                job.append(GRADIENT_STEP, {"index": count, "metrics": encode_metrics(metrics)})
-            new_step = await self.backend.get_step(run)
-            job.append(TRAINING_ENDED, {"step": new_step, "num_gradient_steps": count})
-        except asyncio.CancelledError:
-            job.append(
-                TRAINING_FAILED,
-                {"message": "the training server shut down during this job", "type": "Interrupted"},
-            )
-            raise
-        except Exception as exc:
-            if not isinstance(exc, ArthexError):
-                logger.exception("job %s failed", job.id)
-            message = self.scrub(str(exc))
-            job.append(TRAINING_FAILED, {"message": message, "type": type(exc).__name__})
-        finally:
-            if slot and self._slots is not None:
-                self._slots.release()
-            self.training.pop(record.id, None)
-            self.on_end(record)
 
 
 def parse_config(payload: object) -> TrainConfig:

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ...adapters.files import disk_use
 from ...adapters.jsonl_history import JsonlHistory, parse_lines
 from ...adapters.layout import (
     CHECKPOINTS,
@@ -585,7 +586,7 @@ def checkpoints(
             "why": why,
         }
         if run.root.local and found["where"] == "run":
-            entry["bytes"] = _disk_use(Path(run.dir) / CHECKPOINTS / f"{step:04d}")
+            entry["bytes"] = disk_use(Path(run.dir) / CHECKPOINTS / f"{step:04d}")
         rows.append(entry)
     return {
         "checkpoints": rows,
@@ -598,15 +599,6 @@ def checkpoints(
         "pipeline": pipeline(run, errors),
         "errors": errors,
     }
-
-
-def _disk_use(path: Path) -> int:
-    total = 0
-    for base, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(base, name)).st_size
-    return total
 
 
 def pipeline(run: Run, errors: list[str]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, overload
 
 from ..errors import InvalidInputError
 from ..trajectories import (
@@ -24,7 +24,6 @@ from ..trajectories import (
 from .endpoints import EndpointFilter, Endpoints
 from .scope import Scope, close_scope, no_capture, open_scope
 
-T = TypeVar("T")
 Reward = Callable[[Any], float | Awaitable[float]]
 
 
@@ -72,13 +71,8 @@ class capture:
     async def __aenter__(self) -> Trajectory:
         return self._enter()
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._exit(error)
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.__exit__(*exc_info)
 
     def __enter__(self) -> Trajectory:
         return self._enter()

@@ -45,7 +45,7 @@ from ..bodies import BadJsonError, json_object
 from ..guard import Guard, bearer_token, send_json
 from ..keys import KeyRing
 from ..limits import ServerLimits
-from ..proxy import open_upstream
+from ..proxy import open_upstream, read_body, streamed
 from .service import ArtConflictError, ArtService, ServerStoppedError
 from .wire import parse_groups, parse_model, parse_steps, train_config
 
@@ -331,8 +331,7 @@ def create_inference_app(
 async def _relay(
     service: ArtService, http: httpx.AsyncClient, body: dict[str, Any], path: str
 ) -> Response:
-    from starlette.background import BackgroundTask
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import JSONResponse, Response
 
     requested = body.get("model")
     if not isinstance(requested, str):
@@ -342,16 +341,9 @@ async def _relay(
         message = f"model {requested!r} is not served here; GET /v1/models lists the names"
         return JSONResponse(_openai_error(404, message, serverless_wire.NOT_FOUND), status_code=404)
     upstream = await open_upstream(http, endpoint, path, body)
+    stream = streamed(upstream)
+    if stream is not None:
+        return stream
+    content = await read_body(upstream)
     content_type = upstream.headers.get("content-type", "application/json")
-    if upstream.is_success and content_type.startswith("text/event-stream"):
-        return StreamingResponse(
-            upstream.aiter_raw(),
-            status_code=upstream.status_code,
-            media_type="text/event-stream",
-            background=BackgroundTask(upstream.aclose),
-        )
-    try:
-        content = await upstream.aread()
-    finally:
-        await upstream.aclose()
     return Response(content, status_code=upstream.status_code, media_type=content_type)
