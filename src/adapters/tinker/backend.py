@@ -163,7 +163,8 @@ class TinkerBackend(BackendTrainEntry):
     @property
     def capabilities(self) -> BackendCapabilities:
         # No `export`: the weights live in the Tinker service, not in files arthex can read.
-        lacking = {str(Capability.EXPORT)}
+        # No `serve_checkpoint` yet: only the steps of a registered run are served.
+        lacking = {str(Capability.EXPORT), str(Capability.SERVE_CHECKPOINT)}
         if not self._serve:
             lacking.add(str(Capability.INFERENCE))
         return BackendCapabilities(ALL_CAPABILITIES.names - lacking)
