@@ -245,6 +245,7 @@ USE_CASES = {
     Path("lease_book.py"),
     Path("backend_train.py"),
     Path("environments.py"),
+    Path("evaluation.py"),
 }
 USE_CASE_PACKAGES = {"pipeline"}
 
