@@ -74,7 +74,7 @@ def eval_command(
     project: str | None = PROJECT_OPT,
     name: str | None = NAME_OPT,
 ) -> None:
-    """Evaluate a step of a run on an environment and log it like any split.
+    """Evaluate a step on an environment: reward and pass@k.
 
     Rolls the split's examples out K times each against the step (served read-only: a
     trainer may be training the run meanwhile), then writes the trajectories under the
