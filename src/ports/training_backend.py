@@ -222,7 +222,8 @@ def checkpoint_server(backend: object) -> CheckpointServing:
         raise UnsupportedCapability(
             "serve_checkpoint",
             type(backend).__name__,
-            "Serving a named checkpoint step needs a backend that offers it (LocalBackend)",
+            "Serving a named checkpoint step needs a backend that offers it (LocalBackend, "
+            "TinkerBackend)",
         )
     return cast(CheckpointServing, backend)
 
