@@ -104,12 +104,13 @@ def _load_environment(spec: str) -> Environment[Any]:
     """The environment `--env MODULE:FACTORY` names: FACTORY() from MODULE, imported with the
     current directory on the path (as `python -m` would). UsageError naming what is wrong."""
     made = _call_factory(spec)
-    if not isinstance(made, Environment):
+    environment = made  # where another package's environment would be adapted
+    if not isinstance(environment, Environment):
         raise UsageError(
             f"--env {spec}: the factory returned {type(made).__name__}, not an Environment "
             "(scenarios(split) and async rollout(model, scenario))"
         )
-    return made
+    return environment
 
 
 def _call_factory(spec: str) -> object:
