@@ -31,6 +31,8 @@ _EXPORTS: dict[str, str] = {
     "capture_trajectory_group": "arthex.composition.capture",
     "current_trajectory": "arthex.composition.capture",
     "no_capture": "arthex.composition.capture",
+    "evaluate": "arthex.core.evaluation",
+    "EvaluationResult": "arthex.core.evaluation",
     "gather_trajectory_groups": "arthex.core.gather",
     "gather_trajectories": "arthex.core.gather",
     "trajectory_group_batches": "arthex.core.batch_stream",
@@ -121,6 +123,8 @@ if TYPE_CHECKING:
     from .core.errors import RunBusyError as RunBusyError
     from .core.errors import TooManyExceptionsError as TooManyExceptionsError
     from .core.errors import UnsupportedCapability as UnsupportedCapability
+    from .core.evaluation import EvaluationResult as EvaluationResult
+    from .core.evaluation import evaluate as evaluate
     from .core.gather import gather_trajectories as gather_trajectories
     from .core.gather import gather_trajectory_groups as gather_trajectory_groups
     from .core.identity import ModelSpec as ModelSpec

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
@@ -46,6 +47,10 @@ class Capability(StrEnum):
     ONE_TRAINER = "one_trainer"
     SFT = "sft"
     EXPORT = "export"
+    # Any kept checkpoint step can be served on request (`CheckpointServing`), also for a run
+    # this backend does not train: what evaluating an older step, or evaluating while
+    # another process trains, needs.
+    SERVE_CHECKPOINT = "serve_checkpoint"
 
 
 def _names(values: Iterable[str]) -> frozenset[str]:
@@ -200,6 +205,50 @@ class ModelExporter(Protocol):
         ...
 
 
+@attrs.frozen
+class ServedCheckpoint:
+    """A checkpoint step being served: send requests for `model_name` (`{name}@{step}`) to
+    `endpoint`."""
+
+    endpoint: InferenceEndpoint
+    step: int
+    model_name: str
+
+
+@runtime_checkable
+class CheckpointServing(Protocol):
+    """A backend with the `serve_checkpoint` capability: any kept step of a run, served on
+    request."""
+
+    def serve_checkpoint(
+        self, model: ModelSpec, step: int | None
+    ) -> AbstractAsyncContextManager[ServedCheckpoint]:
+        """Serve step `step` of `model`'s run (its latest checkpoint when None) as
+        `{name}@{step}` while the block runs. The run need not be registered here: serving
+        trains nothing and writes nothing of the run, so it needs no run lease, and an
+        evaluator serves the checkpoints of a run another process trains. `{name}` keeps
+        pointing where it did, and this backend's `delete_checkpoint_files` keeps the step
+        while the block runs. A step without a complete checkpoint raises InvalidInputError
+        naming the steps there are, before anything is served; `model.base_model` says what
+        the checkpoint was trained from."""
+        ...
+
+
+def checkpoint_server(backend: object) -> CheckpointServing:
+    """The backend as a server of any kept step, or UnsupportedCapability when it is none."""
+    capabilities = getattr(backend, "capabilities", ())
+    if Capability.SERVE_CHECKPOINT not in capabilities or not callable(
+        getattr(backend, "serve_checkpoint", None)
+    ):
+        raise UnsupportedCapability(
+            "serve_checkpoint",
+            type(backend).__name__,
+            "Serving a named checkpoint step needs a backend that offers it (LocalBackend, "
+            "TinkerBackend)",
+        )
+    return cast(CheckpointServing, backend)
+
+
 # --- the run lease: protects the backend's checkpoints and optimizer state ---------------
 
 
@@ -259,16 +308,19 @@ __all__ = [
     "BackendCapabilities",
     "Capability",
     "CheckpointFiles",
+    "CheckpointServing",
     "ExportFormat",
     "HeldLease",
     "InferenceEndpoint",
     "LeaseHolder",
     "ModelExporter",
     "RunLeases",
+    "ServedCheckpoint",
     "StepMetricsSource",
     "SupervisedFineTuning",
     "TrainingBackend",
     "UnsupportedCapability",
+    "checkpoint_server",
     "held_by_this_process",
     "supervised",
 ]

@@ -35,7 +35,10 @@ MARKED_BLOCK = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 # Pages whose blocks train the tiny model on the LocalBackend: seconds, not milliseconds.
-SLOW_PAGES = {"quickstart.md", "sft-and-export.md", "pipeline.md", "backends/local.md"}
+SLOW_PAGES = {
+    *("quickstart.md", "sft-and-export.md", "pipeline.md", "backends/local.md"),
+    "evaluating.md",
+}
 
 pytestmark = pytest.mark.e2e
 

@@ -246,6 +246,7 @@ USE_CASES = {
     Path("pruning.py"),
     Path("backend_train.py"),
     Path("environments.py"),
+    Path("evaluation.py"),
 }
 USE_CASE_PACKAGES = {"pipeline"}
 

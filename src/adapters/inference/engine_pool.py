@@ -90,14 +90,18 @@ class ServingPool:
             base_url=serving.base_url, api_key=self.api_key, model_name=run.name
         )
 
-    async def serve_step(self, serving: Serving, run: RunRef, step: int, source: str) -> None:
+    async def serve_step(
+        self, serving: Serving, run: RunRef, step: int, source: str, *, latest: bool = True
+    ) -> None:
         """Serve `{name}@{step}` from `source` (a checkpoint directory, a sampler path), then
-        point `{name}` at it. A step that is saved but cannot be served is a BackendError that
-        says so (the checkpoint stays)."""
+        point `{name}` at it (unless `latest=False`: an older step served on request). A step
+        that is saved but cannot be served is a BackendError that says so (the checkpoint
+        stays)."""
         name = run.inference_name(step)
         try:
             await serving.engine.load(name, source)
-            serving.engine.alias(run.name, name)
+            if latest:
+                serving.engine.alias(run.name, name)
         except Exception as exc:
             raise BackendError(
                 f"checkpoint {step} of {run} is saved but could not be served: {exc}"

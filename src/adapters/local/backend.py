@@ -42,9 +42,11 @@ from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
     Capability,
+    CheckpointServing,
     ExportFormat,
     InferenceEndpoint,
     ModelExporter,
+    ServedCheckpoint,
     StepMetricsSource,
     SupervisedFineTuning,
     TrainingBackend,
@@ -193,6 +195,7 @@ class LocalBackend(BackendTrainEntry):
         self._runs: RunTable[_Run] = RunTable("LocalBackend")
         self._pool = ServingPool("LocalBackend", api_key=api_key)
         self._pins: dict[RunRef, Counter[int]] = {}
+        self._readers: dict[RunRef, Serving] = {}  # runs served here without being trained
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -253,7 +256,7 @@ class LocalBackend(BackendTrainEntry):
             latest = await asyncio.to_thread(_repointed_latest, model_dir, spec)
             # The engine starts before the trainer touches CUDA, so vLLM can fork its engine
             # process (once CUDA is initialised it must spawn, which re-imports __main__).
-            serving = await self._serving_for(spec)
+            serving = self._reader_for(spec) or await self._serving_for(spec)
             source = ckpt.step_dir(model_dir, latest) if latest is not None else None
             await asyncio.to_thread(trainer.load, source)
             if trainer.fresh_optimizer_for is not None:
@@ -316,6 +319,7 @@ class LocalBackend(BackendTrainEntry):
         try:
             for run in self._runs.close():
                 await self._discard(run)
+            self._readers.clear()
             await self._pool.close()
         finally:
             await release_leases(self)
@@ -564,6 +568,66 @@ class LocalBackend(BackendTrainEntry):
             )
         return str(path)
 
+    @contextlib.asynccontextmanager
+    async def serve_checkpoint(
+        self, model: ModelSpec, step: int | None
+    ) -> AsyncIterator[ServedCheckpoint]:
+        """Serve a kept step as `{name}@{step}` while the block runs (CheckpointServing): on
+        the run's own engine when it is registered here, else on an engine for its base model
+        that trains nothing, writes nothing and takes no lease. The step is pinned meanwhile;
+        it stays loaded until the backend closes or deletes it."""
+        from . import checkpoints as ckpt
+
+        self._runs.check_open()
+        run = model.run
+        opened = self._runs.get(run)
+        model_dir = (
+            opened.model_dir
+            if opened is not None
+            else RunLayout.of(self._path or model.base_path, run).dir
+        )
+        steps = await asyncio.to_thread(ckpt.complete_steps, model_dir)
+        chosen = step if step is not None else (steps[-1] if steps else None)
+        if chosen is None or chosen not in steps:
+            have = ", ".join(map(str, steps)) if steps else "none"
+            asked = "any step" if step is None else f"step {step}"
+            raise InvalidInputError(
+                f"{run} has no checkpoint at {asked} in {ckpt.checkpoints_dir(model_dir)} "
+                f"(complete checkpoints: {have})"
+            )
+        async with self.pin(run, chosen):
+            serving = opened.serving if opened is not None else await self._reader(model)
+            name = run.inference_name(chosen)
+            if not serving.engine.is_served(name):
+                source = str(ckpt.step_dir(model_dir, chosen))
+                await self._pool.serve_step(serving, run, chosen, source, latest=False)
+            yield ServedCheckpoint(
+                endpoint=self._pool.endpoint(serving, run), step=chosen, model_name=name
+            )
+
+    async def _reader(self, model: ModelSpec) -> Serving:
+        """The engine serving `model`'s run without a trainer (started on first use)."""
+        serving = self._readers.get(model.run)
+        if serving is not None and serving.key == model.base_model:
+            return serving
+        if not model.base_model:
+            raise InvalidInputError(
+                f"model {model.run} has no base_model; LocalBackend serves a checkpoint on the "
+                "base model it was trained from"
+            )
+        if serving is not None:  # the same run on another base model: a separate engine
+            self._pool.release(serving, model.run.name)
+        serving = self._readers[model.run] = await self._serving_for(model)
+        return serving
+
+    def _reader_for(self, spec: ModelSpec) -> Serving | None:
+        """A run served here read-only and now registered: its engine serves it from now on."""
+        serving = self._readers.get(spec.run)
+        if serving is None or serving.key != spec.base_model:
+            return None
+        del self._readers[spec.run]
+        return serving
+
     def pinned_steps(self, run: RunRef) -> list[int]:
         """Steps that must not be deleted now: leased with `pin`, or a running KL reference."""
         return sorted(step for step, count in self._pins.get(run, Counter()).items() if count > 0)
@@ -669,3 +733,4 @@ if TYPE_CHECKING:
     _keeps_metrics: type[StepMetricsSource] = LocalBackend
     _fine_tunes: type[SupervisedFineTuning] = LocalBackend
     _exports: type[ModelExporter] = LocalBackend
+    _serves_checkpoints: type[CheckpointServing] = LocalBackend

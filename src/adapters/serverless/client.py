@@ -464,9 +464,11 @@ class ServerlessBackend(BackendTrainEntry):
 
 def _offered(names: list[str]) -> BackendCapabilities:
     """The server backend's capabilities this client can use: all of them (an export fetches
-    the step's checkpoint files from the server and exports them here), and one trainer per
-    run: the server keeps it across processes, the models' run leases within this one."""
-    return BackendCapabilities(set(names) | {str(Capability.ONE_TRAINER)})
+    the step's checkpoint files from the server and exports them here) but serving a named
+    checkpoint (the server's API has no call for it), and one trainer per run: the server
+    keeps it across processes, the models' run leases within this one."""
+    offered = set(names) - {str(Capability.SERVE_CHECKPOINT)}
+    return BackendCapabilities(offered | {str(Capability.ONE_TRAINER)})
 
 
 async def _heartbeat(backend: weakref.ref[ServerlessBackend], run: RunRef, ttl_s: float) -> None:

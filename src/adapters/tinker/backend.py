@@ -44,6 +44,7 @@ from ...core.errors import (
     CorruptDataError,
     InvalidInputError,
     MissingExtraError,
+    UnsupportedCapability,
 )
 from ...core.identity import ModelSpec, RunRef
 from ...core.lease_book import release_leases
@@ -53,7 +54,9 @@ from ...ports.training_backend import (
     ALL_CAPABILITIES,
     BackendCapabilities,
     Capability,
+    CheckpointServing,
     InferenceEndpoint,
+    ServedCheckpoint,
     SupervisedFineTuning,
     TrainingBackend,
 )
@@ -160,13 +163,14 @@ class TinkerBackend(BackendTrainEntry):
         self._runs: RunTable[_Run] = RunTable("TinkerBackend")
         self._pool = ServingPool("TinkerBackend", api_key=inference_api_key, extra="tinker")
         self._chats: dict[str, ChatTokenizer] = {}
+        self._readers: dict[RunRef, Serving] = {}  # runs served here without being trained
 
     @property
     def capabilities(self) -> BackendCapabilities:
         # No `export`: the weights live in the Tinker service, not in files arthex can read.
         lacking = {str(Capability.EXPORT)}
         if not self._serve:
-            lacking.add(str(Capability.INFERENCE))
+            lacking |= {str(Capability.INFERENCE), str(Capability.SERVE_CHECKPOINT)}
         return BackendCapabilities(ALL_CAPABILITIES.names - lacking)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -284,6 +288,7 @@ class TinkerBackend(BackendTrainEntry):
         if self._runs.closed:
             return
         self._runs.close()
+        self._readers.clear()
         try:
             await self._pool.close()
             service, self._service_client = self._service_client, None
@@ -560,6 +565,58 @@ class TinkerBackend(BackendTrainEntry):
             model_path=path,
         )
 
+    @contextlib.asynccontextmanager
+    async def serve_checkpoint(
+        self, model: ModelSpec, step: int | None
+    ) -> AsyncIterator[ServedCheckpoint]:
+        """Serve a kept step's sampler weights as `{name}@{step}` while the block runs
+        (CheckpointServing): on the run's own server when it is registered here, else on one
+        that opens no training client, writes nothing and takes no lease. The steps are those
+        `tinker-run.json` records with sampler weights."""
+        self._runs.check_open()
+        if not self._serve:
+            raise UnsupportedCapability(Capability.SERVE_CHECKPOINT, "TinkerBackend(serve=False)")
+        run = model.run
+        opened = self._runs.get(run)
+        model_dir = (
+            opened.model_dir
+            if opened is not None
+            else RunLayout.of(self._path or model.base_path, run).dir
+        )
+        record = (
+            opened.record if opened is not None else await asyncio.to_thread(read_record, model_dir)
+        )
+        steps = record.sampler_steps() if record is not None else []
+        chosen = step if step is not None else (steps[-1] if steps else None)
+        checkpoint = None if record is None or chosen is None else record.checkpoint(chosen)
+        if checkpoint is None or checkpoint.sampler_path is None:
+            have = ", ".join(map(str, steps)) if steps else "none"
+            asked = "any step" if step is None else f"step {step}"
+            raise InvalidInputError(
+                f"{run} has no checkpoint at {asked} in {model_dir / 'tinker-run.json'} "
+                f"(complete checkpoints: {have})"
+            )
+        assert chosen is not None and record is not None
+        if opened is None and record.base_model != model.base_model:
+            raise InvalidInputError(
+                f"{model_dir} was trained from base model {record.base_model!r}, not "
+                f"{model.base_model!r}: its checkpoints are served on the model they came from"
+            )
+        serving = opened.serving if opened is not None else await self._reader(model)
+        assert serving is not None  # serve=True
+        name = run.inference_name(chosen)
+        if not serving.engine.is_served(name):
+            await self._pool.serve_step(serving, run, chosen, checkpoint.sampler_path, latest=False)
+        yield ServedCheckpoint(
+            endpoint=self._pool.endpoint(serving, run), step=chosen, model_name=name
+        )
+
+    async def _reader(self, model: ModelSpec) -> Serving:
+        serving = self._readers.get(model.run)
+        if serving is None:
+            serving = self._readers[model.run] = await self._serving_for(model)
+        return serving
+
     async def _serve_step(self, state: _Run, step: int) -> None:
         if state.serving is None:
             return
@@ -595,3 +652,4 @@ class TinkerBackend(BackendTrainEntry):
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = TinkerBackend
     _fine_tunes: type[SupervisedFineTuning] = TinkerBackend
+    _serves_checkpoints: type[CheckpointServing] = TinkerBackend

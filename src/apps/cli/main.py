@@ -1,6 +1,7 @@
 """The `arthex` command: the app, built from one module per command group.
 
-    arthex demo | version | history | plot | trajectories | runs | prune | export | view | serve
+    arthex demo | version | history | plot | trajectories | runs | prune | export | eval | view
+    | serve
 
 Each command imports what it needs (polars, matplotlib, rich, the server) inside its body,
 so `arthex --help` stays quick. common.py holds how commands name a model and report
@@ -13,7 +14,7 @@ from typing import Any
 
 import typer
 
-from . import history, plot, prune, run, runs, serve, trajectories, view
+from . import evaluate, history, plot, prune, run, runs, serve, trajectories, view
 from .conventions import CONTEXT, PLAIN, Command, Group, LazyCommand
 
 app = typer.Typer(
@@ -52,6 +53,7 @@ app.command(cls=Command)(trajectories.trajectories)
 app.command(cls=Command)(runs.runs)
 app.command(cls=Command)(prune.prune)
 app.command(cls=Command)(run.export)
+app.command(name="eval", cls=Command)(evaluate.eval_command)
 app.command(cls=Command)(view.view)
 
 

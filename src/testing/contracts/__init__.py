@@ -15,6 +15,7 @@ except ImportError as error:  # the kit runs under pytest: the `testing` extra b
 # Every module of the kit (a test checks none is missing).
 MODULES = (
     "backend_base",
+    "backend_checkpoints",
     "backend_lifecycle",
     "backend_serving",
     "backend_steps",
