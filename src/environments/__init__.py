@@ -15,8 +15,9 @@ when it is missing. See docs/environments.md.
 """
 
 from ..core.environments import Environment
-from .base import EpisodeError, as_environment, rollout_fn
+from .entry import as_environment, rollout_fn
 from .openenv_adapter import OpenEnvEnvironment, from_openenv
+from .shared import EpisodeError
 from .verifiers_adapter import VerifiersEnvironment, from_verifiers
 
 __all__ = [

@@ -41,7 +41,7 @@ from ..core.errors import InvalidInputError, MissingExtraError
 from ..core.exchanges import TrajectoryExchanges
 from ..core.model import Model
 from ..core.trajectories import MetricValue, Trajectory
-from .base import EpisodeError, is_verifiers_environment, metadata_value
+from .shared import EpisodeError, is_verifiers_environment, metadata_value
 
 if TYPE_CHECKING:
     from verifiers.v1 import Env, Episode, Task, Trace
