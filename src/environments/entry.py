@@ -17,7 +17,7 @@ def as_environment(value: object) -> Environment[Any]:
     """An arthex `Environment` from what a user hands over: an `Environment` (anything with
     `scenarios(split)` and `async rollout(model, scenario)`) is returned as is; a verifiers
     environment is wrapped with `from_verifiers`; anything else is refused."""
-    if isinstance(value, Environment):
+    if isinstance(value, Environment) and not isinstance(value, type):  # not a class
         return value
     if is_verifiers_environment(value):
         from .verifiers_adapter import from_verifiers
