@@ -21,7 +21,6 @@ with `create_fastapi_app`; closed after the episode).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -67,8 +66,8 @@ def from_openenv(
     list for every split, or a mapping from split name to its list. `sampling` goes to each
     chat-completions call (`temperature=`, `max_tokens=`, ...); `logprobs=True` unless given.
     """
-    _openenv()
-    if not callable(env) or not (inspect.isclass(env) or inspect.isroutine(env)):
+    kinds = _openenv()
+    if not callable(env) or isinstance(env, kinds):
         raise InvalidInputError(
             "from_openenv: env must be a factory called once per episode (an Environment "
             "class, or a function returning an Environment or an EnvClient), got "
@@ -81,10 +80,11 @@ def from_openenv(
         raise InvalidInputError(
             f"from_openenv: max_turns must be an integer >= 1, got {max_turns!r}"
         )
-    if isinstance(scenarios, Mapping):
-        splits = {str(split): list(items) for split, items in scenarios.items()}
-    elif isinstance(scenarios, Sequence) and not isinstance(scenarios, str):
-        splits = {"": list(scenarios)}
+    given: object = scenarios
+    if isinstance(given, Mapping):
+        splits = {str(split): list(items) for split, items in given.items()}
+    elif isinstance(given, Sequence) and not isinstance(given, str):
+        splits = {"": list(given)}
     else:
         raise InvalidInputError(
             "from_openenv: scenarios must be a list of reset arguments (dicts) or a mapping "

@@ -98,7 +98,7 @@ class BrokenEnv(VowelEnv):
 
 
 SCENARIOS = [{"seed": 0}, {"seed": 1}]
-SAMPLING = {"max_tokens": 6, "temperature": 1.0}
+SAMPLING: dict[str, Any] = {"max_tokens": 6, "temperature": 1.0}
 
 
 def in_process(env: type[VowelEnv] = VowelEnv) -> Environment[Any]:

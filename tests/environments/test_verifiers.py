@@ -37,7 +37,7 @@ from .envs import MULTI_TURN, SINGLE_TURN, load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SAMPLING = {"max_tokens": 8, "temperature": 1.0}
+SAMPLING: dict[str, Any] = {"max_tokens": 8, "temperature": 1.0}
 ROLLOUTS = 3
 
 
@@ -63,7 +63,8 @@ async def served(tiny: str, root: Path, name: str = "solver") -> Any:
 def received(trajectory: Trajectory) -> list[dict[str, Any]]:
     trace_id = trajectory.metadata["verifiers_trace_id"]
     assert isinstance(trace_id, str)
-    return vf_arith.RECEIVED[trace_id]
+    responses: list[dict[str, Any]] = vf_arith.RECEIVED[trace_id]
+    return responses
 
 
 def sampled_ids(response: dict[str, Any]) -> list[int]:
@@ -280,7 +281,7 @@ def test_a_scenario_that_is_no_task_is_refused(tmp_path: Path) -> None:
         inference_base_url="http://127.0.0.1:9/v1", inference_api_key="k",
     )  # fmt: skip
     with pytest.raises(arthex.InvalidInputError, match="a task of its taskset"):
-        asyncio.run(environment.rollout(model, {"question": "?"}))  # type: ignore[arg-type]
+        asyncio.run(environment.rollout(model, {"question": "?"}))
 
 
 class _Served:

@@ -70,10 +70,10 @@ def test_from_openenv_without_openenv_names_the_extra() -> None:
 
 def test_rollout_fn_makes_groups_of_n_and_keeps_failures_as_exception_entries() -> None:
     group_of = environment_rollout_fn(Counting(), n=3)
-    group = asyncio.run(group_of(None, 2, None))  # type: ignore[arg-type]
+    group: TrajectoryGroup = asyncio.run(group_of(None, 2, None))  # type: ignore[arg-type]
     assert isinstance(group, TrajectoryGroup)
     assert [t.reward for t in group.trajectories] == [2.0, 2.0, 2.0]
-    failed = asyncio.run(group_of(None, -1, None))  # type: ignore[arg-type]
+    failed: TrajectoryGroup = asyncio.run(group_of(None, -1, None))  # type: ignore[arg-type]
     assert not failed.trajectories and len(failed.exceptions) == 3
     assert failed.exceptions[0].message == "negative"
 
