@@ -20,4 +20,8 @@ if HAS_EXTRAS:
     if str(HERE / "plugins") not in sys.path:
         sys.path.insert(0, str(HERE / "plugins"))
 else:
-    collect_ignore_glob = ["test_verifiers*.py", "test_openenv*.py", "plugins/*", "envs.py"]
+    collect_ignore = [
+        str(path.relative_to(HERE))
+        for path in [*HERE.glob("*.py"), HERE / "plugins"]
+        if path.name not in {"test_in_envs_venv.py", "conftest.py", "__init__.py", "envs_venv.py"}
+    ]
