@@ -35,6 +35,7 @@ from ..core.capture.scope import (
     Scope,
     bind_session,
     close_session_scope,
+    no_capture,
     open_session_scope,
 )
 from ..core.errors import InvalidInputError, MissingExtraError
@@ -154,9 +155,12 @@ class _Serving:
 
     async def _hold(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
         try:
-            async with self.env.serving():
-                ready.set_result(None)
-                await stop.wait()
+            # the server's tasks inherit this task's context: no capture scope of the first
+            # rollout's caller may see the calls it relays (session scopes take them)
+            with no_capture():
+                async with self.env.serving():
+                    ready.set_result(None)
+                    await stop.wait()
         except BaseException as error:
             if not ready.done():
                 ready.set_exception(error)

@@ -93,6 +93,8 @@ class World:
     packed: list[packing.PackedBatch]
     train_tasks: int
     val_tasks: int
+    nested: Trajectory
+    outer: Trajectory
 
 
 async def greedy_logprobs(model: Model) -> list[float]:
@@ -142,9 +144,14 @@ def world(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> World:
             after = await greedy_logprobs(model)
             val = both.scenarios("val")
             evaluated = [await both.rollout(model, task) for task in val[:2]]
+            # a rollout inside the caller's own capture scope: the relayed calls are the
+            # rollout's, the outer scope sees none of them
+            async with arthex.capture() as outer:
+                nested = await single.rollout(model, single.scenarios("train")[0])
             return World(
                 single_groups, multi_groups, evaluated, steps, await model.get_step(),
                 before, after, list(packed), len(both.scenarios("train")), len(val),
+                nested, outer,
             )  # fmt: skip
 
     patch = pytest.MonkeyPatch()
@@ -228,6 +235,11 @@ def test_training_two_steps_advances_the_model(world: World) -> None:
     assert world.served_step == 2
     assert world.greedy_after != world.greedy_before
     assert all(math.isfinite(lp) for lp in world.greedy_after)
+
+
+def test_a_rollout_inside_a_capture_scope_keeps_its_calls(world: World) -> None:
+    assert len(world.nested.exchanges.chat_completions) == 1
+    assert not world.outer.exchanges.chat_completions
 
 
 def test_eval_env_gives_the_splits_other_than_train(world: World) -> None:
