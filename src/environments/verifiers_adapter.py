@@ -301,7 +301,7 @@ def _trajectory(
         for name, value in trace.metrics.items():
             if value is not None:
                 metrics.setdefault(prefix + name, value)
-        metrics[prefix + "num_turns"] = trace.num_turns
+        metrics.setdefault(prefix + "num_turns", trace.num_turns)
         for key, value in trace.info.items():
             metadata[prefix + str(key)] = metadata_value(value)
         scope = scopes.get(trace.id)
@@ -310,7 +310,7 @@ def _trajectory(
             skipped += int(scope.trajectory.metrics.get(SKIPPED_METRIC, 0))
     if skipped:
         metrics[SKIPPED_METRIC] = skipped
-    metrics["duration"] = duration
+    metrics.setdefault("duration", duration)
     first = traces[0]
     metadata.update(
         verifiers_env=episode.env.id,
