@@ -5,7 +5,8 @@ The OpenAI SDK, and the frameworks built on it (langchain-openai, openai-agents)
 request through one of these methods, whatever transport the client was built with. Wrapping
 them at the class catches every client built from a watched endpoint's `base_url` without the
 agent passing anything. Outside a capture scope the cost is one context-variable lookup per
-request.
+request (and one dictionary lookup for a request with an `X-Session-ID` header, the key of
+session scopes).
 
 The whole response body is read before it is handed back: a chat completion is one JSON
 document the caller reads anyway, and reading it here means the scope records it even if the
@@ -19,7 +20,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from ..core.capture.scope import PendingCall, recorder_for
+from ..core.capture.scope import SESSION_HEADER, PendingCall, recorder_for
 
 _MARK = "_arthex_capture"
 _FAMILIES = ("httpx", "httpx2")
@@ -28,7 +29,7 @@ _lock = threading.Lock()
 
 
 def _pending(module: ModuleType, request: Any) -> PendingCall | None:
-    scope = recorder_for(request.method, str(request.url))
+    scope = recorder_for(request.method, str(request.url), request.headers.get(SESSION_HEADER))
     if scope is None:
         return None
     try:

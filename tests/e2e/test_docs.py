@@ -8,6 +8,9 @@ fenced block to make it a test.
   top-level `await` works. A block fails the test by raising (use `assert`).
 - `<!-- test: pytest -->` before a ```python block: the block is written to a test file and
   run with pytest in a subprocess; every test in it must pass.
+- `<!-- test: envs -->` before a ```python block: a block that needs the `envs` extra
+  (verifiers, openenv), which lives in a venv of its own: skipped here, the page's `envs`
+  blocks run in order, as cells, by tests/environments/test_docs_envs.py in that venv.
 
 Unmarked blocks (bash, sketches with placeholders) are not run.
 """
@@ -99,6 +102,8 @@ def test_marked_blocks_of_a_page_run(page: Path, clean_env: Path) -> None:
             where = f"{page.relative_to(ROOT)}:{line}"
             if kind == "pytest":
                 run_as_pytest_file(code, where, clean_env)
+            elif kind == "envs":
+                continue  # in the envs venv: tests/environments/test_docs_envs.py
             elif kind == "python":
                 run_cell(code, where, namespace, loop)
             else:

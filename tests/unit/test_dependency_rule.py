@@ -166,6 +166,45 @@ def test_composition_imports_no_app_testing_or_emulator() -> None:
     assert not offenders, offenders
 
 
+# `arthex.environments` composes the capture (an adapter's hook, through the composition root)
+# with the core's use cases: it sits beside the apps, above the composition root.
+def test_environments_import_no_app_testing_or_emulator() -> None:
+    offenders = [
+        f"{relative}:{line} imports {module}"
+        for relative, room in outer_files()
+        if room == "environments"
+        for line, module in imported_modules(SRC / relative)
+        if _room(module) in {"apps", "testing", "emulators", "art"}
+    ]
+    assert not offenders, offenders
+    assert any(room == "environments" for _, room in outer_files())
+
+
+def test_nothing_below_the_environments_imports_them() -> None:
+    below = {"core", "ports", "composition", "api", "container"}
+    offenders = [
+        f"{relative}:{line} imports {module}"
+        for relative, room in outer_files()
+        if room in below or room.startswith("adapters.")
+        for line, module in imported_modules(SRC / relative)
+        if _room(module) == "environments"
+    ]
+    assert not offenders, offenders
+
+
+def test_the_environments_import_neither_verifiers_nor_openenv_at_import() -> None:
+    code = (
+        "import sys, arthex, arthex.environments\n"
+        "arthex.environments.from_verifiers, arthex.environments.from_openenv\n"
+        "print(','.join(sorted(m for m in ('verifiers', 'openenv', 'datasets', 'torch')"
+        " if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
 def test_nothing_below_the_apps_imports_an_app() -> None:
     # `arthex/__init__.py` is the package's face above everything: it names (lazily) what the
     # apps offer users, such as the loaders.

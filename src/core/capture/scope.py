@@ -5,9 +5,16 @@ inside a scope record into it, while concurrent scopes in sibling tasks never se
 calls. Scopes nest: a call belongs to the innermost scope only. `no_capture()` hides every
 enclosing scope for a region (a scope opened inside it records again).
 
+A session scope is the other kind: it is not in any context, and records the calls that carry
+its session id in the `X-Session-ID` header (`SESSION_HEADER`), from whatever task or thread
+sends them. It is for a program whose model calls are relayed by a server running outside the
+rollout's context (verifiers' interception server sends each upstream call with its trace id in
+that header): `open_session_scope(trajectory, endpoints)`, `bind_session(scope, id)` for each
+id whose calls it takes, `close_session_scope(scope, error)`.
+
 The scope knows nothing of HTTP. The transport hook (an adapter, installed the first time a
-scope opens) asks `recorder_for(method, url)` for the scope that wants a request, then hands
-it the request and response bodies; the scope parses them and appends a
+scope opens) asks `recorder_for(method, url, session)` for the scope that wants a request, then
+hands it the request and response bodies; the scope parses them and appends a
 `ChatCompletionsExchange`. Nothing a hook reports ever raises into the agent's call: a body
 that does not parse, or a streamed call (recorded by nobody), is counted on the trajectory
 (`capture_skipped_calls`) and logged.
@@ -37,10 +44,14 @@ logger = logging.getLogger("arthex.capture")
 
 SKIPPED_METRIC = "capture_skipped_calls"
 ERROR_KEY = "capture_error"
+SESSION_HEADER = "X-Session-ID"
+"""The request header a session scope is keyed by."""
 
 _scopes: contextvars.ContextVar[tuple[Scope, ...]] = contextvars.ContextVar(
     "arthex_capture_scopes", default=()
 )
+_sessions: dict[str, Scope] = {}
+_sessions_lock = threading.Lock()
 _hooks: list[Callable[[], None]] = []
 _hooks_done: set[int] = set()
 _hooks_lock = threading.Lock()
@@ -106,6 +117,7 @@ class Scope:
         self.trajectory = trajectory
         self.endpoints = endpoints
         self.open = True
+        self.sessions: set[str] = set()  # the session ids bound to it (a session scope)
         self._lock = threading.Lock()
         self._started = time.monotonic()
 
@@ -149,10 +161,19 @@ class Scope:
             trajectory.log(f"capture ended by {type(error).__name__}: {error}")
 
 
-def recorder_for(method: str, url: str) -> Scope | None:
-    """The innermost scope of the current context, when it watches this request."""
+def recorder_for(method: str, url: str, session: str | None = None) -> Scope | None:
+    """The scope that records this request: the session scope bound to its `session` header
+    when there is one, else the innermost scope of the current context; either only when it
+    watches the URL."""
+    if method.upper() != "POST":
+        return None
+    if session:
+        with _sessions_lock:
+            bound = _sessions.get(session)
+        if bound is not None:
+            return bound if bound.open and bound.endpoints.watches(url) else None
     scopes = _scopes.get()
-    if not scopes or method.upper() != "POST":
+    if not scopes:
         return None
     scope = scopes[-1]
     return scope if scope.open and scope.endpoints.watches(url) else None
@@ -183,6 +204,13 @@ def no_capture() -> Iterator[None]:
 
 def open_scope(trajectory: Trajectory | None, endpoints: EndpointFilter) -> tuple[Scope, Any]:
     """Push a new scope; returns it and the token that pops it (`close_scope`)."""
+    scope = _new_scope(trajectory, endpoints)
+    _install_hooks()
+    token = _scopes.set((*_scopes.get(), scope))
+    return scope, token
+
+
+def _new_scope(trajectory: Trajectory | None, endpoints: EndpointFilter) -> Scope:
     if trajectory is None:
         trajectory = Trajectory()
     elif not isinstance(trajectory, Trajectory):
@@ -194,10 +222,7 @@ def open_scope(trajectory: Trajectory | None, endpoints: EndpointFilter) -> tupl
             "capture records into a trajectory without messages_and_choices, tools or "
             "additional_histories; pass a fresh Trajectory (or none)"
         )
-    scope = Scope(trajectory, endpoints)
-    _install_hooks()
-    token = _scopes.set((*_scopes.get(), scope))
-    return scope, token
+    return Scope(trajectory, endpoints)
 
 
 def close_scope(scope: Scope, token: Any, error: BaseException | None) -> None:
@@ -207,3 +232,34 @@ def close_scope(scope: Scope, token: Any, error: BaseException | None) -> None:
         raise RuntimeError("capture scopes must close in the order they opened (innermost first)")
     _scopes.reset(token)
     scope.close(error)
+
+
+def open_session_scope(trajectory: Trajectory | None, endpoints: EndpointFilter) -> Scope:
+    """A scope that records the calls of the sessions bound to it (`bind_session`), from any
+    task or thread; it is in no context. Close it with `close_session_scope`."""
+    scope = _new_scope(trajectory, endpoints)
+    _install_hooks()
+    return scope
+
+
+def bind_session(scope: Scope, session: str) -> None:
+    """Record the calls whose `X-Session-ID` header is `session` into `scope`."""
+    if not isinstance(session, str) or not session:
+        raise InvalidInputError(f"a session id is a non-empty string, got {session!r}")
+    with _sessions_lock:
+        held = _sessions.get(session)
+        if held is not None and held is not scope:
+            raise InvalidInputError(f"session {session!r} is already bound to another scope")
+        _sessions[session] = scope
+        scope.sessions.add(session)
+
+
+def close_session_scope(scope: Scope, error: BaseException | None) -> None:
+    """Unbind the scope's sessions and close it (idempotent)."""
+    with _sessions_lock:
+        for session in scope.sessions:
+            if _sessions.get(session) is scope:
+                del _sessions[session]
+        scope.sessions.clear()
+    if scope.open:
+        scope.close(error)

@@ -19,6 +19,7 @@ MODULES = (
     "backend_lifecycle",
     "backend_serving",
     "backend_steps",
+    "environment",
     "metrics",
     "pipeline_state",
     "run_lease",
