@@ -24,6 +24,7 @@ SECTIONS: frozenset[str] = frozenset(
         "objective",
         "offpolicy",
         "optim",
+        "diagnostics",
         "train",
         "val",
         "test",
