@@ -382,7 +382,8 @@ class RunDiagnostics:
                 "staleness",
                 f"the pipeline trained on groups {bound} steps old, its bound "
                 f"(max_steps_off_policy={bound}), for {self.stale_steps} updates in a row: "
-                "rollouts cannot keep up with training; add rollout workers "
-                "(num_rollout_workers) or lower max_batch_size",
+                "rollouts run as far ahead of training as allowed, so every update is that "
+                "off-policy; lower max_steps_off_policy (or num_rollout_workers) for fresher "
+                "groups, or raise max_batch_size so training keeps up",
             )
         ]

@@ -105,7 +105,14 @@ def _is_finite_number(value: object) -> bool:
 
 
 def _has_logprobs(choice: Choice) -> bool:
-    return choice.logprobs is not None and bool(choice.logprobs.content)
+    """Logprobs for its sampled tokens; a Choice that sampled no token (its `token_ids` an
+    empty list) has all it can have: what is wrong with it is told by the diagnostics."""
+    if choice.logprobs is None:
+        return False
+    if choice.logprobs.content:
+        return True
+    ids = (choice.model_extra or {}).get("token_ids")
+    return isinstance(ids, list) and not ids
 
 
 def _awaited(groups: list[TrajectoryGroup], call: str) -> list[TrajectoryGroup]:
