@@ -155,6 +155,12 @@ class Watchdog:
             thread.join(timeout=5.0)
 
     @property
+    def watching(self) -> list[str]:
+        """The labels (runs) watched now."""
+        with self._lock:
+            return [entry.label for entry in self._watched.values()]
+
+    @property
     def running(self) -> bool:
         thread = self._thread
         return thread is not None and thread.is_alive()
@@ -255,7 +261,8 @@ def thread_stacks() -> str:
 
 
 def task_stacks(loops: list[asyncio.AbstractEventLoop]) -> str:
-    """Every asyncio task of the loops, its stack and what it awaits."""
+    """Every asyncio task of the loops: its stack through every coroutine it awaits (outermost
+    first, like a traceback) and the innermost thing it waits on."""
     lines = ["== asyncio tasks =="]
     for loop in loops:
         if loop.is_closed():
@@ -266,33 +273,52 @@ def task_stacks(loops: list[asyncio.AbstractEventLoop]) -> str:
             lines.append(f"(the tasks of a loop could not be listed: {exc})")
             continue
         for task in tasks:
-            lines.append(f"\n-- task {task.get_name()!r}: {_coroutine_name(task)} --")
-            lines.append(f"  awaits: {awaited(task)}")
-            for frame in task.get_stack():
-                lines.extend(
-                    line.rstrip("\n")
-                    for line in traceback.format_list(traceback.extract_stack(frame, limit=1))
-                )
+            chain, waiting = _await_chain(task.get_coro())
+            lines.append(f"\n-- task {task.get_name()!r}: {_qualname(task.get_coro())} --")
+            lines.append(f"  awaits: {' -> '.join([*map(_qualname, chain[1:]), waiting])}")
+            frames = [frame for frame in map(_frame_of, chain) if frame is not None]
+            summary = traceback.StackSummary.extract((frame, frame.f_lineno) for frame in frames)
+            lines.extend(line.rstrip("\n") for line in summary.format())
     return "\n".join(lines) + "\n"
 
 
-def _coroutine_name(task: asyncio.Task[Any]) -> str:
-    coro = task.get_coro()
-    return getattr(coro, "__qualname__", type(coro).__name__)
-
-
-def awaited(task: asyncio.Task[Any]) -> str:
-    """The innermost awaitable the task is suspended on (a future, a sleep, another task)."""
-    current: Any = task.get_coro()
-    chain: list[str] = []
-    for _ in range(64):
+def _await_chain(coro: Any) -> tuple[list[Any], str]:
+    """The coroutines (and generators) from `coro` down to the innermost, and what that one
+    waits on ("a Future", a task, ...)."""
+    chain = [coro]
+    current = coro
+    for _ in range(256):
         inner = getattr(current, "cr_await", None) or getattr(current, "gi_yieldfrom", None)
         if inner is None:
-            break
-        name = getattr(inner, "__qualname__", None)
-        chain.append(name if isinstance(name, str) else _short(repr(inner)))
+            running = getattr(current, "cr_running", False) or getattr(current, "gi_running", False)
+            return chain, "(running)" if running else "(nothing: about to run)"
+        if _frame_of(inner) is None:
+            return chain, _waited_on(inner)
+        chain.append(inner)
         current = inner
-    return " -> ".join(chain) if chain else "(nothing: running or about to run)"
+    return chain, "(deeper than 256 awaits)"
+
+
+def _waited_on(awaitable: Any) -> str:
+    if isinstance(awaitable, asyncio.Task):
+        return f"task {awaitable.get_name()!r}"
+    if isinstance(awaitable, asyncio.Future):
+        return "a Future"
+    name = type(awaitable).__name__
+    return "a Future" if name == "FutureIter" else _short(f"{name} {awaitable!r}")
+
+
+def _frame_of(coro: Any) -> Any:
+    for attribute in ("cr_frame", "gi_frame", "ag_frame"):
+        frame = getattr(coro, attribute, None)
+        if frame is not None:
+            return frame
+    return None
+
+
+def _qualname(coro: Any) -> str:
+    name = getattr(coro, "__qualname__", None)
+    return name if isinstance(name, str) else type(coro).__name__
 
 
 def _short(text: str, limit: int = 200) -> str:
