@@ -241,6 +241,24 @@ def completions(groups: Sequence[TrajectoryGroup]) -> Completions:
     return Completions(trajectories, truncated, n_choices, empty)
 
 
+# --- (f) the served step ---------------------------------------------------------------------
+
+
+def served_step(names: Iterable[str], run_name: str) -> int | None:
+    """The newest step of `run_name` among the served model names (`{name}@{step}`, or
+    `{project}/{name}@{step}` where a server qualifies them); -1 when the run's name is
+    served but no step of it is, None when the names do not mention the run at all."""
+    newest: int | None = None
+    for name in names:
+        base, at, step = name.rpartition("@")
+        if not at:
+            base, step = name, ""
+        if base != run_name and not base.endswith(f"/{run_name}"):
+            continue
+        newest = max(newest if newest is not None else -1, int(step) if step.isdigit() else -1)
+    return newest
+
+
 # --- the run's memory ----------------------------------------------------------------------
 
 
@@ -354,16 +372,17 @@ class RunDiagnostics:
         return findings
 
     def served(self, trained: int, served: int | None, where: str) -> tuple[float, list[Finding]]:
-        """The lag of the served step behind the trained one (`served` None: the endpoint
-        does not serve the trained step at all)."""
+        """The lag of the served step behind the trained one (`served` None or -1: no step of
+        the run is served)."""
         if served is not None and served >= trained:
             return 0.0, []
-        lag = float(trained - served) if served is not None else float(trained)
+        newest = served if served is not None and served >= 0 else None
+        lag = float(trained - newest) if newest is not None else float(trained)
         return lag, [
             Finding(
                 "served_lag",
                 f"the inference server at {where} does not serve step {trained}, the step just "
-                f"trained (newest served: {'none' if served is None else served}): rollouts "
+                f"trained (newest served: {'none' if newest is None else newest}): rollouts "
                 "sample an old policy; the server was not reloaded (restart it, or check the "
                 "backend's serving errors)",
             )

@@ -442,13 +442,9 @@ class TrainableModel(Model):
         except Exception as exc:  # a diagnostic never fails the update
             logger.debug("could not list the models served at %s: %s", endpoint.base_url, exc)
             return {}
-        prefix = f"{self.run.name}@"
-        steps = [
-            int(n[len(prefix) :])
-            for n in names
-            if n.startswith(prefix) and n[len(prefix) :].isdigit()
-        ]
-        served = step if self.run.inference_name(step) in names else max(steps, default=None)
+        served = diagnostics.served_step(names, self.run.name)
+        if served is None:
+            return {}  # the endpoint names this run's steps otherwise: nothing to compare
         lag, findings = self._diagnostics.served(step, served, endpoint.base_url)
         self._warn(findings)
         return {diagnostics.SERVED_LAG_KEY: lag}

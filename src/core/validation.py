@@ -56,16 +56,20 @@ def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGr
             )
     _awaited(items, "train")
     n_choices = 0
+    missing: list[str] = []
     for g, group in enumerate(items):
         for t, trajectory in enumerate(group.trajectories):
             for c, choice in enumerate(trajectory.choices()):
                 n_choices += 1
                 if not config.allow_training_without_logprobs and not _has_logprobs(choice):
-                    raise InvalidInputError(
-                        f"group {g}, trajectory {t}, choice {c} has no token logprobs (arthex's "
-                        "servers return them unless a request says logprobs=False); sample "
-                        "without logprobs=False, or set allow_training_without_logprobs"
-                    )
+                    missing.append(f"group {g}, trajectory {t}, choice {c}")
+    if missing:
+        more = f" (and {len(missing) - 1} more of {n_choices} choices)" if len(missing) > 1 else ""
+        raise InvalidInputError(
+            f"{missing[0]}{more} has no token logprobs (arthex's servers return them unless a "
+            "request says logprobs=False); sample without logprobs=False, or set "
+            "allow_training_without_logprobs"
+        )
     if n_choices == 0 and any(group.trajectories for group in items):
         raise InvalidInputError(
             "no trajectory holds a Choice: only Choice objects returned by the model are "

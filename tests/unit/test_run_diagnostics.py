@@ -406,3 +406,34 @@ def test_the_served_step_check_names_the_lag() -> None:
 
 def test_the_run_ref_used_in_messages_is_the_run() -> None:
     assert str(RunRef("diag", "agent")) == "diag/agent"
+
+
+@pytest.mark.parametrize(
+    ("names", "newest"),
+    [
+        (["agent", "agent@0", "agent@2", "other@9"], 2),
+        (["proj/agent@3", "proj/agent"], 3),  # a server that qualifies names
+        (["agent"], -1),  # the run is served, none of its steps
+        (["other@4", "agent-b@5"], None),  # nothing of this run: cannot tell
+    ],
+)
+def test_the_served_step_is_read_off_the_served_names(names: list[str], newest: int | None) -> None:
+    assert diagnostics.served_step(names, "agent") == newest
+
+
+def test_choices_without_logprobs_are_refused_with_how_many() -> None:
+    """Refused outright (not warned): a Choice without logprobs names the fix, and the count
+    says whether it was one stray request or the whole sampler."""
+    run = Run()
+    batch = [
+        TrajectoryGroup([sampled(0.0, logprobs=None), sampled(1.0)]),
+        TrajectoryGroup([sampled(0.0, logprobs=None), sampled(1.0, logprobs=None)]),
+    ]
+    with pytest.raises(InvalidInputError) as refused:
+        asyncio.run(run.train(batch))
+    assert str(refused.value) == (
+        "group 0, trajectory 0, choice 0 (and 2 more of 4 choices) has no token logprobs "
+        "(arthex's servers return them unless a request says logprobs=False); sample without "
+        "logprobs=False, or set allow_training_without_logprobs"
+    )
+    assert asyncio.run(run.backend.get_step(run.model.run)) == 0
