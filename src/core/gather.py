@@ -124,7 +124,7 @@ async def gather_trajectory_groups(
 
 
 async def _each_group(
-    tasks: list[asyncio.Future[tuple[int, TrajectoryGroup, list[TrajectoryGroup]]]],
+    tasks: Sequence[asyncio.Future[tuple[int, TrajectoryGroup, list[TrajectoryGroup]]]],
     gathered: dict[int, TrajectoryGroup],
     kept: dict[int, list[TrajectoryGroup]],
     running: RunningMetrics,

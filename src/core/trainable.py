@@ -100,7 +100,7 @@ class TrainableModel(Model):
         self._pending: PendingBatch | None = None
         self._pinned: set[int] = set()
         self._diagnostics = diagnostics.RunDiagnostics()  # this run's, never shared
-        self._unwatch: weakref.finalize[[], None] | None = None
+        self._unwatch: weakref.finalize[[], TrainableModel] | None = None
 
     @property
     def trainable(self) -> bool:
@@ -543,5 +543,6 @@ class TrainableModel(Model):
                 deleted=tuple(s for s in existing if s not in decision.keep),
                 dry_run=True,
             )
-        deleted = await backend.delete_checkpoint_files(self.run, decision.keep)
+        with WATCHDOG.activity("backend.delete_checkpoints"):
+            deleted = await backend.delete_checkpoint_files(self.run, decision.keep)
         return attrs.evolve(decision, keep=remaining - set(deleted), deleted=tuple(sorted(deleted)))

@@ -190,15 +190,22 @@ class Watchdog:
                 idle = time.monotonic() - self._last
                 stalled = bool(self._busy) and not self._dumped and idle >= seconds
                 busy = dict(self._busy)
+                loops = list(self._loops)
                 if stalled:
                     self._dumped = True
             if stalled:
                 try:
-                    self._report(watched, busy, idle)
+                    self._report(watched, busy, idle, loops)
                 except Exception:  # the watchdog never takes the run down
                     logger.exception("the hang watchdog could not write its report")
 
-    def _report(self, watched: list[_Watched], busy: dict[str, int], idle: float) -> None:
+    def _report(
+        self,
+        watched: list[_Watched],
+        busy: dict[str, int],
+        idle: float,
+        loops: list[asyncio.AbstractEventLoop],
+    ) -> None:
         now = datetime.now(UTC)
         name = f"hang-{now.strftime('%Y%m%dT%H%M%S')}-{now.microsecond:06d}.txt"
         doing = ", ".join(f"{what} x{n}" if n > 1 else what for what, n in sorted(busy.items()))
@@ -207,7 +214,7 @@ class Watchdog:
             f"no progress for {idle:.1f}s ({WATCHDOG_ENV}={min(w.seconds for w in watched):g}) "
             f"while in: {doing}\n"
         )
-        body = head + "\n" + thread_stacks() + "\n" + task_stacks(list(self._loops))
+        body = head + "\n" + thread_stacks() + "\n" + task_stacks(loops)
         written: list[tuple[str, str]] = []
         for entry in watched:
             text = body

@@ -362,10 +362,12 @@ async def ruler_score_group(
             group, judge_model, params, rubric, client, debug, cache, prices, permutations, spent
         )
     except JudgeError as error:
-        failed: Exception = JudgeError(f"judging {group_label(group)} failed: {error}")
-        return _failed(failed, spent, usage, swallow_exceptions, cause=error)
+        named = JudgeError(f"judging {group_label(group)} failed: {error}")
+        _failed(named, spent, usage, swallow_exceptions, cause=error)
+        return None
     except Exception as error:
-        return _failed(error, spent, usage, swallow_exceptions, cause=None)
+        _failed(error, spent, usage, swallow_exceptions, cause=None)
+        return None
     if usage is not None:
         usage.add(spent)
     return scored
@@ -379,7 +381,7 @@ def _failed(
     *,
     cause: Exception | None,
 ) -> None:
-    """Count a failed judging; raise it, or (swallowed) log it in one line and return None."""
+    """Count a failed judging; raise it, or (swallowed) log it in one line."""
     spent.failures += 1
     if usage is not None:
         usage.add(spent)
@@ -388,7 +390,6 @@ def _failed(
             raise error
         raise error from None
     logger.warning("judging a group failed and was skipped: %s: %s", type(error).__name__, error)
-    return None
 
 
 async def _score(

@@ -49,7 +49,7 @@ def train_twice(
                 async def not_reloaded(*args: Any) -> None:
                     return None
 
-                backend._serve = not_reloaded  # type: ignore[method-assign]
+                backend._serve = not_reloaded  # type: ignore[method-assign,assignment]
             lags = []
             for offset in (0, 1):
                 result = await model.train(

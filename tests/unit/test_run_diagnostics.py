@@ -171,10 +171,13 @@ def test_an_all_masked_chat_template_is_refused_and_a_partly_masked_batch_warned
 
     def choice_of(answer: str) -> Any:
         messages = [PROMPT, {"role": "assistant", "content": answer}]
-        prompt = tokenizer.apply_chat_template(messages[:1], add_generation_prompt=True)
-        through = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        sampled_ids = list(through[len(prompt) :])
-        return make_choice(answer, prompt_token_ids=list(prompt), token_ids=sampled_ids)
+        prompt: list[int] = list(
+            tokenizer.apply_chat_template(messages[:1], add_generation_prompt=True)  # type: ignore[arg-type]
+        )
+        through: list[int] = list(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True)  # type: ignore[arg-type]
+        )
+        return make_choice(answer, prompt_token_ids=prompt, token_ids=through[len(prompt) :])
 
     masked = [Trajectory(messages_and_choices=[PROMPT, choice_of(a)], reward=r) for a, r in (
         ("4", 1.0), ("5", 0.0))]  # fmt: skip
