@@ -70,6 +70,7 @@ class _Watched:
     seconds: float
     write: ReportWriter | None
     ranks: RankStacks | None
+    reported: int = -1  # the progress epoch of the stall last reported for this run
 
 
 class Watchdog:
@@ -80,7 +81,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._busy: Counter[str] = Counter()
         self._last = time.monotonic()
-        self._dumped = False
+        self._epoch = 0  # counts progress: a stall is reported once per epoch and run
         self._watched: dict[int, _Watched] = {}
         self._ids = itertools.count(1)
         self._loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
@@ -119,7 +120,7 @@ class Watchdog:
 
     def _progress(self) -> None:
         self._last = time.monotonic()
-        self._dumped = False  # progress resumed: the next stall is reported again
+        self._epoch += 1  # progress resumed: the next stall is reported again
 
     # --- who is watched ------------------------------------------------------------------
 
@@ -188,14 +189,18 @@ class Watchdog:
                 return
             with self._lock:
                 idle = time.monotonic() - self._last
-                stalled = bool(self._busy) and not self._dumped and idle >= seconds
+                due = [
+                    w
+                    for w in self._watched.values()
+                    if self._busy and idle >= w.seconds and w.reported != self._epoch
+                ]
+                for entry in due:
+                    entry.reported = self._epoch
                 busy = dict(self._busy)
                 loops = list(self._loops)
-                if stalled:
-                    self._dumped = True
-            if stalled:
+            if due:
                 try:
-                    self._report(watched, busy, idle, loops)
+                    self._report(due, busy, idle, loops)
                 except Exception:  # the watchdog never takes the run down
                     logger.exception("the hang watchdog could not write its report")
 

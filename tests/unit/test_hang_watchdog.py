@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ import pytest
 import arthex
 from arthex.core.errors import InvalidInputError
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
-from arthex.core.watchdog import WATCHDOG
+from arthex.core.watchdog import WATCHDOG, Watchdog
 from arthex.testing.builders import make_choice
 from arthex.testing.fakes import InMemoryBackend
 
@@ -102,7 +103,7 @@ def test_a_stalled_rollout_is_reported_once_per_stall_and_the_run_goes_on(
     assert "<locals>.stuck_in_first_rollout -> until_reports -> sleep -> a Future\n" in text
     assert "<locals>.stuck_in_second_rollout -> until_reports -> sleep -> a Future\n" in text
     assert ', in stuck_in_first_rollout\n    seen["first"] = await until_reports' in text
-    lines = [r.getMessage() for r in caplog.records if "no progress" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("hang/agent: ")]
     assert len(lines) == 2
     assert re.fullmatch(
         r"hang/agent: no progress in gather for \d+s: stacks of every thread and task written "
@@ -174,7 +175,7 @@ def test_a_process_that_never_closes_its_model_exits_with_no_watchdog_thread(
 
         import asyncio, os
         import arthex
-        from arthex.core.watchdog import WATCHDOG
+        from arthex.core.watchdog import WATCHDOG, Watchdog
         from arthex.testing.fakes import InMemoryBackend
 
         os.environ["ARTHEX_WATCHDOG_S"] = "30"
@@ -223,3 +224,37 @@ def test_zero_turns_the_watchdog_off(tmp_path: Path, monkeypatch: pytest.MonkeyP
         await model.close()
 
     asyncio.run(main())
+
+
+def test_each_run_is_reported_after_its_own_timeout_only(tmp_path: Path) -> None:
+    """Two runs watched in one process: a stall past the short timeout is reported to its run;
+    the run with the long one hears of it only if the stall lasts that long too."""
+    dog = Watchdog()
+    written: dict[str, list[str]] = {"short": [], "long": []}
+
+    def writer(label: str) -> Callable[[str, str], str]:
+        def write(name: str, text: str) -> str:
+            path = tmp_path / f"{label}-{name}"
+            path.write_text(text)
+            written[label].append(str(path))
+            return str(path)
+
+        return write
+
+    detach_short = dog.attach("short", 1.0, writer("short"), lambda: "rank 0: waiting\n")
+    detach_long = dog.attach("long", 600.0, writer("long"), None)
+    try:
+        with dog.activity("train"):
+            deadline = time.monotonic() + DEADLINE_S
+            while not written["short"]:
+                assert time.monotonic() < deadline, "no report within the deadline"
+                time.sleep(0.05)
+        assert written["long"] == []
+        (report,) = written["short"]
+        text = Path(report).read_text()
+        assert "while in: train" in text and text.endswith("== trainer ranks ==\nrank 0: waiting\n")
+        assert dog.reports == [report]
+    finally:
+        detach_short()
+        detach_long()
+    assert not dog.running
