@@ -440,3 +440,25 @@ def test_choices_without_logprobs_are_refused_with_how_many() -> None:
         "logprobs=False, or set allow_training_without_logprobs"
     )
     assert asyncio.run(run.backend.get_step(run.model.run)) == 0
+
+
+def test_callers_of_the_port_get_the_same_refusal_before_any_step() -> None:
+    """The training servers call the port through `checked_train_steps`: a batch with
+    nothing trainable is refused there too, and the backend never steps."""
+    from arthex.core.backend_train import checked_train_steps
+    from arthex.core.config import TrainConfig
+    from arthex.core.identity import ModelSpec
+
+    backend = InMemoryBackend()
+    run = RunRef("diag", "served")
+    empty = Trajectory(messages_and_choices=[PROMPT, make_choice("", token_ids=[])], reward=1.0)
+
+    async def main() -> int:
+        await backend.register(ModelSpec(run=run, base_model="in-memory"))
+        with pytest.raises(InvalidInputError, match=r"^nothing in this batch can be trained: 2 of"):
+            checked_train_steps(
+                backend, run, [TrajectoryGroup([as_dicts(0.0), empty])], TrainConfig()
+            )
+        return await backend.get_step(run)
+
+    assert asyncio.run(main()) == 0
