@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 from openai.types.chat.chat_completion import Choice
@@ -23,7 +23,6 @@ from .metrics import ZERO_VARIANCE_TOLERANCE
 from .trajectories import Trajectory, TrajectoryGroup
 
 DIAGNOSTICS_ENV = "ARTHEX_DIAGNOSTICS"
-PREFIX = "diagnostics/"
 
 # history keys (the `diagnostics` section of a row)
 UNTRAINABLE_KEY = "diagnostics/untrainable_trajectories"
@@ -42,19 +41,19 @@ EQUAL_STEPS = 3  # ...for this many steps in a row, not falling
 OUTLIER_FACTOR = 10.0  # an order of magnitude
 TRUNCATED_SHARE_THRESHOLD = 0.5  # "most" trajectories
 STALENESS_STEPS = 3
-WHICH_LIMIT = 5  # how many places a message names before "..."
+WHICH_LIMIT = 5  # how many places a message names before "and N more"
 
 
-def enabled(environ: dict[str, str] | None = None) -> bool:
+def enabled(environ: Mapping[str, str] | None = None) -> bool:
     """`ARTHEX_DIAGNOSTICS`: on unless set to 0 (or false/off); anything else is refused."""
-    value = (os.environ if environ is None else environ).get(DIAGNOSTICS_ENV, "1").strip().lower()
+    text = (os.environ if environ is None else environ).get(DIAGNOSTICS_ENV, "1")
+    value = text.strip().lower()
     if value in ("1", "true", "on", "yes", ""):
         return True
     if value in ("0", "false", "off", "no"):
         return False
     raise InvalidInputError(
-        f"{DIAGNOSTICS_ENV} must be 1 (in-run diagnostics on, the default) or 0 (off), got "
-        f"{value!r}"
+        f"{DIAGNOSTICS_ENV} must be 1 (in-run diagnostics on, the default) or 0 (off), got {text!r}"
     )
 
 

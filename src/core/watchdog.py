@@ -28,7 +28,7 @@ import time
 import traceback
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,7 +47,7 @@ RankStacks = Callable[[], str | None]
 """The trainer ranks' stacks as text (None: the backend has no ranks running)."""
 
 
-def watchdog_seconds(environ: dict[str, str] | None = None) -> float:
+def watchdog_seconds(environ: Mapping[str, str] | None = None) -> float:
     """`ARTHEX_WATCHDOG_S`, checked: seconds >= 0 (0: off); unset means 600."""
     text = (os.environ if environ is None else environ).get(WATCHDOG_ENV)
     if text is None or not text.strip():
