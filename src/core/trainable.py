@@ -101,6 +101,9 @@ class TrainableModel(Model):
         self._pinned: set[int] = set()
         self._diagnostics = diagnostics.RunDiagnostics()  # this run's, never shared
         self._unwatch: weakref.finalize[[], TrainableModel] | None = None
+        # the served-step check's own client, bound to the loop it was made on (never the
+        # user's `openai_client()`, whose connections must not be tied to a train call's loop)
+        self._lister: tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncOpenAI] | None = None
 
     @property
     def trainable(self) -> bool:
@@ -437,7 +440,7 @@ class TrainableModel(Model):
         if endpoint is None:
             return {}
         try:
-            listed = await self.openai_client().with_options(timeout=10.0).models.list()
+            listed = await self._listing_client(endpoint).models.list()
             names = [entry.id for entry in listed.data]
         except Exception as exc:  # a diagnostic never fails the update
             logger.debug("could not list the models served at %s: %s", endpoint.base_url, exc)
@@ -448,6 +451,29 @@ class TrainableModel(Model):
         lag, findings = self._diagnostics.served(step, served, endpoint.base_url)
         self._warn(findings)
         return {diagnostics.SERVED_LAG_KEY: lag}
+
+    def _listing_client(self, endpoint: InferenceEndpoint) -> AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        held = self._lister
+        if held is None or held[0]() is not loop:
+            from openai import AsyncOpenAI  # the client class, not only the types
+
+            client = AsyncOpenAI(
+                base_url=endpoint.base_url,
+                api_key=endpoint.api_key,
+                timeout=10.0,
+                max_retries=0,
+                # no pooled connection outlives the call, so none is left on a closed loop
+                default_headers={"Connection": "close"},
+            )
+            held = self._lister = (weakref.ref(loop), client)
+        return held[1]
+
+    async def _close_client(self) -> None:
+        held, self._lister = self._lister, None
+        if held is not None and held[0]() is asyncio.get_running_loop():
+            await held[1].close()
+        await super()._close_client()
 
     def diagnose(self, findings: Iterable[diagnostics.Finding]) -> None:
         """Log each finding once per run (its cause), as a warning naming the run."""
