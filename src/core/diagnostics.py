@@ -131,9 +131,9 @@ class Trainability:
 
 
 _REASONS = {
-    "dict_messages": "hold no Choice (dict messages where Choices were expected)",
-    "no_token_ids": "have Choices without the sampler's token ids",
-    "masked": "sampled no token (their trained-token mask is all zero)",
+    "dict_messages": "with dict messages where Choices were expected",
+    "no_token_ids": "with Choices lacking the sampler's token ids",
+    "masked": "with nothing sampled, so their trained-token mask is all zero",
 }
 _FIXES = {
     "dict_messages": (
@@ -174,8 +174,8 @@ def check_trainable(groups: Sequence[TrajectoryGroup]) -> Trainability:
     found = trainability(groups)
     if found.nothing_trainable:
         raise InvalidInputError(
-            f"nothing in this batch can be trained: {found.untrainable} of {found.total} "
-            f"trajectories {found.describe()}"
+            f"nothing in this batch can be trained: of {found.total} trajectories, "
+            f"{found.describe()}"
         )
     return found
 
@@ -293,7 +293,7 @@ class RunDiagnostics:
                 Finding(
                     "untrainable",
                     f"{found.untrainable} of {found.total} trajectories cannot be trained as "
-                    f"sampled and add nothing to the update: they {found.describe()}",
+                    f"sampled (none of their tokens is trained): {found.describe()}",
                 )
             )
         equal, sized = equal_reward_counts(groups)

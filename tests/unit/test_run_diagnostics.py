@@ -117,10 +117,10 @@ def test_dict_messages_in_part_of_a_batch_are_warned_once_with_count_and_which(
     with caplog.at_level(logging.WARNING, logger="arthex"):
         first, second = asyncio.run(main())
     assert warnings_of(caplog) == [
-        "diag/agent: 2 of 5 trajectories cannot be trained as sampled and add nothing to the "
-        "update: they 2 hold no Choice (dict messages where Choices were expected) (group 1 "
-        "trajectory 0, group 1 trajectory 2): append the response's choices[0] to "
-        "messages_and_choices, not a dict copy of its message"
+        "diag/agent: 2 of 5 trajectories cannot be trained as sampled (none of their tokens is "
+        "trained): 2 with dict messages where Choices were expected (group 1 trajectory 0, "
+        "group 1 trajectory 2): append the response's choices[0] to messages_and_choices, not "
+        "a dict copy of its message"
     ]  # once, though both steps had them
     for row in (first, second):
         assert row[diagnostics.DICT_MESSAGES_KEY] == 2.0
@@ -139,9 +139,9 @@ def test_a_batch_with_nothing_trainable_is_refused_before_the_backend_is_called(
     with pytest.raises(InvalidInputError) as refused:
         asyncio.run(run.train(batch))
     assert str(refused.value) == (
-        "nothing in this batch can be trained: 2 of 2 trajectories 1 hold no Choice (dict "
-        "messages where Choices were expected) (group 0 trajectory 0); 1 have Choices without "
-        "the sampler's token ids (group 0 trajectory 1): append the response's choices[0] to "
+        "nothing in this batch can be trained: of 2 trajectories, 1 with dict messages where "
+        "Choices were expected (group 0 trajectory 0); 1 with Choices lacking the sampler's "
+        "token ids (group 0 trajectory 1): append the response's choices[0] to "
         "messages_and_choices, not a dict copy of its message; sample through the backend's "
         "endpoint (model.openai_client()) or ask vLLM for return_token_ids"
     )
@@ -183,7 +183,10 @@ def test_an_all_masked_chat_template_is_refused_and_a_partly_masked_batch_warned
         ("4", 1.0), ("5", 0.0))]  # fmt: skip
     assert all(not (c.model_extra or {})["token_ids"] for t in masked for c in t.choices())
     run = Run()
-    with pytest.raises(InvalidInputError, match=r"^nothing in this batch can be trained: 2 of 2 "):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^nothing in this batch can be trained: of 2 trajectories, 2 with nothing",
+    ):
         asyncio.run(run.train([TrajectoryGroup(masked)]))
     assert asyncio.run(run.backend.get_step(run.model.run)) == 0
 
@@ -192,8 +195,8 @@ def test_an_all_masked_chat_template_is_refused_and_a_partly_masked_batch_warned
     assert row[diagnostics.MASKED_KEY] == 2.0
     (warning,) = [w for w in warnings_of(caplog) if "cannot be trained" in w]
     assert warning.startswith(
-        "diag/agent: 2 of 3 trajectories cannot be trained as sampled and add nothing to the "
-        "update: they 2 sampled no token (their trained-token mask is all zero) (group 0 "
+        "diag/agent: 2 of 3 trajectories cannot be trained as sampled (none of their tokens is "
+        "trained): 2 with nothing sampled, so their trained-token mask is all zero (group 0 "
         "trajectory 0, group 0 trajectory 1): check the chat template's generation prompt"
     )
 
@@ -455,7 +458,10 @@ def test_callers_of_the_port_get_the_same_refusal_before_any_step() -> None:
 
     async def main() -> int:
         await backend.register(ModelSpec(run=run, base_model="in-memory"))
-        with pytest.raises(InvalidInputError, match=r"^nothing in this batch can be trained: 2 of"):
+        with pytest.raises(
+            InvalidInputError,
+            match=r"^nothing in this batch can be trained: of 2 trajectories, 1 with dict",
+        ):
             checked_train_steps(
                 backend, run, [TrajectoryGroup([as_dicts(0.0), empty])], TrainConfig()
             )
