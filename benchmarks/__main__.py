@@ -16,6 +16,7 @@ BENCHMARKS = (
     "server_memory",
     "distributed",
     "view",
+    "diagnostics",
 )
 
 

@@ -4,6 +4,7 @@ is a run. Torch-free and I/O-free (but for `find_runs` and `is_run_dir`, which l
     {base}/{project}/models/{name}/
         model.json  history.jsonl  trajectories/{split}/{step:04d}.parquet  checkpoints/{step:04d}/
         state.json  pipeline_state.json  trainer.lease  wandb-run.json  tinker-run.json
+        diagnostics/hang-{time}.txt
 
 Every adapter, app and tool that touches a run directory asks this class where things are, so
 the layout (ART's) is written down once. `base` is a local folder or, for the stores that
@@ -31,6 +32,7 @@ LEASE = "trainer.lease"
 WANDB_RUN = "wandb-run.json"
 WANDB_DIR = "wandb"
 TINKER_RUN = "tinker-run.json"
+DIAGNOSTICS = "diagnostics"  # the hang watchdog's reports: diagnostics/hang-{time}.txt
 # Any of these makes a folder a run (an ART run may have only some of them).
 MARKERS = (HISTORY, MODEL_SPEC, TRAJECTORIES, CHECKPOINTS)
 
@@ -92,6 +94,16 @@ class RunLayout:
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / step_name(step)
+
+    @property
+    def diagnostics(self) -> Path:
+        return self.file(DIAGNOSTICS)
+
+    def diagnostic(self, name: str) -> Path:
+        """A report of the run's diagnostics (`hang-{time}.txt`); `name` is one segment."""
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise ValueError(f"a diagnostics file name is one path segment, got {name!r}")
+        return self.diagnostics / name
 
 
 def backend_run_dir(spec: ModelSpec, path: str | None, backend: str) -> Path:

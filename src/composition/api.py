@@ -36,7 +36,8 @@ def model_ports(
 ) -> core.ModelPorts:
     """A model's ports, built once: each adapter given wins, the rest are the defaults under
     `base_path` (parquet trajectories, the `history.jsonl` ledger, `state.json`, the trainer
-    lease file, `pipeline_state.json`) and the mirrors `report_metrics` names."""
+    lease file, `pipeline_state.json`, the `diagnostics/` reports) and the mirrors
+    `report_metrics` names."""
     return core.ModelPorts(
         store=store if store is not None else container.trajectory_store(base_path),
         reporter=reporter if reporter is not None else container.history(base_path),
@@ -48,6 +49,7 @@ def model_ports(
         pipeline_state=(
             pipeline_state if pipeline_state is not None else container.pipeline_state(base_path)
         ),
+        reports=container.diagnostics_files(base_path),
     )
 
 

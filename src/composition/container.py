@@ -7,13 +7,14 @@ heavy; tests override providers (`container.trajectory_store.override(...)`).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, cast
 
 from dependency_injector import containers, providers
 
 from ..core.errors import InvalidInputError
+from ..core.identity import RunRef
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
 from ..ports.training_backend import RunLeases, TrainingBackend
 from ..ports.trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
@@ -70,6 +71,16 @@ def json_run_state(base_path: str) -> RunStateStore | None:
     from ..adapters.run_files.state import JsonRunState
 
     return JsonRunState(base_path)
+
+
+def diagnostics_files(base_path: str) -> Callable[[RunRef, str, str], str] | None:
+    """The writer of a run's diagnostics reports (`{run}/diagnostics/`); none for a URI base
+    path (the watchdog then writes its reports to the temp folder and says where)."""
+    if "://" in str(base_path):
+        return None
+    from ..adapters.run_files.diagnostics import DiagnosticsFiles
+
+    return DiagnosticsFiles(base_path)
 
 
 def wandb_wanted(report_metrics: Sequence[str] | None) -> bool:
@@ -136,6 +147,7 @@ class Container(containers.DeclarativeContainer):
     mirrors = providers.Factory(mirrors)
     backend = providers.Factory(backend)
     pipeline_state = providers.Factory(json_pipeline_state)
+    diagnostics_files = providers.Factory(diagnostics_files)
 
 
 container = Container()

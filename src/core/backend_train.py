@@ -16,6 +16,8 @@ import inspect
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import diagnostics
+from .capture.training import training_groups
 from .config import LossName, TrainConfig
 from .errors import InvalidInputError
 from .identity import RunRef
@@ -217,10 +219,13 @@ def checked_train_steps(
     """A backend's `train_steps` behind the core's input checks, for callers of the port other
     than the model (which runs the same checks before it writes anything): the groups
     (`check_training_groups`, finite values) and the capabilities the config needs. Backends
-    trust their input; the checks run here, once, raising before any step. (What the model
+    trust their input; the checks run here, once, raising before any step, and so does the
+    in-run diagnostics' refusal of a batch with nothing trainable. (What the model
     also does, turning captured trajectories into trainable groups, its client has done
     before it sends them: the servers receive trainable groups.)"""
     checked = check_training_groups(groups, config)
     check_finite_values(checked, training=True)
     backend.capabilities.check(config, type(backend).__name__)
+    if diagnostics.enabled():  # a batch with nothing trainable: one line, no step
+        diagnostics.check_trainable(training_groups(checked, config))
     return backend.train_steps(run, checked, config)

@@ -27,6 +27,7 @@ from .model import TrainResult
 from .progress import ProgressLine
 from .sft import SFT_TIME_KEY, TrainSFTConfig, sft_rows
 from .training_row import training_values
+from .watchdog import WATCHDOG
 
 logger = logging.getLogger("arthex")
 
@@ -44,10 +45,12 @@ async def collect_updates(
     bar = ProgressLine(description, None, enabled=progress)
     samples: list[dict[str, float]] = []
     try:
-        async for sample in backend.train_sft(run, conversations, config):
-            samples.append(dict(sample))
-            loss = sample.get("loss/train")
-            bar.advance(note="" if loss is None else f"loss={loss:.4g}")
+        with WATCHDOG.activity("train_sft"):
+            async for sample in backend.train_sft(run, conversations, config):
+                WATCHDOG.beat()
+                samples.append(dict(sample))
+                loss = sample.get("loss/train")
+                bar.advance(note="" if loss is None else f"loss={loss:.4g}")
     finally:
         bar.close()
     return samples

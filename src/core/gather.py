@@ -10,6 +10,7 @@ from typing import Literal, overload
 from .errors import InvalidInputError, TooManyExceptionsError
 from .progress import ProgressLine
 from .trajectories import CapturedException, Trajectory, TrajectoryGroup
+from .watchdog import WATCHDOG
 
 AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | list[TrajectoryGroup] | None]]
 
@@ -112,31 +113,45 @@ async def gather_trajectory_groups(
     bar = ProgressLine(pbar_desc or "", len(tasks), enabled=progress)
     gathered: dict[int, TrajectoryGroup] = {}  # as the rollouts left them: the budget's count
     kept: dict[int, list[TrajectoryGroup]] = {}  # after `after_each`: what is returned
-    failed = total = 0
-    fraction = 0 < max_exceptions < 1
     try:
-        for finished in asyncio.as_completed(tasks):
-            index, group, replacements = await finished
-            gathered[index], kept[index] = group, replacements
-            failed += len(group.exceptions)
-            total += len(group.trajectories) + len(group.exceptions)
-            running.add(group.trajectories)
-            bar.advance(1, len(group.exceptions), note=running.note())
-            if not fraction and too_many(failed, total, max_exceptions):
-                raise TooManyExceptionsError(
-                    f"{failed} rollouts failed, more than max_exceptions={max_exceptions}; "
-                    f"first: {first_error(gathered)}"
-                )
-        if fraction and too_many(failed, total, max_exceptions):
-            raise TooManyExceptionsError(
-                f"{failed} of {total} rollouts failed, more than max_exceptions={max_exceptions}; "
-                f"first: {first_error(gathered)}"
-            )
+        with WATCHDOG.activity("gather"):
+            await _each_group(tasks, gathered, kept, running, bar, max_exceptions)
     finally:
         for task in tasks:
             task.cancel()
         bar.close()
     return [group for i in range(len(tasks)) for group in kept[i]]
+
+
+async def _each_group(
+    tasks: Sequence[asyncio.Future[tuple[int, TrajectoryGroup, list[TrajectoryGroup]]]],
+    gathered: dict[int, TrajectoryGroup],
+    kept: dict[int, list[TrajectoryGroup]],
+    running: RunningMetrics,
+    bar: ProgressLine,
+    max_exceptions: int | float,
+) -> None:
+    """Collect the groups as they finish, within the failure budget."""
+    failed = total = 0
+    fraction = 0 < max_exceptions < 1
+    for finished in asyncio.as_completed(tasks):
+        index, group, replacements = await finished
+        WATCHDOG.beat()
+        gathered[index], kept[index] = group, replacements
+        failed += len(group.exceptions)
+        total += len(group.trajectories) + len(group.exceptions)
+        running.add(group.trajectories)
+        bar.advance(1, len(group.exceptions), note=running.note())
+        if not fraction and too_many(failed, total, max_exceptions):
+            raise TooManyExceptionsError(
+                f"{failed} rollouts failed, more than max_exceptions={max_exceptions}; "
+                f"first: {first_error(gathered)}"
+            )
+    if fraction and too_many(failed, total, max_exceptions):
+        raise TooManyExceptionsError(
+            f"{failed} of {total} rollouts failed, more than max_exceptions={max_exceptions}; "
+            f"first: {first_error(gathered)}"
+        )
 
 
 def first_error(groups: dict[int, TrajectoryGroup]) -> str:
@@ -223,7 +238,8 @@ async def gather_trajectories(
     failed = 0
     try:
         for finished in asyncio.as_completed(tasks):
-            index, outcome = await finished
+            with WATCHDOG.activity("gather"):
+                index, outcome = await finished
             results[index] = _as_result(outcome)
             if not isinstance(outcome, BaseException):
                 bar.advance(1)

@@ -24,6 +24,7 @@ SECTIONS: frozenset[str] = frozenset(
         "objective",
         "offpolicy",
         "optim",
+        "diagnostics",
         "train",
         "val",
         "test",
@@ -142,22 +143,26 @@ def _metric_means(sources: Iterable[Mapping[str, float | int | bool]]) -> dict[s
     sums: dict[str, list[float]] = {}
     for metrics in sources:
         for key, value in metrics.items():
-            if not key.startswith(COSTS_PREFIX):
+            if not key.startswith(SUMMED_PREFIXES):
                 sums.setdefault(key, []).append(float(value))
     return {key: _mean(values) for key, values in sums.items()}
 
 
 COSTS_PREFIX = "costs/"
+DIAGNOSTICS_PREFIX = "diagnostics/"
+SUMMED_PREFIXES = (COSTS_PREFIX, DIAGNOSTICS_PREFIX)
 
 
 def _cost_sums(groups: Sequence[TrajectoryGroup]) -> dict[str, float]:
     """`costs/...` keys of group and trajectory metrics (a judge's tokens, an API's dollars)
-    are what the batch spent: summed over the batch, under their own name, as ART does."""
+    are what the batch spent: summed over the batch, under their own name, as ART does. So are
+    `diagnostics/...` counts (a judge's corrective retries): how often it happened in the
+    batch."""
     totals: dict[str, list[float]] = {}
     for group in groups:
         for metrics in (group.metrics, *(t.metrics for t in group.trajectories)):
             for key, value in metrics.items():
-                if key.startswith(COSTS_PREFIX):
+                if key.startswith(SUMMED_PREFIXES):
                     totals.setdefault(key, []).append(float(value))
     return {key: math.fsum(values) for key, values in totals.items()}
 
@@ -211,11 +216,11 @@ def custom_summary(groups: Sequence[TrajectoryGroup], split: str) -> dict[str, f
     summed over the batch under their own name."""
     trajectories = [t for g in groups for t in g.trajectories]
     means = _metric_means(t.metrics for t in trajectories)
-    row = qualify({k: v for k, v in means.items() if not k.startswith(COSTS_PREFIX)}, split)
+    row = qualify({k: v for k, v in means.items() if not k.startswith(SUMMED_PREFIXES)}, split)
     group_means = _metric_means(g.metrics for g in groups if g.trajectories)
     row.update(
         qualify(
-            {f"group/{k}": v for k, v in group_means.items() if not k.startswith(COSTS_PREFIX)},
+            {f"group/{k}": v for k, v in group_means.items() if not k.startswith(SUMMED_PREFIXES)},
             split,
         )
     )

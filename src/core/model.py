@@ -7,7 +7,7 @@ composition root. Backends receive identities and data, never this object.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -72,8 +72,10 @@ class ModelPorts:
     trajectories and the model's card (`state`, the run-state facet, sits beside it);
     `reporter` is the ledger the model reports to and its policies read, `mirrors` the
     reporters that copy its rows (wandb); `leases` guard a backend's checkpoints (one trainer
-    per run); `pipeline_state` keeps a PipelineTrainer's record of its scenario stream. The
-    backend, the third role, is given at `register`."""
+    per run); `pipeline_state` keeps a PipelineTrainer's record of its scenario stream;
+    `reports` writes a run's diagnostics reports (`(run, name, text) -> where`: the hang
+    watchdog's stack dumps, `{run}/diagnostics/`). The backend, the third role, is given at
+    `register`."""
 
     store: TrajectoryStore
     reporter: MetricsHistory
@@ -81,6 +83,7 @@ class ModelPorts:
     state: RunStateStore | None = None
     leases: RunLeases | None = None
     pipeline_state: PipelineStateStore | None = None
+    reports: Callable[[RunRef, str, str], str] | None = None
 
 
 class Model(RunStateMixin, InferenceTarget):

@@ -21,10 +21,11 @@ from ..ports.training_backend import (
     ExportFormat,
     HeldLease,
     InferenceEndpoint,
+    RankStacks,
     StepMetricsSource,
     TrainingBackend,
 )
-from . import fine_tuning, lease_book, pruning
+from . import diagnostics, fine_tuning, lease_book, pruning
 from .capture.endpoints import register_endpoint
 from .capture.training import training_groups
 from .config import TrainConfig
@@ -52,6 +53,7 @@ from .training_row import (
 )
 from .trajectories import TrajectoryGroup
 from .validation import check_finite_values, check_training_groups
+from .watchdog import WATCHDOG, watchdog_seconds
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -96,6 +98,11 @@ class TrainableModel(Model):
         self._train_lock = asyncio.Lock()
         self._pending: PendingBatch | None = None
         self._pinned: set[int] = set()
+        self._diagnostics = diagnostics.RunDiagnostics()  # this run's, never shared
+        self._unwatch: weakref.finalize[[], TrainableModel] | None = None
+        # the served-step check's own client, bound to the loop it was made on (never the
+        # user's `openai_client()`, whose connections must not be tied to a train call's loop)
+        self._lister: tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncOpenAI] | None = None
 
     @property
     def trainable(self) -> bool:
@@ -106,6 +113,7 @@ class TrainableModel(Model):
         reporters (not the backend: it may serve other models; close it yourself). Closing
         the backend, or dropping the model, gives the lease back too."""
         await self._close_client()
+        self._stop_watching()
         await self._release_lease()
         await super().close()
 
@@ -165,10 +173,13 @@ class TrainableModel(Model):
         another `base_model` raises BaseModelChangedError before anything is written. A run
         with nothing trained yet (no row past step 0 in its history) may be re-pointed."""
         spec = self.spec()
+        seconds = watchdog_seconds()  # a bad ARTHEX_WATCHDOG_S fails before anything is written
+        diagnostics.enabled()  # and so does a bad ARTHEX_DIAGNOSTICS
         repointed_from = await self._check_base_model()
         took = await self._take_lease(backend, lease_book.caller_site())
         try:
-            endpoint = await backend.register(spec)
+            with WATCHDOG.activity("backend.register"):
+                endpoint = await backend.register(spec)
             if repointed_from is not None:  # said once the backend took it (Tinker refuses)
                 logger.warning(
                     "%s had nothing trained yet: its base model changed from %r to %r",
@@ -185,6 +196,7 @@ class TrainableModel(Model):
                 await self._release_lease()
             raise
         self._backend = backend
+        self._watch(backend, seconds)
         if self._lease is not None:
             lease_book.holds(self, backend)
         self._endpoint = endpoint
@@ -197,6 +209,28 @@ class TrainableModel(Model):
         self._step = await backend.get_step(self.run)
         async with self._train_lock:
             await self._repair_training_row(self._step)
+
+    def _watch(self, backend: TrainingBackend, seconds: float) -> None:
+        """Attach this run to the hang watchdog (core/watchdog.py): its reports go to the run's
+        `diagnostics/` folder, with the backend's rank stacks when it has ranks. Detached on
+        `close`, when the backend closes, and when the model is garbage-collected."""
+        self._stop_watching()
+        run = self.run
+        writer = self.ports.reports
+        ranks = backend.rank_stacks if isinstance(backend, RankStacks) else None
+        detach = WATCHDOG.attach(
+            str(run),
+            seconds,
+            None if writer is None else (lambda name, text: writer(run, name, text)),
+            None if ranks is None else (lambda: ranks(run)),
+        )
+        # the finalizer holds the detaching function, not the model
+        self._unwatch = weakref.finalize(self, detach)
+
+    def _stop_watching(self) -> None:
+        unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            unwatch()
 
     async def _check_base_model(self) -> str | None:
         """Refuse another base model for a run that has trained; only reads. The recorded
@@ -235,6 +269,7 @@ class TrainableModel(Model):
         """The backend this model is registered on is closing: give the run's lease back (a
         later `register` takes it again)."""
         if backend is self._backend:
+            self._stop_watching()
             await self._release_lease()
 
     async def _release_lease(self) -> None:
@@ -340,6 +375,8 @@ class TrainableModel(Model):
         groups = check_training_groups(trajectory_groups, config)
         check_finite_values(groups, training=True)
         backend.capabilities.check(config, type(backend).__name__)  # before anything is written
+        diagnosing = diagnostics.enabled()
+        found = diagnostics.check_trainable(training_groups(groups, config)) if diagnosing else None
         async with self._train_lock:
             step = await backend.get_step(self.run)
             await self._repair_training_row(step)
@@ -350,6 +387,9 @@ class TrainableModel(Model):
                 await self._log(groups, "train", None, step, batch)
                 self._trained.logged_by_train(step, groups)
             effective, extra = await self._apply_lr_policy(config)
+            trained = training_groups(groups, effective)
+            if diagnosing:
+                extra.update(self._diagnose_batch(trained, found))
             if effective.kl_penalty_reference_step is not None:
                 self._pinned.add(effective.kl_penalty_reference_step)
             self._record_config({"train": effective.to_json()})
@@ -359,15 +399,18 @@ class TrainableModel(Model):
             )
             samples: list[dict[str, float]] = []
             try:
-                trained = training_groups(groups, effective)
-                async for sample in backend.train_steps(self.run, trained, effective):
-                    samples.append(dict(sample))
-                    loss = sample.get("loss/train", sample.get("loss"))
-                    bar.advance(note="" if loss is None else f"loss={loss:.4g}")
+                with WATCHDOG.activity("train"):
+                    async for sample in backend.train_steps(self.run, trained, effective):
+                        WATCHDOG.beat()
+                        samples.append(dict(sample))
+                        loss = sample.get("loss/train", sample.get("loss"))
+                        bar.advance(note="" if loss is None else f"loss={loss:.4g}")
             finally:
                 bar.close()
             elapsed = time.monotonic() - started
             new_step = await self._advanced_from(step)
+            if diagnosing:
+                extra.update(await self._diagnose_serving(new_step))
             values = training_values(samples, {**extra, TRAINER_SECONDS_KEY: elapsed})
             values.update(await self._running_totals(values))
             row = MetricsRow(step=new_step, values=values)
@@ -378,6 +421,70 @@ class TrainableModel(Model):
             if verbose:
                 logger.info("trained step %d -> %d in %.1fs", step, new_step, elapsed)
             return TrainResult(step=new_step, metrics=row.values)
+
+    def _diagnose_batch(
+        self, groups: list[TrajectoryGroup], found: diagnostics.Trainability | None
+    ) -> dict[str, float]:
+        values, findings = self._diagnostics.batch(groups, found)
+        self._warn(findings)
+        return values
+
+    async def _diagnose_serving(self, step: int) -> dict[str, float]:
+        """Whether the endpoint serves the step just trained (a server not reloaded keeps
+        sampling the old policy). Only asked of an endpoint this model has; a server that
+        cannot be asked is not a finding."""
+        endpoint = self._endpoint
+        if endpoint is None:
+            return {}
+        try:
+            listed = await self._listing_client(endpoint).models.list()
+            names = [entry.id for entry in listed.data]
+        except Exception as exc:  # a diagnostic never fails the update
+            logger.debug("could not list the models served at %s: %s", endpoint.base_url, exc)
+            return {}
+        served = diagnostics.served_step(names, self.run.name)
+        if served is None:
+            return {}  # the endpoint names this run's steps otherwise: nothing to compare
+        lag, findings = self._diagnostics.served(step, served, endpoint.base_url)
+        self._warn(findings)
+        return {diagnostics.SERVED_LAG_KEY: lag}
+
+    def _listing_client(self, endpoint: InferenceEndpoint) -> AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        held = self._lister
+        if held is None or held[0]() is not loop:
+            from openai import AsyncOpenAI  # the client class, not only the types
+
+            client = AsyncOpenAI(
+                base_url=endpoint.base_url,
+                api_key=endpoint.api_key,
+                timeout=10.0,
+                max_retries=0,
+                # no pooled connection outlives the call, so none is left on a closed loop
+                default_headers={"Connection": "close"},
+            )
+            held = self._lister = (weakref.ref(loop), client)
+        return held[1]
+
+    async def _close_client(self) -> None:
+        held, self._lister = self._lister, None
+        if held is not None and held[0]() is asyncio.get_running_loop():
+            await held[1].close()
+        await super()._close_client()
+
+    def diagnose(self, findings: Iterable[diagnostics.Finding]) -> None:
+        """Log each finding once per run (its cause), as a warning naming the run."""
+        self._warn(findings)
+
+    def _warn(self, findings: Iterable[diagnostics.Finding]) -> None:
+        for finding in findings:
+            if self._diagnostics.first_time(finding.cause):
+                logger.warning("%s: %s", self.run, finding.message)
+
+    @property
+    def run_diagnostics(self) -> diagnostics.RunDiagnostics:
+        """What this run's in-run diagnostics remember (the causes already warned about)."""
+        return self._diagnostics
 
     async def _advanced_from(self, step: int) -> int:
         new_step = await self.backend.get_step(self.run)
@@ -429,16 +536,17 @@ class TrainableModel(Model):
         `pruning.delete_checkpoints`, which `arthex prune` calls too)."""
         backend = self.backend
         best = await self._best_step(best_checkpoint_metric, direction)
-        decision = await pruning.delete_checkpoints(
-            backend,
-            self.run,
-            best,
-            metric=best_checkpoint_metric,
-            direction=direction,
-            keep_last=keep_last,
-            pinned=set(pinned) | self._pinned,
-            dry_run=dry_run,
-        )
+        with WATCHDOG.activity("backend.delete_checkpoints"):
+            decision = await pruning.delete_checkpoints(
+                backend,
+                self.run,
+                best,
+                metric=best_checkpoint_metric,
+                direction=direction,
+                keep_last=keep_last,
+                pinned=set(pinned) | self._pinned,
+                dry_run=dry_run,
+            )
         if decision.best_step is None:
             logger.warning(decision.reason)
         return decision

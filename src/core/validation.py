@@ -56,16 +56,20 @@ def check_training_groups(groups: Any, config: TrainConfig) -> list[TrajectoryGr
             )
     _awaited(items, "train")
     n_choices = 0
+    missing: list[str] = []
     for g, group in enumerate(items):
         for t, trajectory in enumerate(group.trajectories):
             for c, choice in enumerate(trajectory.choices()):
                 n_choices += 1
                 if not config.allow_training_without_logprobs and not _has_logprobs(choice):
-                    raise InvalidInputError(
-                        f"group {g}, trajectory {t}, choice {c} has no token logprobs (arthex's "
-                        "servers return them unless a request says logprobs=False); sample "
-                        "without logprobs=False, or set allow_training_without_logprobs"
-                    )
+                    missing.append(f"group {g}, trajectory {t}, choice {c}")
+    if missing:
+        more = f" (and {len(missing) - 1} more of {n_choices} choices)" if len(missing) > 1 else ""
+        raise InvalidInputError(
+            f"{missing[0]}{more} has no token logprobs (arthex's servers return them unless a "
+            "request says logprobs=False); sample without logprobs=False, or set "
+            "allow_training_without_logprobs"
+        )
     if n_choices == 0 and any(group.trajectories for group in items):
         raise InvalidInputError(
             "no trajectory holds a Choice: only Choice objects returned by the model are "
@@ -105,7 +109,14 @@ def _is_finite_number(value: object) -> bool:
 
 
 def _has_logprobs(choice: Choice) -> bool:
-    return choice.logprobs is not None and bool(choice.logprobs.content)
+    """Logprobs for its sampled tokens; a Choice that sampled no token (its `token_ids` an
+    empty list) has all it can have: what is wrong with it is told by the diagnostics."""
+    if choice.logprobs is None:
+        return False
+    if choice.logprobs.content:
+        return True
+    ids = (choice.model_extra or {}).get("token_ids")
+    return isinstance(ids, list) and not ids
 
 
 def _awaited(groups: list[TrajectoryGroup], call: str) -> list[TrajectoryGroup]:

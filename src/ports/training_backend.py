@@ -164,6 +164,17 @@ class StepMetricsSource(Protocol):
 
 
 @runtime_checkable
+class RankStacks(Protocol):
+    """A backend whose training runs in rank processes: their stacks for a hang report."""
+
+    def rank_stacks(self, run: RunRef) -> str | None:
+        """Every running rank's thread stacks as text (None: the run has no ranks running).
+        Called from the hang watchdog's thread, never from the event loop; returns within a
+        few seconds even when a rank does not answer."""
+        ...
+
+
+@runtime_checkable
 class SupervisedFineTuning(Protocol):
     """A backend with the `sft` capability: supervised fine-tuning as one step of the run."""
 

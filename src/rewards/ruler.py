@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..core.chat_types import content_text
 from ..core.errors import ArthexError, InvalidInputError
 from ..core.trajectories import Trajectory, TrajectoryGroup
 from .cache import JudgeCache, Verdict, default_cache, verdict_key
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("arthex.rewards")
 
 ATTEMPTS = 2  # the first answer and one corrective retry
+REPLY_EXCERPT = 300  # characters of the judge's reply an error quotes
+RETRIES_KEY = "diagnostics/judge_retries"  # a group metric: corrective retries its judging took
 _USE_DEFAULT: Any = object()
 
 
@@ -76,6 +79,7 @@ class JudgeUsage:
     priced: bool = False
     cache_hits: int = 0
     failures: int = 0
+    retries: int = 0
 
     def add(self, other: JudgeUsage) -> None:
         self.calls += other.calls
@@ -85,6 +89,7 @@ class JudgeUsage:
         self.priced = self.priced or other.priced
         self.cache_hits += other.cache_hits
         self.failures += other.failures
+        self.retries += other.retries
 
     def costs(self) -> dict[str, float]:
         values = {
@@ -101,6 +106,7 @@ class JudgeUsage:
             **self.costs(),
             "judge/cache_hits": float(self.cache_hits),
             "judge/failures": float(self.failures),
+            "judge/retries": float(self.retries),
         }
 
 
@@ -165,7 +171,8 @@ async def _judge_once(
     if request.get("response_format") is None:
         request.pop("response_format")
     problem = ""
-    for _ in range(ATTEMPTS):
+    content: str | None = None
+    for attempt in range(ATTEMPTS):
         response = await client.chat.completions.create(
             model=judge_model, messages=messages, **request
         )
@@ -174,18 +181,55 @@ async def _judge_once(
         if debug:
             logger.info("judge %s answered: %s", judge_model, content)
         try:
-            return parse_scores(content, len(views))
+            scores = parse_scores(content, len(views))
         except ReplyError as error:
             problem = str(error)
+            if attempt + 1 < ATTEMPTS:
+                logger.debug("judge %s: %s; asking again", judge_model, problem)
             messages = [
                 *messages,
                 {"role": "assistant", "content": content or ""},
                 {"role": "user", "content": correction(problem, len(views))},
             ]
+            usage.retries += 1
+        else:
+            return scores
     raise JudgeError(
         f"the judge {judge_model!r} gave no usable scores for {len(views)} trajectories after "
-        f"{ATTEMPTS} attempts: {problem}"
+        f"{ATTEMPTS} attempts: {problem}; its last reply: {_excerpt(content)}"
     )
+
+
+def _excerpt(content: str | None, limit: int = REPLY_EXCERPT) -> str:
+    """The judge's reply for an error message: on one line, cut to `limit` characters."""
+    if content is None:
+        return "(none)"
+    flat = " ".join(content.split())
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+
+
+def group_label(group: TrajectoryGroup) -> str:
+    """How an error names a group: its scenario (metadata `scenario_id` or `scenario`) when it
+    has one, and its first user message."""
+    named = [
+        f"{key}={group.metadata[key]!r}"
+        for key in ("scenario_id", "scenario")
+        if group.metadata.get(key) is not None
+    ]
+    first = next(
+        (
+            content_text(item.get("content"))
+            for t in group.trajectories
+            for item in t.messages_and_choices
+            if isinstance(item, dict) and item.get("role") == "user"
+        ),
+        None,
+    )
+    if first:
+        flat = " ".join(first.split())
+        named.append(f"first user message {flat[:60] + ('...' if len(flat) > 60 else '')!r}")
+    what = f"the group of {len(group.trajectories)} trajectories"
+    return f"{what} ({', '.join(named)})" if named else what
 
 
 def _count(
@@ -317,19 +361,35 @@ async def ruler_score_group(
         scored = await _score(
             group, judge_model, params, rubric, client, debug, cache, prices, permutations, spent
         )
+    except JudgeError as error:
+        named = JudgeError(f"judging {group_label(group)} failed: {error}")
+        _failed(named, spent, usage, swallow_exceptions, cause=error)
+        return None
     except Exception as error:
-        spent.failures += 1
-        if usage is not None:
-            usage.add(spent)
-        if not swallow_exceptions:
-            raise
-        logger.warning(
-            "judging a group failed and was skipped: %s: %s", type(error).__name__, error
-        )
+        _failed(error, spent, usage, swallow_exceptions, cause=None)
         return None
     if usage is not None:
         usage.add(spent)
     return scored
+
+
+def _failed(
+    error: Exception,
+    spent: JudgeUsage,
+    usage: JudgeUsage | None,
+    swallow: bool,
+    *,
+    cause: Exception | None,
+) -> None:
+    """Count a failed judging; raise it, or (swallowed) log it in one line."""
+    spent.failures += 1
+    if usage is not None:
+        usage.add(spent)
+    if not swallow:
+        if cause is None:
+            raise error
+        raise error from None
+    logger.warning("judging a group failed and was skipped: %s: %s", type(error).__name__, error)
 
 
 async def _score(
@@ -394,6 +454,7 @@ def _rebuilt(
     spent: JudgeUsage,
 ) -> TrajectoryGroup:
     metrics.update(spent.costs())
+    metrics[RETRIES_KEY] = float(spent.retries)
     return TrajectoryGroup(
         trajectories,
         exceptions=list(group.exceptions),

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 
+import arthex
 from arthex.core.metrics import summarize
 from arthex.core.trajectories import History, Trajectory, TrajectoryGroup
 from arthex.rewards import JudgeCache, JudgeError, JudgeUsage, Price, ruler_score_group
@@ -268,3 +269,71 @@ def test_additional_histories_are_shown_to_the_judge(
 def test_an_unknown_provider_prefix_without_a_client_is_refused() -> None:
     with pytest.raises(Exception, match="pass client="):
         asyncio.run(ruler_score_group(group_of("a", "b"), "anthropic/claude", cache=None))
+
+
+def eight_answers() -> TrajectoryGroup:
+    cities = ("Paris", "Lyon", "Nice", "Lille", "Nantes", "Brest", "Metz", "Dijon")
+    return TrajectoryGroup(
+        [
+            Trajectory(
+                messages_and_choices=[
+                    {"role": "user", "content": "capital of France?"},
+                    make_choice(city),
+                ],
+                reward=0.0,
+            )
+            for city in cities
+        ],
+        metadata={"scenario_id": "france-8"},
+    )
+
+
+def test_a_judge_giving_7_scores_for_8_is_retried_then_named_with_its_reply(
+    judge: Callable[[Script], JudgeServer],
+) -> None:
+    seven = scores(*[0.5] * 7)
+    server = judge(lambda _: seven)
+    with pytest.raises(JudgeError) as failed:
+        score(eight_answers(), server)
+    assert len(server.requests) == 2  # the first answer and one corrective retry
+    assert len(seven) > 300 and "\n" not in seven  # quoted as the first 297 characters and "..."
+    assert str(failed.value) == (
+        "judging the group of 8 trajectories (scenario_id='france-8', first user message "
+        "'capital of France?') failed: the judge 'judge-model' gave no usable scores for 8 "
+        "trajectories after 2 attempts: the reply holds 7 scores for 8 trajectories; its last "
+        f"reply: {seven[:297] + '...'!r}"
+    )
+    assert "\n" not in str(failed.value)
+
+
+def test_an_empty_reply_is_named_too_and_a_swallowed_failure_logs_the_same_line(
+    judge: Callable[[Script], JudgeServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = judge(lambda _: "")
+    with caplog.at_level("WARNING", logger="arthex.rewards"):
+        assert score(eight_answers(), server, swallow_exceptions=True) is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (
+        "judging a group failed and was skipped: JudgeError: judging the group of 8 "
+        "trajectories (scenario_id='france-8', first user message 'capital of France?') failed: "
+        "the judge 'judge-model' gave no usable scores for 8 trajectories after 2 attempts: the "
+        "reply is empty; its last reply: ''"
+    )
+
+
+def test_the_corrective_retries_reach_the_history_row(
+    judge: Callable[[Script], JudgeServer], tmp_path: Path
+) -> None:
+    """A group judged after one retry and one judged at once, logged together: the row counts
+    one retry under `diagnostics/judge_retries`; a healthy batch counts none."""
+    replies = iter([scores(*[0.5] * 7), scores(*[i / 8 for i in range(8)])])
+    retried = score(eight_answers(), judge(lambda _: next(replies)))
+    direct = score(group_of("Paris", "Lyon"), judge(lambda _: scores(0.9, 0.1)))
+    assert retried is not None and direct is not None
+    model = arthex.Model(name="judged", project="ruler", base_path=str(tmp_path), report_metrics=[])
+    both = asyncio.run(model.log([retried, direct], split="train"))
+    healthy = asyncio.run(model.log([direct], split="train", step=1))
+    assert both is not None and both.values["diagnostics/judge_retries"] == 1.0
+    assert healthy is not None and healthy.values["diagnostics/judge_retries"] == 0.0
+    lines = (tmp_path / "ruler" / "models" / "judged" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["diagnostics/judge_retries"] for line in lines] == [1.0, 0.0]

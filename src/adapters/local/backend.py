@@ -655,6 +655,16 @@ class LocalBackend(BackendTrainEntry):
         supervisor = getattr(trainer, "supervisor", None)
         return supervisor.rank_pids() if supervisor is not None else {}
 
+    def rank_stacks(self, run: RunRef) -> str | None:
+        """The run's trainer ranks' thread stacks (the hang watchdog's report); None when the
+        run trains in this process or has no ranks running."""
+        try:
+            trainer: Any = self._require(run).trainer
+        except Exception:
+            return None
+        supervisor = getattr(trainer, "supervisor", None)
+        return supervisor.rank_stacks() if supervisor is not None else None
+
     # --- internals ----------------------------------------------------------------------
 
     def _pin(self, run: RunRef, step: int | None, delta: int) -> None:

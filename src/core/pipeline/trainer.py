@@ -40,6 +40,7 @@ import attrs
 
 from ...ports.training_backend import Capability, TrainingBackend
 from ...ports.trajectory_store import PipelineStateStore
+from .. import diagnostics
 from ..config import LOSSES, LossName, TrainConfig
 from ..errors import InvalidInputError, NotRegisteredError
 from ..metrics import summarize
@@ -357,6 +358,8 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
                     queue_depth=self._queue.qsize(),
                 )
                 before.update(policy_age_metrics(step, batch))
+                if diagnostics.enabled():
+                    before.update(self._diagnose(batch, before, counts["zero_variance"]))
                 await self._update(step, batch, before, step_started, rollouts.tokens)
                 step_started = time.monotonic()
             elif any(counts.values()):  # the stream ended on discards
@@ -412,6 +415,19 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
             self._status.update_done(result.step, len(batch), shown)
         if self.on_step is not None:
             self.on_step(result.step, shown)
+
+    def _diagnose(
+        self, batch: list[TrajectoryGroup], before: Mapping[str, float], equal: int
+    ) -> dict[str, float]:
+        """The pipeline's own diagnostics (core/diagnostics.py): staleness at its bound for
+        several updates in a row; and the equal-reward groups it discarded count toward the
+        model's share of groups with no spread."""
+        found = self.model.run_diagnostics
+        found.discarded(equal)
+        age = before.get("offpolicy/max_policy_age_steps")
+        steps, findings = found.staleness(age, self.max_steps_off_policy)
+        self.model.diagnose(findings)
+        return {diagnostics.STALENESS_KEY: steps}
 
     def _take_held(self) -> dict[str, set[int]]:
         held = {reason: set(indices) for reason, indices in self._held.items()}

@@ -17,6 +17,7 @@ from ..errors import InvalidInputError
 from ..trainable import TrainableModel
 from ..trajectories import TrajectoryGroup
 from ..validation import check_training_groups
+from ..watchdog import WATCHDOG
 from .measures import (
     FINAL_STEP_KEY,
     INITIAL_STEP_KEY,
@@ -144,7 +145,8 @@ class RolloutWorkers:
             started = time.monotonic()
             outcome: Sampled | Failed
             try:
-                group = await self.rollout_fn(self.model, scenario, self.config)
+                with WATCHDOG.activity("rollout"):
+                    group = await self.rollout_fn(self.model, scenario, self.config)
             except Exception as error:  # a failing rollout is counted, not fatal (see collect)
                 outcome = Failed(index, sampled, f"{type(error).__name__}: {error}")
             else:  # a group that cannot be trained is the caller's bug: fatal, at once

@@ -18,6 +18,7 @@ and the next `start` begins a new generation from scratch.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from .processes import RankProcess, kill_group, let_go, start_rank
 from .world import LOOPBACK, World, listen_socket
 
 SETTLE_S = 1.0
+STACKS_TIMEOUT_S = 3.0  # how long a rank may take to write its stacks
 STOP_GRACE_S = 10.0
 
 
@@ -145,10 +147,45 @@ class Supervisor:
         env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # logs hold errors, not bars
         env.setdefault("TQDM_DISABLE", "1")
         self._log_dir.mkdir(parents=True, exist_ok=True)
+        stacks = self._stacks_path(rank)
+        stacks.unlink(missing_ok=True)  # the rank writes its ready line when it can dump
+        env["ARTHEX_STACKS_FILE"] = str(stacks)
         return start_rank(env, self._log_path(rank), self)
 
     def _log_path(self, rank: int) -> Path:
         return self._log_dir / f"g{self._generation}-rank{rank}.log"
+
+    def _stacks_path(self, rank: int) -> Path:
+        return self._log_dir / f"g{self._generation}-rank{rank}.stacks"
+
+    # --- stacks for a hang report ----------------------------------------------------------
+
+    def rank_stacks(self, timeout_s: float = STACKS_TIMEOUT_S) -> str | None:
+        """Every local rank's thread stacks: each rank registered Python's faulthandler on
+        SIGUSR1 (worker.py), writing to its stacks file; a rank that has not written its ready
+        line yet is not signalled (SIGUSR1 would end it). None when no rank is running. Safe
+        to call from another thread while a command is in flight; it takes no lock."""
+        procs = dict(self._procs)
+        if not procs or not hasattr(signal, "SIGUSR1"):
+            return None
+        parts = []
+        for rank, proc in sorted(procs.items()):
+            head = f"-- rank {rank}, pid {proc.pid} --"
+            path = self._stacks_path(rank)
+            try:
+                before = path.stat().st_size
+            except FileNotFoundError:
+                before = 0
+            if before == 0 or proc.poll() is not None:
+                parts.append(f"{head}\n(not running, or not ready to dump its stacks yet)")
+                continue
+            try:
+                os.kill(proc.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                parts.append(f"{head}\n(gone)")
+                continue
+            parts.append(f"{head}\n{_new_text(path, before, timeout_s)}")
+        return "\n".join(parts) + "\n"
 
     # --- commands -----------------------------------------------------------------------
 
@@ -370,3 +407,19 @@ class Supervisor:
             if self._store is not None:
                 self._store.set("closed", "1")
                 self._store = None
+
+
+def _new_text(path: Path, offset: int, timeout_s: float) -> str:
+    """What was appended to `path` after `offset`, once it stops growing (or at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    size = offset
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = path.stat().st_size
+        if now > offset and now == size:
+            break  # grew, then held still for a poll
+        size = now
+    with path.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", "replace")
+    return text or f"(no answer within {timeout_s:g}s)"

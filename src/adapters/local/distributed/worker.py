@@ -16,7 +16,9 @@ is what a healthy rank sees when another one dies) before the process exits with
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import socket
 import sys
 import threading
@@ -40,6 +42,7 @@ JOIN_TIMEOUT = timedelta(minutes=15)  # a rank started by hand may come before t
 
 def main() -> None:
     place = rank_place(os.environ)
+    _dump_stacks_on_signal(place.rank)
     generation = os.environ.get("ARTHEX_GENERATION")
     parent = os.environ.get("ARTHEX_PARENT_PID")
     threads = os.environ.get("ARTHEX_THREADS")
@@ -49,6 +52,23 @@ def main() -> None:
         parent_pid=int(parent) if parent else None,
         threads=int(threads) if threads else None,
     )
+
+
+def _dump_stacks_on_signal(rank: int) -> None:
+    """On SIGUSR1, write every thread's stack to ARTHEX_STACKS_FILE (the frontend's hang
+    watchdog asks for them; the process goes on). The ready line tells the frontend the
+    handler is in place: before it, SIGUSR1 would end the process."""
+    path = os.environ.get("ARTHEX_STACKS_FILE")
+    if not path or not hasattr(signal, "SIGUSR1"):
+        return
+    out = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
+    out.write(f"rank {rank}, pid {os.getpid()}: ready to dump stacks on SIGUSR1\n")
+    out.flush()
+    _STACKS_FILES.append(out)
+
+
+_STACKS_FILES: list[Any] = []  # kept referenced: faulthandler writes to the descriptor
 
 
 def serve_rank(
