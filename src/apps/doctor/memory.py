@@ -233,7 +233,9 @@ def knobs(shape: ModelShape, settings: PlanSettings, current: MemoryPlan) -> lis
     if current.full:
         lora = plan(shape, attrs.evolve(settings, mode="lora"), *budget)
         if lora.fits:
-            found.append(f"LoRA instead of full fine-tuning (full_finetune=False: {gib(lora.needed)})")
+            found.append(
+                f"LoRA instead of full fine-tuning (full_finetune=False: {gib(lora.needed)})"
+            )
     if settings.engine == "vllm" and current.total > 0:
         rest = current.needed - current.part("vLLM")
         share = math.floor((current.available - rest) / current.total * 100) / 100
@@ -281,7 +283,9 @@ def check_memory(
     moe = " (a mixture of experts: the plan counts one expert per layer)" if shape.experts else ""
     if planned.fits:
         return ok("memory", head + moe)
-    return fail("memory", f"does not fit: {head}{moe}", "; or ".join(knobs(shape, settings, planned)))
+    return fail(
+        "memory", f"does not fit: {head}{moe}", "; or ".join(knobs(shape, settings, planned))
+    )
 
 
 def free_memory(gpu: bool) -> tuple[int, int]:
@@ -293,9 +297,7 @@ def free_memory(gpu: bool) -> tuple[int, int]:
         free, total = torch.cuda.mem_get_info(0)
         return int(free), int(total)
     try:
-        info = dict(
-            line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines()
-        )
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
         available = int(info["MemAvailable"].split()[0]) * 1024
         total = int(info["MemTotal"].split()[0]) * 1024
         return available, total

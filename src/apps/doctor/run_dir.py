@@ -96,7 +96,9 @@ def check_trajectories(path: Path) -> Check:
             f"move them out of {folder} (or upgrade arthex for a newer version)",
         )
     splits = sorted({part.split for part in parts})
-    return ok("trajectories", f"{len(parts)} file(s) of version {FORMAT_VERSION} ({', '.join(splits)})")
+    return ok(
+        "trajectories", f"{len(parts)} file(s) of version {FORMAT_VERSION} ({', '.join(splits)})"
+    )
 
 
 def check_checkpoints(path: Path, steps: list[int]) -> Check:

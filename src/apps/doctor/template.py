@@ -80,9 +80,8 @@ def local_model_dir(base_model: str) -> Path:
     if isinstance(cached, str):
         return Path(cached).parent
     raise InvalidInputError(
-        f"base model {base_model!r} is neither a folder here nor in the Hugging Face cache "
-        f"({constants.HF_HUB_CACHE}), and doctor downloads nothing: hf download {base_model}, "
-        "or pass a local model folder"
+        f"{base_model!r} is neither a folder here nor in the Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}), and doctor downloads nothing"
     )
 
 
@@ -97,12 +96,20 @@ def check_template(model_dir: Path) -> Check:
     except InvalidInputError as error:
         return fail("template", _first(error), "use a chat model, or save a chat template")
     except Exception as error:
-        return fail("template", f"cannot load the tokenizer of {model_dir}: {_first(error)}", "pass a model folder with its tokenizer files")
+        return fail(
+            "template",
+            f"cannot load the tokenizer of {model_dir}: {_first(error)}",
+            "pass a model folder with its tokenizer files",
+        )
     chat.add_eos_token_ids(_generation_eos(model_dir))
     try:
         return _check(chat)
     except InvalidInputError as error:
-        return fail("template", _first(error), "fix the chat template (tokenizer_config.json or chat_template.jinja)")
+        return fail(
+            "template",
+            _first(error),
+            "fix the chat template (tokenizer_config.json or chat_template.jinja)",
+        )
 
 
 def _check(chat: Any) -> Check:
@@ -143,7 +150,11 @@ def _check(chat: Any) -> Check:
     trained = [t for s in mine for t, c in zip(s.tokens, s.completion) if c]
     expected = [t for tokens in sampled for t in tokens]
     if not trained:
-        return fail("template", "no assistant token is trainable (the mask is all zero)", "fix the chat template")
+        return fail(
+            "template",
+            "no assistant token is trainable (the mask is all zero)",
+            "fix the chat template",
+        )
     if trained != expected:
         return fail(
             "template",
@@ -159,11 +170,13 @@ def _check(chat: Any) -> Check:
             "use a chat template that renders tool_calls",
         )
     if ANSWER not in answer_text:
-        return fail("template", f"the answer renders as {answer_text!r}, not the sampled text", "fix the chat template")
+        return fail(
+            "template",
+            f"the answer renders as {answer_text!r}, not the sampled text",
+            "fix the chat template",
+        )
     ends = [tokens[-1] in chat.eos_token_ids for tokens in sampled]
-    sft = conversation_sequences(
-        chat, Conversation(tuple(messages), tuple(tools)), "all", "doctor"
-    )
+    sft = conversation_sequences(chat, Conversation(tuple(messages), tuple(tools)), "all", "doctor")
     targets = sum(s.num_targets for s in sft)
     summary = (
         f"system, tool call, tool result and answer render; {len(trained)} assistant tokens "
