@@ -92,7 +92,7 @@ def test_the_trainer_constants_are_the_trainers() -> None:
 
     assert memory.LORA_TARGETS == DEFAULT_LORA_TARGETS
     assert memory.FULL_FINETUNE_BELOW_PARAMS == FULL_FINETUNE_BELOW_PARAMS
-    assert memory.MICRO_BATCH_TOKENS == TrainerSettings(base_model="x").micro_batch_tokens
+    assert TrainerSettings(base_model="x").micro_batch_tokens == memory.MICRO_BATCH_TOKENS
 
 
 def test_qwen_half_b_lora_on_a_24_gib_gpu_worked_by_hand(tmp_path: Path) -> None:
