@@ -223,3 +223,19 @@ def test_a_hub_id_outside_the_cache_is_refused_without_a_download(
     with pytest.raises(InvalidInputError, match="doctor downloads nothing"):
         local_model_dir("someone/not-a-cached-model")
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_a_cached_hub_id_is_its_snapshot_folder(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The Hugging Face cache's layout, built by hand: refs/main names the snapshot."""
+    from huggingface_hub import constants
+
+    repo = tmp_path / "cache" / "models--someone--tiny-chat"
+    snapshot = repo / "snapshots" / ("ab" * 20)
+    shutil.copytree(tiny, snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("ab" * 20)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    assert local_model_dir("someone/tiny-chat") == snapshot
+    assert check_template(snapshot).status == "ok"
