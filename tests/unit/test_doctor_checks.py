@@ -71,7 +71,8 @@ def test_out_of_range_missing_and_untested_versions() -> None:
     no_tinker = {c.name: c for c in check_versions("tinker", versions().get)}
     assert no_tinker["tinker"].status == "fail"
     assert no_tinker["tinker"].fix == "pip install 'arthex[tinker]'"
-    serverless = check_versions("serverless", {}.get)
+    nothing: dict[str, str] = {}
+    serverless = check_versions("serverless", nothing.get)
     assert exit_code(serverless) == 0, [c.line() for c in serverless]
     untested = {c.name: c for c in check_versions("local", versions(vllm="0.30.0").get)}
     assert untested["vllm"].status == "ok"

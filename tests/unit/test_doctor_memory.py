@@ -153,6 +153,9 @@ def test_nothing_but_a_smaller_model_fits(tmp_path: Path) -> None:
     check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
     assert check.status == "fail"
     assert check.fix.startswith("a smaller base model (this one has 8.03B parameters)")
+    vllm_full = PlanSettings(mode="full", gpu=True, engine="vllm")
+    refused_full = check_memory(shape, vllm_full, 80 * GiB, 80 * GiB, "stated")
+    assert refused_full.status == "fail" and "serves LoRA steps only" in refused_full.message
     longer = PlanSettings(max_seq_len=200_000)
     refused = check_memory(shape, longer, 24 * GiB, 24 * GiB, "stated")
     assert refused.status == "fail" and "context of 131072 tokens" in refused.message

@@ -61,7 +61,9 @@ def test_scan_names_the_torn_tail_and_each_damaged_line(tmp_path: Path) -> None:
     assert scanned.damaged == ((2, "not valid JSON"), (3, "not a JSON object"))
     check, steps = check_history(path.parent)
     assert check.status == "fail" and steps == [0, 3]
-    assert "2 damaged line(s): line 2 (not valid JSON), line 3 (not a JSON object)" in check.message
+    assert check.message.endswith(
+        "2 damaged line(s): line 2 (not valid JSON), line 3 (not a JSON object); line 5 is torn"
+    )
 
 
 def test_a_torn_last_line_is_a_warning_and_a_clean_ledger_ok(tmp_path: Path) -> None:

@@ -272,6 +272,13 @@ def check_memory(
             f"{shape.context} tokens",
             f"use at most {shape.context}",
         )
+    if settings.mode == "full" and settings.engine == "vllm":
+        return fail(
+            "memory",
+            "the vLLM engine serves LoRA steps only, so the LocalBackend refuses full "
+            "fine-tuning with it",
+            "--mode lora, or --engine torch (LocalBackend(engine='torch'))",
+        )
     planned = plan(shape, settings, available, total)
     mode = "full fine-tuning" if planned.full else f"LoRA rank {settings.lora_rank}"
     breakdown = ", ".join(f"{name} {gib(size)}" for name, size in planned.parts)

@@ -46,6 +46,8 @@ def check_history(path: Path) -> tuple[Check, list[int]]:
     if scanned.damaged:
         named = ", ".join(f"line {n} ({why})" for n, why in scanned.damaged[:5])
         more = f" and {len(scanned.damaged) - 5} more" if len(scanned.damaged) > 5 else ""
+        if scanned.torn_line is not None:
+            more += f"; line {scanned.torn_line} is torn"
         return fail(
             "history",
             f"{file}: {len(scanned.damaged)} damaged line(s): {named}{more}",

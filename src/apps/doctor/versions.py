@@ -90,7 +90,7 @@ def _one(package: str, extras: list[str], found: str | None, backend: Backend) -
         return warn(package, f"{found} is not a version arthex can compare", install)
     if in_range:
         return ok(package, f"{found} (supported: {wanted or 'any'})")
-    verdict = fail if needed or package == "torch" else warn
+    verdict = fail if needed else warn
     return verdict(package, f"{found} is outside the supported range {wanted}", install)
 
 
