@@ -11,10 +11,13 @@ stated with a worked example in docs/troubleshooting.md:
 - activations for one micro-batch (no gradient checkpointing): the trainer splits a step's
   rows into micro-batches of `micro_batch_tokens` (8192) tokens, so a micro-batch holds
   `min(batch, max(1, 8192 // S)) * S` tokens for rows of S tokens; each token keeps, per
-  layer, `4H + 3(A + K)D + 4I` values in the weights' dtype (norm inputs and outputs, q/k
-  before and after rotary, v, the attention output, the MLP's gate, up, activation and
-  product) and, once, its logits: `V * (b + 8)` bytes (the logits in the weights' dtype b,
-  their float32 copy and log-softmax);
+  layer, `4H + 3(A + K)D + 4I` values in the weights' dtype of b bytes (norm inputs and
+  outputs, q/k before and after rotary, v, the attention output, the MLP's gate, up,
+  activation and product), and once its logits and their log-softmax, `V * (b + 4)` bytes.
+  In bfloat16 add `4V` for the logits' float32 copy, and for LoRA `4(2H + AD + I)` a layer
+  for the float32 copies of the adapted layers' inputs (peft runs adapters in float32).
+  Measured against the bytes torch saves for backward (tests/unit/test_doctor_memory.py):
+  within 15%;
 - the sampling engine: vLLM keeps `gpu_memory_utilization` of the device's total memory for
   its whole life; the torch engine keeps its own copy of the base weights (bfloat16 on a GPU,
   float32 on the CPU), one more copy of the served step under full fine-tuning, and a KV
@@ -192,6 +195,19 @@ class MemoryPlan:
         return dict(self.parts)[name]
 
 
+def activation_bytes(shape: ModelShape, weight_bytes: int, *, lora: bool) -> int:
+    """Bytes one token keeps for the backward pass (see the module docstring)."""
+    h, i = shape.hidden, shape.intermediate
+    values = 4 * h + 3 * (shape.heads + shape.kv_heads) * shape.head_dim + 4 * i
+    per_layer = values * weight_bytes
+    logits = shape.vocab * (weight_bytes + 4)
+    if weight_bytes != 4:
+        logits += shape.vocab * 4  # the float32 copy log-softmax reads
+        if lora:  # peft runs the adapters in float32: a float32 copy of each adapted input
+            per_layer += 4 * (2 * h + shape.heads * shape.head_dim + i)
+    return shape.layers * per_layer + logits
+
+
 def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) -> MemoryPlan:
     """The plan of `shape` trained as `settings` say, against `available` bytes."""
     params = shape.params
@@ -204,9 +220,8 @@ def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) 
     seq_len = settings.max_seq_len or min(4096, shape.context)
     rows = min(settings.batch, max(1, settings.micro_batch_tokens // seq_len))
     tokens = rows * seq_len
-    h, i, d = shape.hidden, shape.intermediate, shape.head_dim
-    per_layer = 4 * h + 3 * (shape.heads + shape.kv_heads) * d + 4 * i
-    per_token = shape.layers * per_layer * weight_bytes + shape.vocab * (weight_bytes + 8)
+    d = shape.head_dim
+    per_token = activation_bytes(shape, weight_bytes, lora=not full)
     parts: list[tuple[str, int]] = [("weights", params * weight_bytes)]
     if full:
         parts.append(("gradients+AdamW", 12 * params))
