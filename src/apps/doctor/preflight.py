@@ -46,7 +46,7 @@ def recorded_base_model(run_dir: Path) -> str | None:
 
 def run_checks(options: Options) -> list[Check]:
     checks = check_versions(options.backend)
-    checks.append(check_gpu())
+    checks.append(check_gpu(cpu_chosen=options.device == "cpu"))
     base = options.base_model
     if base is None and options.run_dir is not None:
         base = recorded_base_model(options.run_dir)

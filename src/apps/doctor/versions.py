@@ -121,8 +121,9 @@ def _tested_vllm(vllm: str, torch: str | None) -> Check:
     return ok("vllm tested", f"vLLM {vllm} with the torch it pins ({pinned})")
 
 
-def check_gpu() -> Check:
-    """What torch sees: the GPUs with their memory, CUDA and the driver, or that it sees none."""
+def check_gpu(cpu_chosen: bool = False) -> Check:
+    """What torch sees: the GPUs with their memory, CUDA and the driver, or that it sees none
+    (a warning for a CUDA build, unless the CPU was chosen with --device cpu)."""
     try:
         import torch
     except ImportError:
@@ -133,10 +134,13 @@ def check_gpu() -> Check:
             return ok(
                 "gpu", f"none: torch {torch.__version__} is a CPU build; training runs on the CPU"
             )
+        if cpu_chosen:
+            return ok("gpu", f"none visible to torch (built for CUDA {built}); --device cpu")
         return warn(
             "gpu",
             f"torch is built for CUDA {built} but sees no GPU",
-            "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, or train on the CPU",
+            "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, or pass --device cpu to "
+            "plan for the CPU",
         )
     devices = []
     for index in range(torch.cuda.device_count()):
