@@ -18,9 +18,12 @@ import fcntl
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from ..core.errors import CorruptDataError, InvalidInputError
 from ..core.identity import RunRef
@@ -226,6 +229,44 @@ def _read_from(path: Path, offset: int, count_lines: bool) -> tuple[list[Metrics
             ) from None
         return [], 0
     return parse_lines(data, path, offset, count_lines)
+
+
+@attrs.frozen
+class HistoryScan:
+    """The whole ledger read line by line, every damaged line named instead of the first one
+    raised: what `arthex doctor` reports. `torn_line` is the number of a torn last line (left
+    out by readers, moved aside by the next append), `damaged` each other line that is not a
+    row, as (line number, what is wrong)."""
+
+    rows: tuple[MetricsRow, ...]
+    lines: int
+    torn_line: int | None = None
+    damaged: tuple[tuple[int, str], ...] = ()
+
+
+def scan(path: Path) -> HistoryScan:
+    """Read the ledger at `path` as `read_rows` does (under the shared lock, the same row
+    parser), but go on past a damaged line and name each one. FileNotFoundError when absent."""
+    with _locked(path, os.O_RDONLY, fcntl.LOCK_SH) as fd:
+        data = _pread_all(fd, 0, os.fstat(fd).st_size)
+    rows: list[MetricsRow] = []
+    damaged: list[tuple[int, str]] = []
+    torn: int | None = None
+    position = number = 0
+    while position < len(data):
+        end = data.find(_NEWLINE, position)
+        number += 1
+        line = data[position:] if end < 0 else data[position:end]
+        if end < 0 and not _is_complete_tail(line):
+            torn = number
+        elif line.strip():
+            try:
+                rows.append(_row(line, path, position, number, True))
+            except CorruptDataError as error:
+                found = re.search(r" is (not [^(:;]*)", str(error))
+                damaged.append((number, found.group(1).strip() if found else "not a row"))
+        position = len(data) if end < 0 else end + 1
+    return HistoryScan(tuple(rows), number, torn, tuple(damaged))
 
 
 def _pread_all(fd: int, start: int, end: int) -> bytes:

@@ -35,7 +35,7 @@ import socket
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ...core.errors import RunBusyError
 from ...core.identity import RunRef
@@ -128,6 +128,38 @@ def current_holder(path: Path) -> LeaseHolder | None:
         return _read_holder(fd, path)
     finally:
         os.close(fd)
+
+
+LeaseState = Literal["free", "held", "stale", "elsewhere"]
+
+
+def lease_state(path: Path) -> tuple[LeaseState, LeaseHolder | None]:
+    """Whether the lease at `path` is held, without taking it: "free" (absent or released),
+    "held" (its lock is taken: a live trainer on this host), "stale" (the file names a holder
+    on this host but nobody holds the lock: that process is gone, and the next trainer takes
+    the lease over) or "elsewhere" (names another host, whose lock may not reach here).
+
+    The lock is probed with a shared, non-blocking `flock` dropped at once: it never blocks a
+    live holder, and a trainer starting in that instant is told the run is busy, as it would
+    be by a second trainer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "free", None
+    try:
+        holder = _read_holder(fd, path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            return "held", holder
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    if holder is None:
+        return "free", None
+    return ("stale" if holder.host == socket.gethostname() else "elsewhere"), holder
 
 
 def _take(fd: int, run: RunRef, path: Path, registered_at: str) -> FileLease:

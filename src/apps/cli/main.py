@@ -1,7 +1,7 @@
 """The `arthex` command: the app, built from one module per command group.
 
     arthex demo | version | history | plot | trajectories | runs | prune | export | eval | view
-    | serve
+    | serve | doctor
 
 Each command imports what it needs (polars, matplotlib, rich, the server) inside its body,
 so `arthex --help` stays quick. common.py holds how commands name a model and report
@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from . import evaluate, history, plot, prune, run, runs, serve, trajectories, view
+from . import doctor, evaluate, history, plot, prune, run, runs, serve, trajectories, view
 from .conventions import CONTEXT, PLAIN, Command, Group, LazyCommand
 
 app = typer.Typer(
@@ -55,6 +55,7 @@ app.command(cls=Command)(prune.prune)
 app.command(cls=Command)(run.export)
 app.command(name="eval", cls=Command)(evaluate.eval_command)
 app.command(cls=Command)(view.view)
+app.command(cls=Command)(doctor.doctor)
 
 
 def command() -> Any:

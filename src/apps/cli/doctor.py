@@ -1,0 +1,139 @@
+"""`arthex doctor`: a preflight, one line per check, exit 0 (ok), 1 (warnings) or 2 (failures).
+
+The checks are `arthex.apps.doctor`'s functions; this module parses the options, refuses a
+bad one in one line (exit 2) before any check runs, and prints what the checks return.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+import typer
+
+from .common import BASE_PATH_OPT, UsageError, one_line_errors, resolve_model
+
+
+def doctor(
+    run_dir: str | None = typer.Argument(
+        None,
+        metavar="RUN_DIR",
+        help="A model directory (or PROJECT/NAME under --base-path) to check too.",
+        show_default=False,
+    ),
+    base_model: str | None = typer.Option(
+        None,
+        "--base-model",
+        metavar="ID_OR_DIR",
+        help="The base model: a folder, or a hub id in the Hugging Face cache (nothing is "
+        "downloaded). Default: the one RUN_DIR records.",
+        show_default=False,
+    ),
+    backend: str = typer.Option(
+        "local", "--backend", metavar="local|tinker|serverless", help="The backend to train with."
+    ),
+    base_path: Path = BASE_PATH_OPT,
+    max_seq_len: int | None = typer.Option(
+        None,
+        "--max-seq-len",
+        min=1,
+        metavar="N",
+        help="Tokens per training row (prompt + completion). Default: min(4096, the context).",
+        show_default=False,
+    ),
+    batch: int = typer.Option(
+        16, "--batch", min=1, metavar="N", help="Sequences per training step (groups x rollouts)."
+    ),
+    mode: str = typer.Option(
+        "auto",
+        "--mode",
+        metavar="auto|lora|full",
+        help="LoRA or full fine-tuning; auto: full below 50M parameters, as the backend does.",
+    ),
+    lora_rank: int = typer.Option(8, "--lora-rank", min=1, metavar="R", help="The LoRA rank."),
+    device: str = typer.Option(
+        "auto", "--device", metavar="auto|cpu|cuda", help="Plan for this device kind."
+    ),
+    device_memory: str | None = typer.Option(
+        None,
+        "--device-memory",
+        metavar="SIZE",
+        help="Plan against this much memory (24GiB, 80GB) instead of what is free here.",
+        show_default=False,
+    ),
+    engine: str = typer.Option(
+        "auto",
+        "--engine",
+        metavar="auto|torch|vllm",
+        help="The sampling engine; auto: vLLM when installed and on a GPU.",
+    ),
+    gpu_memory_utilization: float = typer.Option(
+        0.5,
+        "--gpu-memory-utilization",
+        metavar="F",
+        help="vLLM's share of the GPU, above 0 and at most 1 (LocalBackend's option).",
+    ),
+    checkpoints: int = typer.Option(
+        5, "--checkpoints", min=1, metavar="N", help="Free disk needed for N more checkpoints."
+    ),
+) -> None:
+    """Check this machine, a base model and a run before training.
+
+    One line per check: ok, warn or fail, with what to do. Versions against the supported
+    ranges, the GPU, a memory plan for the base model, its chat template against the
+    trainer's tokenization, wandb, and with RUN_DIR its history, trajectory files,
+    checkpoints, lease and free disk. Exit code 0 when all is ok, 1 with warnings, 2 with
+    failures. Nothing is downloaded or written."""
+    from ..doctor import exit_code
+    from ..doctor.memory import PlanSettings, parse_size
+    from ..doctor.preflight import Device, EngineChoice, Options, run_checks
+    from ..doctor.versions import BACKENDS, Backend
+
+    with one_line_errors():
+        for value, name, choices in (
+            (backend, "--backend", BACKENDS),
+            (mode, "--mode", ("auto", "lora", "full")),
+            (device, "--device", ("auto", "cpu", "cuda")),
+            (engine, "--engine", ("auto", "torch", "vllm")),
+        ):
+            if value not in choices:
+                raise UsageError(f"{name} must be one of {'|'.join(choices)}, got {value!r}")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise UsageError(
+                f"--gpu-memory-utilization must be above 0 and at most 1, got "
+                f"{gpu_memory_utilization}"
+            )
+        stated = parse_size(device_memory) if device_memory is not None else None
+        if device == "cuda" and stated is None and not _sees_gpu():
+            raise UsageError("--device cuda needs --device-memory here: no GPU is visible")
+        path = resolve_model(run_dir, base_path, None, None) if run_dir is not None else None
+        if base_model is not None and not base_model.strip():
+            raise UsageError("--base-model must not be empty")
+        options = Options(
+            backend=cast(Backend, backend),
+            base_model=base_model,
+            run_dir=path,
+            device=cast(Device, device),
+            device_memory=stated,
+            engine=cast(EngineChoice, engine),
+            plan=PlanSettings(
+                mode="full" if mode == "full" else "lora" if mode == "lora" else "auto",
+                lora_rank=lora_rank,
+                max_seq_len=max_seq_len,
+                batch=batch,
+                gpu_memory_utilization=gpu_memory_utilization,
+            ),
+            more_checkpoints=checkpoints,
+        )
+    checks = run_checks(options)
+    for check in checks:
+        typer.echo(check.line())
+    raise typer.Exit(exit_code(checks))
+
+
+def _sees_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,230 @@
+"""`arthex doctor`'s memory plan against hand-worked numbers.
+
+The oracles: the published parameter counts of Llama-3.1-8B (8,030,261,248) and
+Qwen2.5-0.5B (494,032,768), the well-known 20,971,520 trainable parameters of a rank-8 LoRA
+on every linear layer of a Llama-3-8B, torch's own count of the tiny model's parameters, and
+the formulas of docs/troubleshooting.md worked by hand below, step by step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arthex.apps.doctor.memory import (
+    LORA_TARGETS,
+    ModelShape,
+    PlanSettings,
+    check_memory,
+    parse_size,
+    plan,
+    read_shape,
+)
+from arthex.core.errors import InvalidInputError
+
+GiB = 2**30
+MiB = 2**20
+
+LLAMA_8B = {
+    "model_type": "llama",
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+}
+QWEN_05B = {
+    "model_type": "qwen2",
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
+
+
+def shape_of(tmp_path: Path, config: dict[str, object]) -> ModelShape:
+    folder = tmp_path / str(config["model_type"])
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return read_shape(folder)
+
+
+def test_parameter_counts_match_the_published_ones(tmp_path: Path) -> None:
+    llama = shape_of(tmp_path, LLAMA_8B)
+    assert llama.params == 8_030_261_248
+    assert llama.lora_params(8) == 20_971_520
+    assert shape_of(tmp_path, QWEN_05B).params == 494_032_768
+
+
+def test_the_tiny_model_counts_what_torch_counts(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    from arthex.testing.tiny_model import tiny_model
+
+    folder = tiny_model(tmp_path / "tiny")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert read_shape(Path(folder)).params == sum(p.numel() for p in model.parameters())
+    from peft import LoraConfig, get_peft_model
+
+    lora = get_peft_model(model, LoraConfig(r=8, target_modules=list(LORA_TARGETS)))
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert read_shape(Path(folder)).lora_params(8) == trainable
+
+
+def test_the_trainer_constants_are_the_trainers() -> None:
+    pytest.importorskip("torch")
+    from arthex.adapters.local.trainer import (
+        DEFAULT_LORA_TARGETS,
+        FULL_FINETUNE_BELOW_PARAMS,
+        TrainerSettings,
+    )
+    from arthex.apps.doctor import memory
+
+    assert memory.LORA_TARGETS == DEFAULT_LORA_TARGETS
+    assert memory.FULL_FINETUNE_BELOW_PARAMS == FULL_FINETUNE_BELOW_PARAMS
+    assert TrainerSettings(base_model="x").micro_batch_tokens == memory.MICRO_BATCH_TOKENS
+
+
+def test_qwen_half_b_lora_on_a_24_gib_gpu_worked_by_hand(tmp_path: Path) -> None:
+    """The example of docs/troubleshooting.md."""
+    shape = shape_of(tmp_path, QWEN_05B)
+    settings = PlanSettings(max_seq_len=2048, batch=16, gpu=True, engine="vllm")
+    found = plan(shape, settings, 24 * GiB, 24 * GiB)
+    # weights: 494,032,768 params in bfloat16
+    assert found.part("weights") == 988_065_536
+    # LoRA r=8, per layer (q 896+896, k 896+128, v 896+128, o 896+896, gate/up/down 896+4864
+    # each) = 22,912 x 8 x 24 layers = 4,399,104 params; x16 bytes
+    assert found.part("LoRA+AdamW") == 70_385_664
+    # rows of 2048: min(16, 8192 // 2048) = 4 rows = 8192 tokens; per layer
+    # (4*896 + 3*(14+2)*64 + 4*4864) = 26,112 values x 2 B = 52,224 B, plus peft's float32
+    # inputs 4*(2*896 + 896 + 4864) = 30,208 B: x 24 layers = 1,978,368 B; logits
+    # 151,936 x (2 + 4 + 4) = 1,519,360 B: 3,497,728 B a token
+    assert found.micro_tokens == 8192
+    assert found.part("activations") == 28_653_387_776
+    assert found.part("vLLM") == 12_884_901_888  # 0.5 of 24 GiB
+    assert found.part("CUDA") == GiB
+    assert found.needed == 43_670_482_688 and not found.fits
+
+
+def test_a_plan_that_does_not_fit_names_the_knob_that_makes_it_fit(tmp_path: Path) -> None:
+    shape = shape_of(tmp_path, QWEN_05B)
+    # rows of 128: 16 rows = 2048 tokens of activations, 2048 x 3,497,728 = 7,163,297,792;
+    # + weights 988,065,536 + LoRA 70,385,664 + CUDA 1 GiB = 9,295,490,816 besides vLLM;
+    # vLLM at 0.9 of 24 GiB = 23,192,823,398: 32,488,314,214 (30.26 GiB) needed. vLLM may
+    # keep (25,769,803,776 - 9,295,490,816) / 25,769,803,776 = 0.6392...: 0.63
+    settings = PlanSettings(max_seq_len=128, gpu=True, engine="vllm", gpu_memory_utilization=0.9)
+    check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
+    assert check.status == "fail" and "needs 30.26 GiB" in check.message
+    assert check.fix == "lower gpu_memory_utilization from 0.9 to 0.63"
+
+
+def test_lora_is_the_knob_when_full_fine_tuning_does_not_fit(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from arthex.testing.tiny_model import tiny_model
+
+    shape = read_shape(Path(tiny_model(tmp_path / "tiny")))
+    # P = 637*64 + 2*(2*64*4*16 + 2*64*2*16 + 3*64*128 + 2*64) + 64 = 114,816 (torch agrees)
+    # rows of 128 on the CPU, 16 rows = 2048 tokens; a token keeps (float32)
+    # 2 layers x (4*64 + 3*(4+2)*16 + 4*128) x 4 B + 637 x (4 + 4) B = 13,544 B: 27,738,112.
+    # KV cache 16 x 128 x 2*2*2*16 x 4 B = 1,048,576.
+    # full: 4P + 12P + acts + 2 engine copies 8P + cache = 31,542,272 (30.08 MiB)
+    # LoRA: 4P + 16 x 16,384 + acts + 4P + cache = 29,967,360 (28.58 MiB)
+    memory = int(29.5 * MiB)
+    settings = PlanSettings(max_seq_len=128, mode="full")
+    full = plan(shape, settings, memory, memory)
+    assert full.needed == 31_542_272 and full.full and not full.fits
+    check = check_memory(shape, settings, memory, memory, "stated")
+    assert check.fix == "LoRA instead of full fine-tuning (full_finetune=False: 28.6 MiB)"
+    auto = plan(shape, PlanSettings(max_seq_len=128), memory, memory)
+    assert auto.full, "below 50M parameters the backend fine-tunes fully"
+
+
+def test_nothing_but_a_smaller_model_fits(tmp_path: Path) -> None:
+    shape = shape_of(tmp_path, LLAMA_8B)
+    settings = PlanSettings(max_seq_len=4096, gpu=True, engine="vllm")
+    check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
+    assert check.status == "fail"
+    assert check.fix.startswith("a smaller base model (this one has 8.03B parameters)")
+    vllm_full = PlanSettings(mode="full", gpu=True, engine="vllm")
+    refused_full = check_memory(shape, vllm_full, 80 * GiB, 80 * GiB, "stated")
+    assert refused_full.status == "fail" and "serves LoRA steps only" in refused_full.message
+    longer = PlanSettings(max_seq_len=200_000)
+    refused = check_memory(shape, longer, 24 * GiB, 24 * GiB, "stated")
+    assert refused.status == "fail" and "context of 131072 tokens" in refused.message
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("24GiB", 24 * GiB), ("80 GB", 80 * 10**9), ("512mib", 512 * MiB), ("1000", 1000)],
+)
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1GiB", "0", "24 parsecs"])
+def test_bad_sizes_are_refused_in_one_line(text: str) -> None:
+    with pytest.raises(InvalidInputError, match="--device-memory must be a size"):
+        parse_size(text)
+
+
+@pytest.fixture(scope="module")
+def model_3m(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    from arthex.testing.tiny_model import tiny_model
+
+    return Path(tiny_model(tmp_path_factory.mktemp("3m") / "model", size="3M"))
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")
+@pytest.mark.parametrize(
+    ("dtype", "lora"), [("float32", False), ("float32", True), ("bfloat16", True)]
+)
+def test_activation_bytes_match_what_torch_saves_for_backward(
+    model_3m: Path, dtype: str, lora: bool
+) -> None:
+    """The oracle: torch's own saved-tensor hooks, summing the distinct storages (parameters
+    aside) the forward pass and the trainer's log-softmax keep for backward."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from arthex.adapters.local.loss import next_token_logprobs
+    from arthex.apps.doctor.memory import activation_bytes
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_3m), dtype=getattr(torch, dtype))
+    if lora:  # as the trainer wraps it
+        config = LoraConfig(
+            r=8, lora_alpha=16, target_modules=list(LORA_TARGETS), lora_dropout=0.0, bias="none"
+        )
+        model = get_peft_model(model, config)
+    model.eval()
+    shape = read_shape(model_3m)
+    rows, seq_len = 2, 256
+    tokens = torch.randint(
+        0, shape.vocab, (rows, seq_len), generator=torch.Generator().manual_seed(0)
+    )
+    storages: dict[int, int] = {}
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = max(storages.get(storage.data_ptr(), 0), storage.nbytes())
+        return tensor
+
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        logits = model(input_ids=tokens, use_cache=False).logits
+        next_token_logprobs(logits, tokens)
+    measured = sum(size for pointer, size in storages.items() if pointer not in weights)
+    planned = rows * seq_len * activation_bytes(shape, 2 if dtype == "bfloat16" else 4, lora=lora)
+    assert 0.85 <= measured / planned <= 1.15, (measured, planned, measured / planned)
