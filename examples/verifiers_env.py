@@ -4,8 +4,8 @@ and trains the model on exactly the tokens it sampled. Small enough for a laptop
 The environment is a verifiers (0.4, `verifiers.v1`) taskset built from an in-memory dataset,
 a task whose `@vf.reward` functions score the model's reply, and a harness that runs
 in-process (verifiers' `subprocess` runtime: nothing remote, nothing downloaded). It is
-evaluated (mean reward over the eval tasks) before training, trained for a few steps on
-groups of rollouts, and evaluated again.
+evaluated (`arthex.evaluate`: mean reward and pass@k over the eval tasks) before training,
+trained for a few steps on groups of rollouts, and evaluated again.
 
 The model is arthex's tiny test model (random weights, made on the spot), so expect the loop to
 run, not the model to learn arithmetic: swap `base_model` for a real instruct model on a GPU.
@@ -104,15 +104,6 @@ def load(taskset: type[vf.Taskset[Any, Any]]) -> Any:
 # --- arthex: evaluate, train, evaluate ----------------------------------------------------------
 
 
-async def mean_reward(model: arthex.TrainableModel, environment: Any, k: int = 2) -> float:
-    trajectories = await asyncio.gather(
-        *(environment.rollout(model, task) for task in environment.scenarios("val")
-          for _ in range(k))
-    )  # fmt: skip
-    await model.log([arthex.TrajectoryGroup(trajectories)], split="val")
-    return sum(t.reward for t in trajectories) / len(trajectories)
-
-
 async def main(steps: int, base_path: str) -> dict[str, Any]:
     from arthex.adapters.local import LocalBackend
 
@@ -126,8 +117,9 @@ async def main(steps: int, base_path: str) -> dict[str, Any]:
     started = time.monotonic()
     try:
         await model.register(backend)
-        before = await mean_reward(model, environment)
-        print(f"before training: mean reward {before:.3f}")
+        evaluated = await arthex.evaluate(model, environment, rollouts_per_example=2)
+        before = evaluated.reward
+        print(f"before training: mean reward {before:.3f}, pass@2 {evaluated.pass_at_k[2]:.3f}")
         group_of = rollout_fn(environment, n=4)
         train = environment.scenarios("train")
         for step in range(steps):
@@ -138,8 +130,9 @@ async def main(steps: int, base_path: str) -> dict[str, Any]:
             result = await model.train(groups, config=arthex.TrainConfig(learning_rate=1e-3))
             rewards = [t.reward for g in groups for t in g.trajectories]
             print(f"step {result.step}: train reward {sum(rewards) / len(rewards):.3f}")
-        after = await mean_reward(model, environment)
-        print(f"after {steps} steps: mean reward {after:.3f}")
+        evaluated = await arthex.evaluate(model, environment, rollouts_per_example=2)
+        after = evaluated.reward
+        print(f"after {steps} steps: mean reward {after:.3f}, pass@2 {evaluated.pass_at_k[2]:.3f}")
         return {"before": before, "after": after, "step": await model.get_step(),
                 "seconds": time.monotonic() - started}  # fmt: skip
     finally:

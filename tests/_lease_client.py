@@ -99,4 +99,4 @@ if __name__ == "__main__":
         asyncio.run(main("relay", sys.argv[2], sys.argv[3], backend=relayed))
         asyncio.run(relay_second_loop(relayed))
     else:
-        asyncio.run(main(*sys.argv[1:4]))
+        asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))

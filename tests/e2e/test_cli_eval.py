@@ -125,7 +125,7 @@ def test_eval_mistakes_are_one_line_and_exit_2_writing_nothing(
             "eval", model, "--env", "tests._no_such_module:make"],
         "module 'tests._eval_env' has no 'nope'": [
             "eval", model, "--env", "tests._eval_env:nope"],
-        "the factory returned dict, not an Environment": [
+        "the factory returned the wrong kind: expected an arthex Environment": [
             "eval", model, "--env", "tests._eval_env:not_an_environment"],
         "the factory raised RuntimeError: the factory could not build its dataset": [
             "eval", model, "--env", "tests._eval_env:broken"],

@@ -16,3 +16,9 @@ def load(taskset: str) -> Any:
         taskset=vf.TasksetConfig(id=taskset), agent=vf.AgentConfig(runtime=vf.SubprocessConfig())
     )
     return vf.load_environment(config)
+
+
+def arith() -> Any:
+    """`arthex eval --env tests.environments.envs:arith`: the single-turn verifiers
+    environment, which the command adapts itself."""
+    return load(SINGLE_TURN)

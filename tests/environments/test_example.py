@@ -28,5 +28,5 @@ def test_the_verifiers_example_trains_and_evaluates_before_and_after(
     val = [row for row in rows if "val/reward" in row]
     assert [row["step"] for row in val] == [0, 2]
     assert sum("loss/train" in row for row in rows) == 2
-    before = float(printed.split("before training: mean reward ")[1].split()[0])
+    before = float(printed.split("before training: mean reward ")[1].split(",")[0])
     assert val[0]["val/reward"] == pytest.approx(before, abs=5e-4)

@@ -584,7 +584,7 @@ class LocalBackend(BackendTrainEntry):
         model_dir = (
             opened.model_dir
             if opened is not None
-            else RunLayout.of(self._path or model.base_path, run).dir
+            else backend_run_dir(model, self._path, "LocalBackend")
         )
         steps = await asyncio.to_thread(ckpt.complete_steps, model_dir)
         chosen = step if step is not None else (steps[-1] if steps else None)

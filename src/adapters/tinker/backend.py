@@ -581,7 +581,7 @@ class TinkerBackend(BackendTrainEntry):
         model_dir = (
             opened.model_dir
             if opened is not None
-            else RunLayout.of(self._path or model.base_path, run).dir
+            else backend_run_dir(model, self._path, "TinkerBackend")
         )
         record = (
             opened.record if opened is not None else await asyncio.to_thread(read_record, model_dir)

@@ -19,6 +19,7 @@ import typer
 
 from ...adapters.layout import CHECKPOINTS, parse_run_dir, run_label
 from ...core.environments import Environment
+from ...core.errors import InvalidInputError
 from .checkpoints import stored
 from .common import (
     BASE_PATH_OPT,
@@ -102,15 +103,15 @@ def eval_command(
 
 def _load_environment(spec: str) -> Environment[Any]:
     """The environment `--env MODULE:FACTORY` names: FACTORY() from MODULE, imported with the
-    current directory on the path (as `python -m` would). UsageError naming what is wrong."""
+    current directory on the path (as `python -m` would), an arthex Environment or a verifiers
+    environment. UsageError naming what is wrong."""
+    from ...environments import as_environment
+
     made = _call_factory(spec)
-    environment = made  # where another package's environment would be adapted
-    if not isinstance(environment, Environment):
-        raise UsageError(
-            f"--env {spec}: the factory returned {type(made).__name__}, not an Environment "
-            "(scenarios(split) and async rollout(model, scenario))"
-        )
-    return environment
+    try:  # an arthex Environment as is, a verifiers environment adapted
+        return as_environment(made)
+    except InvalidInputError as error:
+        raise UsageError(f"--env {spec}: the factory returned the wrong kind: {error}") from None
 
 
 def _call_factory(spec: str) -> object:
