@@ -96,7 +96,7 @@ def env() -> dict[str, str]:
 
 
 def arthex_many(
-    *commands: Sequence[str], cwd: Path | None = None
+    *commands: Sequence[str], cwd: Path | None = None, timeout: float = 120
 ) -> list[subprocess.CompletedProcess[str]]:
     """Run `python -m arthex.apps.cli ...` once per command, concurrently (each pays its
     imports)."""
@@ -113,7 +113,7 @@ def arthex_many(
     ]
     results = []
     for proc, command in zip(procs, commands, strict=True):
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=timeout)
         results.append(subprocess.CompletedProcess(list(command), proc.returncode, out, err))
     return results
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ pytest.importorskip("fastapi")
 import arthex
 from arthex.testing.builders import synthetic_groups
 from arthex.testing.tiny_model import tiny_model
+from tests.e2e.test_cli import arthex_many as cli_many
 
 pytestmark = pytest.mark.e2e
 
@@ -48,28 +47,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / ".art" / "evals" / "models" / "agent"
 
 
-def env() -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "COLUMNS"))}
-    return {**clean, "PYTHONIOENCODING": "utf-8"}
-
-
 def arthex_many(*commands: Sequence[str]) -> list[subprocess.CompletedProcess[str]]:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "arthex.apps.cli", *command],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=env(),
-        )
-        for command in commands
-    ]
-    results = []
-    for proc, command in zip(procs, commands, strict=True):
-        out, err = proc.communicate(timeout=300)
-        results.append(subprocess.CompletedProcess(list(command), proc.returncode, out, err))
-    return results
+    return cli_many(*commands, cwd=ROOT, timeout=300)  # the rollouts run in the command
 
 
 def rows_with(path: Path, key: str) -> list[dict[str, Any]]:

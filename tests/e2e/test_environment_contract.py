@@ -5,8 +5,8 @@ call made over real HTTP from outside any capture context, keyed by its `X-Sessi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from arthex.core.environments import Environment
 from arthex.core.model import Model
 from arthex.core.trajectories import Trajectory
 from arthex.testing.contracts.environment import EnvironmentContract
+from arthex.testing.serving import served_model
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -60,20 +61,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
 
 
-@asynccontextmanager
-async def served(tiny: str, root: Path) -> AsyncIterator[Model]:
-    from arthex.adapters.local import LocalBackend
-
-    backend = LocalBackend(str(root))
-    model = arthex.TrainableModel(
-        name="echo", project="contract", base_model=tiny, base_path=str(root), report_metrics=[]
-    )
-    try:
-        await model.register(backend)
-        yield model
-    finally:
-        await model.close()
-        await backend.close()
+def served(tiny: str, root: Path) -> AbstractAsyncContextManager[Model]:
+    return served_model(tiny, root, name="echo", project="contract")
 
 
 class TestOwnEnvironment(EnvironmentContract):

@@ -21,10 +21,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ..interop.art_env import cached_venv
+from ..interop.art_env import cached_venv, checkout_pyroot
 
 ROOT = Path(__file__).resolve().parents[2]
-SRC = ROOT / "src"
 EXTRAS = ("local", "testing", "envs")
 # the CPU build the main venv uses (the Makefile's TORCH_SPEC), not the newest CUDA one
 TORCH = "torch==2.13.0"
@@ -69,21 +68,11 @@ def _check(python: Path) -> None:
         pytest.fail(f"{python} lacks the environments' packages: {done.stderr[-2000:]}")
 
 
-def pyroot(tmp: Path) -> Path:
-    """A directory where `import arthex` finds this checkout's src/."""
-    root = tmp / "pyroot"
-    root.mkdir(exist_ok=True)
-    link = root / "arthex"
-    if not link.exists():
-        link.symlink_to(SRC, target_is_directory=True)
-    return root
-
-
 def environment(tmp: Path) -> dict[str, str]:
     """The suite's environment there: arthex and the tests from this checkout, offline."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(
-        PYTHONPATH=os.pathsep.join([str(pyroot(tmp)), str(ROOT)]),
+        PYTHONPATH=os.pathsep.join([str(checkout_pyroot(tmp)), str(ROOT)]),
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",

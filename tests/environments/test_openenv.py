@@ -23,13 +23,13 @@ from openenv.core.env_server import create_fastapi_app
 from openenv.core.env_server.types import Action, Observation, State
 
 import arthex
-from arthex.adapters.local import LocalBackend
 from arthex.core.capture import token_samples
 from arthex.core.environments import Environment
 from arthex.core.model import Model
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.environments import EpisodeError, from_openenv
 from arthex.testing.contracts.environment import EnvironmentContract
+from arthex.testing.serving import served_model
 from arthex.testing.tiny_model import tiny_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -143,18 +143,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
 
 
-@asynccontextmanager
-async def served(tiny: str, root: Path) -> AsyncIterator[Any]:
-    backend = LocalBackend(str(root))
-    model = arthex.TrainableModel(
-        name="player", project="openenv", base_model=tiny, base_path=str(root), report_metrics=[]
-    )
-    try:
-        await model.register(backend)
-        yield model
-    finally:
-        await model.close()
-        await backend.close()
+def served(tiny: str, root: Path) -> AbstractAsyncContextManager[arthex.TrainableModel]:
+    return served_model(tiny, root, name="player", project="openenv")
 
 
 def check_episode(trajectory: Trajectory, seed: int, *, served: bool) -> None:

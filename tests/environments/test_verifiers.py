@@ -24,13 +24,14 @@ import attrs
 import pytest
 
 import arthex
-from arthex.adapters.local import LocalBackend, packing
+from arthex.adapters.local import packing
 from arthex.core.capture import token_samples
 from arthex.core.environments import Environment
 from arthex.core.model import Model
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.environments import as_environment, from_verifiers, rollout_fn
 from arthex.testing.contracts.environment import EnvironmentContract
+from arthex.testing.serving import served_model
 from arthex.testing.tiny_model import tiny_model
 
 from .envs import MULTI_TURN, SINGLE_TURN, load
@@ -46,18 +47,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
 
 
-@asynccontextmanager
-async def served(tiny: str, root: Path, name: str = "solver") -> Any:
-    backend = LocalBackend(str(root))
-    model = arthex.TrainableModel(
-        name=name, project="envs", base_model=tiny, base_path=str(root), report_metrics=[]
-    )
-    try:
-        await model.register(backend)
-        yield model, backend
-    finally:
-        await model.close()
-        await backend.close()
+def served(
+    tiny: str, root: Path, name: str = "solver"
+) -> AbstractAsyncContextManager[arthex.TrainableModel]:
+    return served_model(tiny, root, name=name, project="envs")
 
 
 def received(trajectory: Trajectory) -> list[dict[str, Any]]:
@@ -124,7 +117,7 @@ def world(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> World:
         multi = from_verifiers(load(MULTI_TURN), **SAMPLING)
         both = from_verifiers(load(SINGLE_TURN), eval_env=load(MULTI_TURN), **SAMPLING)
         root = tmp_path_factory.mktemp("world")
-        async with served(tiny, root) as (model, _backend):
+        async with served(tiny, root) as model:
             before = await greedy_logprobs(model)
 
             async def groups(env: Any) -> list[TrajectoryGroup]:
@@ -256,7 +249,8 @@ def test_eval_env_gives_the_splits_other_than_train(world: World) -> None:
 def test_the_pipeline_trainer_trains_on_a_verifiers_environment(tiny: str, tmp_path: Path) -> None:
     async def main() -> tuple[int, list[Any]]:
         environment = from_verifiers(load(MULTI_TURN), **SAMPLING)
-        async with served(tiny, tmp_path, name="piped") as (model, backend):
+        async with served(tiny, tmp_path, name="piped") as model:
+            backend = model.backend
             trainer = arthex.PipelineTrainer(
                 model, backend, rollout_fn(environment, n=3), environment.scenarios("train"),
                 None, num_rollout_workers=3, min_batch_size=1, max_batch_size=1,
@@ -307,7 +301,7 @@ class _Served:
     def serve(self) -> AbstractAsyncContextManager[Model]:
         @asynccontextmanager
         async def serving() -> Any:
-            async with served(self.tiny, self.root) as (model, _backend):
+            async with served(self.tiny, self.root) as model:
                 yield model
 
         return serving()

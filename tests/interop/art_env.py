@@ -130,6 +130,17 @@ def cached_venv(
     return venv / "bin" / "python"
 
 
+def checkout_pyroot(tmp: Path) -> Path:
+    """A directory under `tmp` where `import arthex` finds this checkout's src/, for a venv
+    that does not install arthex (PYTHONPATH)."""
+    root = tmp / "pyroot"
+    root.mkdir(exist_ok=True)
+    link = root / "arthex"
+    if not link.exists():
+        link.symlink_to(Path(__file__).resolve().parents[2] / "src", target_is_directory=True)
+    return root
+
+
 def _build(
     base: str,
     venv: Path,

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from ..interop.art_env import cached_venv
+from ..interop.art_env import cached_venv, checkout_pyroot
 
 DEFAULT_VERSION = "0.33.0"
 # ARTHEX_VLLM_VERSION picks another tested release (e.g. 0.26.0); each gets its own venv.
@@ -42,7 +42,6 @@ REQUIREMENTS = (
 )
 BUILD_TIMEOUT_S = 3600
 ENABLE = "ARTHEX_VLLM_TESTS"
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def enabled() -> bool:
@@ -80,21 +79,11 @@ def environment(pyroot: Path) -> dict[str, str]:
     return env
 
 
-def pyroot(tmp: Path) -> Path:
-    """A directory where `import arthex` finds this checkout's src/."""
-    root = tmp / "pyroot"
-    root.mkdir(exist_ok=True)
-    link = root / "arthex"
-    if not link.exists():
-        link.symlink_to(SRC, target_is_directory=True)
-    return root
-
-
 def run_checks(python: Path, script: Path, payload: dict[str, Any], tmp: Path) -> Any:
     """Run `script` in the vLLM venv with `payload` on stdin; it prints one JSON value."""
     done = subprocess.run(
         [str(python), str(script)], input=json.dumps(payload), capture_output=True, text=True,
-        cwd=tmp, timeout=900, env=environment(pyroot(tmp)),
+        cwd=tmp, timeout=900, env=environment(checkout_pyroot(tmp)),
     )  # fmt: skip
     if done.returncode != 0:
         pytest.fail(f"the vLLM checks failed (exit {done.returncode}):\n{done.stderr[-6000:]}")
