@@ -270,6 +270,7 @@ class RunDiagnostics:
     reward_low: float | None = None
     reward_high: float | None = None
     equal_shares: list[float] = attrs.field(factory=list)
+    equal_at_top: list[bool] = attrs.field(factory=list)
     stale_steps: int = 0
     discarded_equal: int = 0  # equal-reward groups dropped before the next batch (a pipeline)
 
@@ -299,10 +300,10 @@ class RunDiagnostics:
         equal, sized = equal_reward_counts(groups)
         equal, sized = equal + self.discarded_equal, sized + self.discarded_equal
         self.discarded_equal = 0
+        rewards = [t.reward for g in groups for t in g.trajectories]
         if sized:
             values[EQUAL_REWARDS_KEY] = equal / sized
-            findings.extend(self._spread(equal / sized))
-        rewards = [t.reward for g in groups for t in g.trajectories]
+            findings.extend(self._spread(equal / sized, self._tied_at_top(groups, rewards)))
         values[REWARD_OUTLIERS_KEY] = 0.0
         if rewards:
             findings.extend(self._range(rewards, values))
@@ -333,14 +334,37 @@ class RunDiagnostics:
         `zero_variance` discards): they count in the next batch's share."""
         self.discarded_equal += equal_groups
 
-    def _spread(self, share: float) -> list[Finding]:
+    def _tied_at_top(self, groups: Sequence[TrajectoryGroup], rewards: list[float]) -> bool:
+        """Every group of this batch whose rewards tie ties at the highest reward seen so
+        far (this batch's included): what a solved task looks like."""
+        if not rewards:
+            return False
+        top = max(rewards) if self.reward_high is None else max(self.reward_high, *rewards)
+        tied = [
+            g.trajectories[0].reward
+            for g in groups
+            if len(g.trajectories) >= 2 and equal_reward_counts([g])[0]
+        ]
+        return bool(tied) and all(abs(r - top) <= ZERO_VARIANCE_TOLERANCE for r in tied)
+
+    def _spread(self, share: float, at_top: bool) -> list[Finding]:
         self.equal_shares.append(share)
+        self.equal_at_top.append(at_top)
         recent = self.equal_shares[-EQUAL_STEPS:]
         if len(recent) < EQUAL_STEPS or min(recent) < EQUAL_SHARE_THRESHOLD:
             return []
         if recent[-1] < recent[0]:
             return []  # falling: the run is finding spread
         percent = round(100 * math.fsum(recent) / len(recent))
+        if all(self.equal_at_top[-EQUAL_STEPS:]):
+            return [
+                Finding(
+                    "equal_rewards",
+                    f"{percent}% of groups had equal rewards for {EQUAL_STEPS} steps, all at the "
+                    "highest reward seen: the task looks solved; stop here, or make the task "
+                    "harder (a group whose rewards tie teaches nothing)",
+                )
+            ]
         return [
             Finding(
                 "equal_rewards",

@@ -228,6 +228,32 @@ def test_equal_rewards_for_three_steps_are_called_out_once(
         assert row[diagnostics.EQUAL_REWARDS_KEY] == pytest.approx(5 / 6)
 
 
+def test_rewards_tied_at_the_top_for_three_steps_say_the_task_looks_solved(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run = Run()
+
+    def batch(step: int) -> list[TrajectoryGroup]:  # 5 of 6 groups tie at the best reward, 1.0
+        ties = [TrajectoryGroup([sampled(1.0, f"t{step}{g}"), sampled(1.0)]) for g in range(5)]
+        return [*ties, TrajectoryGroup([sampled(0.0), sampled(1.0)])]
+
+    async def main() -> list[list[str]]:
+        seen = []
+        for step in range(3):
+            await run.train(batch(step))
+            seen.append(warnings_of(caplog))
+        return seen
+
+    with caplog.at_level(logging.WARNING, logger="arthex"):
+        seen = asyncio.run(main())
+    message = (
+        "diag/agent: 83% of groups had equal rewards for 3 steps, all at the highest reward "
+        "seen: the task looks solved; stop here, or make the task harder (a group whose "
+        "rewards tie teaches nothing)"
+    )
+    assert seen == [[], [], [message]]
+
+
 def test_a_falling_share_of_equal_rewards_is_not_called_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
