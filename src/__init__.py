@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "capture_trajectory_group": "arthex.composition.capture",
     "current_trajectory": "arthex.composition.capture",
     "no_capture": "arthex.composition.capture",
+    "Environment": "arthex.core.environments",
     "evaluate": "arthex.core.evaluation",
     "EvaluationResult": "arthex.core.evaluation",
     "gather_trajectory_groups": "arthex.core.gather",
@@ -65,8 +66,9 @@ _EXPORTS: dict[str, str] = {
     "retry": "arthex.utils.retry",
     "load_sft_dataset": "arthex.apps.sft_dataset",
 }
-# Subpackages reachable as attributes (`arthex.utils.iterate_dataset(...)`), as in ART.
-_SUBPACKAGES = ("utils",)
+# Subpackages reachable as attributes (`arthex.utils.iterate_dataset(...)`, as in ART, and
+# `arthex.environments.from_verifiers(...)`).
+_SUBPACKAGES = ("utils", "environments")
 
 __all__ = sorted(_EXPORTS)
 
@@ -113,6 +115,7 @@ if TYPE_CHECKING:
     from .core.chat_types import Tools as Tools
     from .core.config import TrainConfig as TrainConfig
     from .core.conversations import Conversation as Conversation
+    from .core.environments import Environment as Environment
     from .core.errors import ArthexError as ArthexError
     from .core.errors import BackendError as BackendError
     from .core.errors import CorruptDataError as CorruptDataError
