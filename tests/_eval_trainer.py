@@ -16,8 +16,10 @@ from arthex.testing.builders import synthetic_groups
 
 
 async def read_line() -> str:
+    """The next line from the test; the end of its input counts as `close` (the test is gone,
+    and waiting on would spin on an empty read)."""
     line: str = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    return line.strip()
+    return line.strip() if line else "close"
 
 
 async def main(base: str, tiny: str) -> None:

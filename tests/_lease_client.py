@@ -37,7 +37,11 @@ def say(event: str, **data: object) -> None:
 
 
 async def read_line() -> str:
+    """The next line from the test, stripped; the test gone (end of input) ends this process
+    rather than leaving it waiting for a word that cannot come."""
     line: str = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    if not line:
+        sys.exit("the test closed its end: stopping")
     return line.strip()
 
 

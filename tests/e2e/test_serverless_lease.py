@@ -157,15 +157,21 @@ def test_a_backend_used_again_on_a_new_event_loop_keeps_renewing_its_lease(
     Seen in the audit log: a PUT of the lease by this tenant after the trainer went idle."""
     tenant, key = server.fresh_tenant()
     holder = Trainer("relay", server, key)
-    assert holder.next_event() == {"event": "ready", "pid": holder.pid, "step": 2}
-    seen = len(audit_lines(server))
-    deadline = time.monotonic() + 120  # the beat comes every TTL/3; a deadline, not a pace
-    while not any(
-        line["method"] == "PUT" and line["route"].endswith("/lease") and line["tenant"] == tenant
-        for line in audit_lines(server)[seen:]
-    ):
-        assert time.monotonic() < deadline, "no lease renewal after the trainer went idle"
-        time.sleep(0.2)
-    holder.tell("close")
-    assert holder.next_event()["event"] == "closed"
+    try:
+        assert holder.next_event() == {"event": "ready", "pid": holder.pid, "step": 2}
+        seen = len(audit_lines(server))
+        deadline = time.monotonic() + 120  # the beat comes every TTL/3: a deadline, not a pace
+        while not any(
+            line["method"] == "PUT"
+            and line["route"].endswith("/lease")
+            and line["tenant"] == tenant
+            for line in audit_lines(server)[seen:]
+        ):
+            assert time.monotonic() < deadline, "no lease renewal after the trainer went idle"
+            time.sleep(0.2)
+        holder.tell("close")
+        assert holder.next_event()["event"] == "closed"
+    finally:
+        if holder.process.poll() is None and holder.process.stdin is not None:
+            holder.process.stdin.close()  # the trainer ends at the end of its input
     assert holder.finish() == 0
