@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import contextlib
 import itertools
 import logging
@@ -79,6 +80,8 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._holding = threading.local()  # `depth` > 0: this thread is in `_held`
+        self._gone: collections.deque[int] = collections.deque()  # detached, not yet removed
         self._busy: Counter[str] = Counter()
         self._last = time.monotonic()
         self._epoch = 0  # counts progress: a stall is reported once per epoch and run
@@ -99,7 +102,7 @@ class Watchdog:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        with self._lock:
+        with self._held():
             self._busy[what] += 1
             self._progress()
             if loop is not None and loop not in self._loops:
@@ -107,7 +110,7 @@ class Watchdog:
         try:
             yield
         finally:
-            with self._lock:
+            with self._held():
                 self._busy[what] -= 1
                 if self._busy[what] <= 0:
                     del self._busy[what]
@@ -115,12 +118,31 @@ class Watchdog:
 
     def beat(self) -> None:
         """A step forward (a rollout finished, a gradient step done)."""
-        with self._lock:
+        with self._held():
             self._progress()
 
     def _progress(self) -> None:
         self._last = time.monotonic()
         self._epoch += 1  # progress resumed: the next stall is reported again
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """The lock, with this thread marked as in it from before taking it to after letting
+        go: a model collected meanwhile (the collector runs finalizers at any allocation, on
+        whichever thread allocates) must not wait for a lock its own thread holds."""
+        holding = self._holding
+        holding.depth = getattr(holding, "depth", 0) + 1
+        try:
+            with self._lock:
+                self._drain()
+                yield
+        finally:
+            holding.depth -= 1
+
+    def _drain(self) -> None:
+        """Remove the runs detached while the lock was held (under the lock)."""
+        while self._gone:
+            self._watched.pop(self._gone.popleft(), None)
 
     # --- who is watched ------------------------------------------------------------------
 
@@ -132,9 +154,9 @@ class Watchdog:
         if seconds <= 0:
             return _nothing
         key = next(self._ids)
-        with self._lock:
+        with self._held():
             self._watched[key] = _Watched(label, seconds, write, ranks)
-            start = self._thread is None
+            start = self._thread is None or not self._thread.is_alive()
             if start:
                 self._stop.clear()
                 self._thread = threading.Thread(
@@ -146,8 +168,10 @@ class Watchdog:
         return lambda: self._detach(key)
 
     def _detach(self, key: int) -> None:
-        with self._lock:
-            self._watched.pop(key, None)
+        self._gone.append(key)
+        if getattr(self._holding, "depth", 0):
+            return  # collected inside this thread's own hold: removed at the next one
+        with self._held():
             thread = self._thread if not self._watched else None
             if thread is not None:
                 self._thread = None
@@ -158,7 +182,7 @@ class Watchdog:
     @property
     def watching(self) -> list[str]:
         """The labels (runs) watched now."""
-        with self._lock:
+        with self._held():
             return [entry.label for entry in self._watched.values()]
 
     @property
@@ -168,7 +192,7 @@ class Watchdog:
 
     def stop(self) -> None:
         """Stop watching for everyone (interpreter exit)."""
-        with self._lock:
+        with self._held():
             self._watched.clear()
             thread, self._thread = self._thread, None
             self._stop.set()
@@ -180,14 +204,16 @@ class Watchdog:
     def _watch(self) -> None:
         stop = self._stop
         while True:
-            with self._lock:
+            with self._held():
                 watched = list(self._watched.values())
-            if not watched:
-                return
+                if not watched:  # the last run went (perhaps collected): this thread ends
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    return
             seconds = min(w.seconds for w in watched)
             if stop.wait(min(max(seconds / 4, 0.05), 5.0)):
                 return
-            with self._lock:
+            with self._held():
                 idle = time.monotonic() - self._last
                 due = [
                     w

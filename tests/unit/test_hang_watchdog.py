@@ -258,3 +258,46 @@ def test_each_run_is_reported_after_its_own_timeout_only(tmp_path: Path) -> None
         detach_short()
         detach_long()
     assert not dog.running
+
+
+def test_a_model_collected_while_its_thread_holds_the_watchdog_does_not_deadlock() -> None:
+    """The collector runs finalizers at any allocation, on whichever thread allocates: a
+    watched model collected while that thread is inside the watchdog's lock (seen in a full
+    suite run: `activity`'s exit deleting its counter entry, a gc pass, the model's detaching
+    finalizer) detaches later instead of waiting for the lock its own thread holds."""
+    import threading
+    import weakref
+    from collections import Counter
+
+    watchdog = Watchdog()
+
+    class CollectingCounter(Counter[str]):  # a gc pass exactly where the suite's came
+        def __delitem__(self, key: object) -> None:
+            super().__delitem__(key)
+            gc.collect()
+
+    watchdog._busy = CollectingCounter()
+
+    class Watched:  # a model's stand-in: it holds the finalizer, in a cycle only gc frees
+        me: object = None
+
+    holder: Watched | None = Watched()
+    assert holder is not None
+    holder.me = holder
+    weakref.finalize(holder, watchdog.attach("p/m", 600.0, None, None))
+    assert watchdog.watching == ["p/m"] and watchdog.running
+
+    def train_while_the_model_is_dropped() -> None:
+        nonlocal holder
+        with watchdog.activity("train"):
+            holder = None  # unreachable now; collected as the activity ends
+
+    worker = threading.Thread(target=train_while_the_model_is_dropped, daemon=True)
+    worker.start()
+    worker.join(timeout=60)  # a deadline: a deadlock never ends
+    assert not worker.is_alive(), "the collected model's detach waited on its own thread's lock"
+    assert watchdog.watching == []
+    deadline = time.monotonic() + 60
+    while watchdog.running:  # the watching thread ends on its own with nothing to watch
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
