@@ -80,6 +80,7 @@ async def converse(
 class OneTurnHarness(vf.Harness[vf.HarnessConfig]):
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
+    TURNS = 1  # how many times the program asks the model
 
     async def launch(
         self,
@@ -91,7 +92,7 @@ class OneTurnHarness(vf.Harness[vf.HarnessConfig]):
         mcp_urls: dict[str, str],
         data: vf.TaskData,
     ) -> vf.ProgramResult:
-        return await converse(ctx, trace, endpoint, secret, data, turns=1)
+        return await converse(ctx, trace, endpoint, secret, data, turns=self.TURNS)
 
 
 __all__ = ["ArithTaskset", "OneTurnHarness"]

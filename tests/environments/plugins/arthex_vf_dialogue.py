@@ -4,29 +4,15 @@ follow-up question after the model's first answer (two model turns per episode).
 
 from __future__ import annotations
 
-import verifiers.v1 as vf
-from arthex_vf_arith import ArithTaskset, converse
+from arthex_vf_arith import ArithTaskset, OneTurnHarness
 
 
 class DialogueTaskset(ArithTaskset):
     pass
 
 
-class TwoTurnHarness(vf.Harness[vf.HarnessConfig]):
-    EXECUTES_CODE = False
-    NEEDS_CONTAINER = False
-
-    async def launch(
-        self,
-        ctx: vf.ModelContext,
-        trace: vf.Trace,
-        runtime: vf.Runtime,
-        endpoint: str,
-        secret: str,
-        mcp_urls: dict[str, str],
-        data: vf.TaskData,
-    ) -> vf.ProgramResult:
-        return await converse(ctx, trace, endpoint, secret, data, turns=2)
+class TwoTurnHarness(OneTurnHarness):
+    TURNS = 2
 
 
 __all__ = ["DialogueTaskset", "TwoTurnHarness"]
