@@ -1,5 +1,6 @@
-"""The vLLM API suite is opt-in (ARTHEX_VLLM_TESTS=1): it installs a vLLM release, several GB,
-into a cached venv on first use. Every test here carries the `vllm_api` marker."""
+"""The vLLM API suite installs a vLLM release, about 9.5 GB, into a cached venv on first use
+(with uv: a few minutes); ARTHEX_VLLM_TESTS=0 skips it. Every test here carries the
+`vllm_api` marker."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .vllm_env import ENABLE, enabled
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     skip = pytest.mark.skip(
-        reason=f"opt-in: set {ENABLE}=1 to install vLLM in a cached venv and run these"
+        reason=f"{ENABLE}=0 skips the vLLM API suite (unset it to install vLLM in a cached venv)"
     )
     for item in items:
         if here in Path(str(item.fspath)).parents:
