@@ -322,6 +322,8 @@ class TrainableModel(Model):
                 f"model {self.run} has no inference endpoint: register it with a backend that "
                 "serves (e.g. LocalBackend) first"
             )
+        if self._endpoint.follow_loop is not None:
+            self._endpoint.follow_loop()  # a server left on an ended loop serves from this one
         return self._client_for(self._endpoint.base_url, self._endpoint.api_key)
 
     async def train(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
@@ -89,11 +89,18 @@ ALL_CAPABILITIES = BackendCapabilities(set(Capability))
 
 @attrs.frozen
 class InferenceEndpoint:
-    """An OpenAI-compatible endpoint serving `{name}` (latest) and `{name}@{step}`."""
+    """An OpenAI-compatible endpoint serving `{name}` (latest) and `{name}@{step}`.
+
+    `follow_loop`, for a server that runs in this process on an event loop: called by the
+    model on every `openai_client()`, it moves the server onto the running loop when the loop
+    it ran on has ended (a script's second `asyncio.run`), same address; None otherwise."""
 
     base_url: str
     api_key: str
     model_name: str
+    follow_loop: Callable[[], None] | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False
+    )
 
 
 class CheckpointFiles(Protocol):

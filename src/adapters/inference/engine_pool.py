@@ -38,6 +38,7 @@ class Serving:
     stop_server: Callable[[], Awaitable[None]]
     base_url: str
     names: set[str] = attrs.field(factory=set)
+    follow_loop: Callable[[], None] | None = None
 
 
 class ServingPool:
@@ -76,7 +77,13 @@ class ServingPool:
         except BaseException:
             await engine.close()
             raise
-        serving = Serving(key=key, engine=engine, stop_server=server.stop, base_url=base_url)
+        serving = Serving(
+            key=key,
+            engine=engine,
+            stop_server=server.stop,
+            base_url=base_url,
+            follow_loop=server.follow_running_loop,
+        )
         serving.names.add(name)
         self._servings.append(serving)
         return serving
@@ -87,7 +94,10 @@ class ServingPool:
 
     def endpoint(self, serving: Serving, run: RunRef) -> InferenceEndpoint:
         return InferenceEndpoint(
-            base_url=serving.base_url, api_key=self.api_key, model_name=run.name
+            base_url=serving.base_url,
+            api_key=self.api_key,
+            model_name=run.name,
+            follow_loop=serving.follow_loop,
         )
 
     async def serve_step(

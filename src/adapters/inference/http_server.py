@@ -2,7 +2,8 @@
 
 It runs uvicorn as a task on the current loop rather than in a thread or a subprocess: the
 engine's batching queue lives on that loop, and rollouts in the same process reach the
-server over loopback without a second interpreter. Every `/v1` route needs the bearer key;
+server over loopback without a second interpreter (after that loop ends, the next one takes
+the server over: `follow_running_loop`). Every `/v1` route needs the bearer key;
 `/health` does not. Request bodies are capped (413) and every failure is a JSON error in
 OpenAI's shape, never a dead server.
 
@@ -72,6 +73,7 @@ class InferenceServer:
         self.max_body_bytes = max_body_bytes
         self.default_max_tokens = default_max_tokens
         self._server: Any = None
+        self._config: Any = None  # uvicorn's, kept to serve again from another loop
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
         self._base_url: str | None = None
@@ -118,6 +120,7 @@ class InferenceServer:
         server = _quiet_server(config)
         self._socket = sock
         self._server = server
+        self._config = config
         self._task = asyncio.create_task(server.serve(sockets=[sock]), name="arthex-inference")
         while not server.started:
             if self._task.done():
@@ -128,6 +131,29 @@ class InferenceServer:
         host = f"[{self.host}]" if family == socket.AF_INET6 else self.host
         self._base_url = f"http://{host}:{port}/v1"
         return self._base_url
+
+    def follow_running_loop(self) -> None:
+        """Serve from the running event loop when the loop this server ran on has ended.
+
+        A script that calls `asyncio.run` twice ends the first loop with the server's task on
+        it; the listening socket stays open, so requests would wait in its backlog forever.
+        Called from the next loop (the model's `openai_client()` does), this starts uvicorn
+        there on the same socket: same address, same key, the engine unchanged. A no-op when
+        the server is stopped, already on this loop, or on a loop that is still open (another
+        thread's), and outside a running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = self._task
+        if task is None or self._socket is None or self._config is None:
+            return
+        old = task.get_loop()
+        if old is loop or not old.is_closed():
+            return
+        server = _quiet_server(self._config)
+        self._server = server
+        self._task = loop.create_task(server.serve(sockets=[self._socket]), name="arthex-inference")
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests (5 s grace), and release the port. The
@@ -142,7 +168,7 @@ class InferenceServer:
                 await self._task
         if self._socket is not None:
             self._socket.close()
-        self._task = self._server = self._socket = self._base_url = None
+        self._task = self._server = self._socket = self._base_url = self._config = None
 
     async def __aenter__(self) -> InferenceServer:
         await self.start()
