@@ -290,3 +290,33 @@ def test_sixteen_concurrent_requests_all_succeed_in_shared_batches(model_dir: st
         assert engine.batches_run - before < 16
 
     serve(model_dir, body)
+
+
+def test_a_server_whose_loop_ended_serves_the_next_loop_until_it_is_stopped(
+    model_dir: str,
+) -> None:
+    """A second `asyncio.run` takes the server over (same socket) once it follows; a stopped
+    server is not brought back by following."""
+    engine = TorchEngine(model_dir)
+    server = InferenceServer(engine, api_key=KEY)
+    url = asyncio.run(server.start())
+    health = url.removesuffix("/v1") + "/health"
+
+    async def follow_and_ask() -> int:
+        server.follow_running_loop()
+        async with httpx.AsyncClient(timeout=60.0) as http:
+            return (await http.get(health)).status_code
+
+    assert asyncio.run(follow_and_ask()) == 200
+    assert asyncio.run(follow_and_ask()) == 200  # and again from a third loop
+
+    async def stop_then_follow() -> None:
+        server.follow_running_loop()
+        await server.stop()
+        server.follow_running_loop()
+        async with httpx.AsyncClient(timeout=60.0) as http:
+            with pytest.raises(httpx.ConnectError):
+                await http.get(health)
+
+    asyncio.run(stop_then_follow())
+    asyncio.run(engine.close())

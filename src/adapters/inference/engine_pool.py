@@ -36,9 +36,9 @@ class Serving:
     key: str
     engine: ServingEngine
     stop_server: Callable[[], Awaitable[None]]
+    follow_loop: Callable[[], None]  # the server onto the running loop if its own has ended
     base_url: str
     names: set[str] = attrs.field(factory=set)
-    follow_loop: Callable[[], None] | None = None
 
 
 class ServingPool:

@@ -22,6 +22,7 @@ import json
 import logging
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -74,6 +75,7 @@ class InferenceServer:
         self.default_max_tokens = default_max_tokens
         self._server: Any = None
         self._config: Any = None  # uvicorn's, kept to serve again from another loop
+        self._moving = threading.Lock()  # two threads' new loops: one takes the server over
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
         self._base_url: str | None = None
@@ -145,15 +147,18 @@ class InferenceServer:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        task = self._task
-        if task is None or self._socket is None or self._config is None:
-            return
-        old = task.get_loop()
-        if old is loop or not old.is_closed():
-            return
-        server = _quiet_server(self._config)
-        self._server = server
-        self._task = loop.create_task(server.serve(sockets=[self._socket]), name="arthex-inference")
+        with self._moving:
+            task = self._task
+            if task is None or self._socket is None or self._config is None:
+                return
+            old = task.get_loop()
+            if old is loop or not old.is_closed():
+                return
+            server = _quiet_server(self._config)
+            self._server = server
+            self._task = loop.create_task(
+                server.serve(sockets=[self._socket]), name="arthex-inference"
+            )
 
     async def stop(self) -> None:
         """Stop accepting, finish in-flight requests (5 s grace), and release the port. The
