@@ -177,6 +177,39 @@ def test_a_path_that_climbs_out_of_path_is_refused(
     assert "root:" not in response.text and "[build-system]" not in response.text
 
 
+# Every query parameter of every endpoint, given a value of the wrong kind or out of range:
+# 400 and one line naming the parameter (docs/view.md), never FastAPI's 422 and its list.
+BAD_PARAMETERS = [
+    ("/api/runs", "direction", "up"),
+    (f"{AGENT}/history", "since", "abc"),
+    (f"{AGENT}/history", "since", "1.5"),
+    (f"{AGENT}/history", "since", "-1"),
+    (f"{AGENT}/trajectories", "step", "abc"),
+    (f"{AGENT}/trajectories", "step", "-1"),
+    (f"{AGENT}/trajectories", "offset", "x"),
+    (f"{AGENT}/trajectories", "offset", "-3"),
+    (f"{AGENT}/trajectories", "limit", "ten"),
+    (f"{AGENT}/trajectories", "limit", "0"),
+    (f"{AGENT}/trajectories", "split", "../x"),
+    (f"{AGENT}/checkpoints", "keep_last", "two"),
+    (f"{AGENT}/checkpoints", "keep_last", "0"),
+    (f"{AGENT}/checkpoints", "direction", "sideways"),
+]
+
+
+@pytest.mark.parametrize(("path", "name", "value"), BAD_PARAMETERS)
+def test_a_bad_parameter_is_400_with_one_line_naming_it(
+    view: Viewer, path: str, name: str, value: str
+) -> None:
+    params = {"split": "val", name: value} if path.endswith("trajectories") else {name: value}
+    response = view.get(path, **params)
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert list(body) == ["error"] and isinstance(body["error"], str), body
+    assert "\n" not in body["error"] and name in body["error"], body
+    assert value in body["error"] or "/" in value, body
+
+
 def test_nothing_under_path_changed(
     view: Viewer, base: Path, before: dict[str, tuple[int, str]]
 ) -> None:

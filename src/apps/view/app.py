@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -34,6 +35,21 @@ class _Json(JSONResponse):
 
 
 STATIC = resources.files("arthex.apps.view") / "static"
+
+
+def parameter_error(error: RequestValidationError) -> str:
+    """One line for the first parameter FastAPI could not convert: `step must be an integer,
+    got 'abc'`."""
+    problems = list(error.errors())
+    if not problems:
+        return "a parameter is malformed"
+    first = problems[0]
+    name = str(first.get("loc", ("", "a parameter"))[-1])
+    given = first.get("input")
+    if str(first.get("type", "")).startswith("int_"):
+        return f"{name} must be an integer, got {given!r}"
+    message = str(first.get("msg", "is malformed"))
+    return f"{name}: {message[:1].lower()}{message[1:]}, got {given!r}"
 
 
 def create_app(paths: Sequence[str], token: str | None = None) -> FastAPI:
@@ -99,6 +115,12 @@ def create_app(paths: Sequence[str], token: str | None = None) -> FastAPI:
             status = 500
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         return JSONResponse({"error": text}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(_request: Request, error: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer is a 422 with a list of pydantic's errors: the API promises
+        # 400 and one line naming the parameter, as for every other bad parameter.
+        return JSONResponse({"error": parameter_error(error)}, status_code=400)
 
     @app.get("/api/runs")
     def runs(metric: str | None = None, direction: str = "max") -> _Json:
