@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeGuard, TypeVar
 
 import attrs
+from pydantic import TypeAdapter, ValidationError
 
 from .errors import InvalidInputError
 
 C = TypeVar("C")
+T = TypeVar("T")
 LossName = Literal["cispo", "ppo", "importance_sampling"]
 LOSSES: tuple[str, ...] = ("cispo", "ppo", "importance_sampling")
 
@@ -24,6 +26,34 @@ def finite_number(value: object) -> TypeGuard[int | float]:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def lax(kind: type[T]) -> Callable[[T], T]:
+    """A converter that takes a string as pydantic's lax mode does (`"1e-3"` -> 0.001, `"4"`
+    -> 4, `"yes"` -> True), so a config read from a file or the environment is taken as
+    `model_validate` takes it. Anything else goes on as it is (a bool is not a number here);
+    a string it cannot convert too, for the field's validator to refuse in one line."""
+    adapter: TypeAdapter[T] = TypeAdapter(kind)
+
+    def convert(value: T) -> T:
+        if not isinstance(value, str):
+            return value
+        try:
+            return adapter.validate_python(value)
+        except ValidationError:
+            return value
+
+    return convert
+
+
+def lax_optional(kind: type[T]) -> Callable[[T | None], T | None]:
+    """`lax` for a field that may be None."""
+    convert = lax(kind)
+    return lambda value: None if value is None else convert(value)
+
+
+FLOAT, INT, BOOL = lax(float), lax(int), lax(bool)
+OPTIONAL_FLOAT, OPTIONAL_INT = lax_optional(float), lax_optional(int)
 
 
 def _positive_finite(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -69,34 +99,46 @@ def _loss(instance: object, attribute: attrs.Attribute[Any], value: str) -> None
 
 @attrs.frozen(kw_only=True)
 class TrainConfig:
-    """How one `train` call updates the policy. Every value is checked on construction.
+    """How one `train` call updates the policy. Every value is checked on construction, after
+    converting a string as pydantic's lax mode would (`learning_rate="1e-3"` is 0.001).
 
     Defaults follow ART: learning rate 5e-6, CISPO loss with clip [1-1, 1+4] (PPO: 0.2),
     group-relative advantages scaled by the group's std, no KL penalty.
     """
 
-    learning_rate: float = attrs.field(default=5e-6, validator=_positive_finite)
+    learning_rate: float = attrs.field(default=5e-6, converter=FLOAT, validator=_positive_finite)
     loss_fn: LossName = attrs.field(default="cispo", validator=_loss)
-    epsilon: float | None = attrs.field(default=None, validator=_optional(_non_negative))
-    epsilon_high: float | None = attrs.field(default=None, validator=_optional(_non_negative))
-    scale_rewards: bool = True
-    kl_penalty_coef: float = attrs.field(default=0.0, validator=_non_negative)
-    kl_penalty_reference_step: int | None = attrs.field(
-        default=None, validator=_optional(_non_negative_int)
+    epsilon: float | None = attrs.field(
+        default=None, converter=OPTIONAL_FLOAT, validator=_optional(_non_negative)
     )
-    max_grad_norm: float | None = attrs.field(default=1.0, validator=_optional(_positive_finite))
+    epsilon_high: float | None = attrs.field(
+        default=None, converter=OPTIONAL_FLOAT, validator=_optional(_non_negative)
+    )
+    scale_rewards: bool = attrs.field(default=True, converter=BOOL)
+    kl_penalty_coef: float = attrs.field(default=0.0, converter=FLOAT, validator=_non_negative)
+    kl_penalty_reference_step: int | None = attrs.field(
+        default=None, converter=OPTIONAL_INT, validator=_optional(_non_negative_int)
+    )
+    max_grad_norm: float | None = attrs.field(
+        default=1.0, converter=OPTIONAL_FLOAT, validator=_optional(_positive_finite)
+    )
     grad_accumulation_sequences: int | None = attrs.field(
-        default=None, validator=_optional(_positive_int)
+        default=None, converter=OPTIONAL_INT, validator=_optional(_positive_int)
     )
     packed_sequence_length: int | None = attrs.field(
-        default=None, validator=_optional(_positive_int)
+        default=None, converter=OPTIONAL_INT, validator=_optional(_positive_int)
     )
-    allow_training_without_logprobs: bool = False
-    train_incomplete_trajectories: bool = False  # captured rollouts whose agent raised
-    scale_learning_rate_by_reward_std_dev: bool = False
-    lr_multiplier_window: int | None = attrs.field(default=None, validator=_optional(_positive_int))
-    min_lr_multiplier: float = attrs.field(default=0.1, validator=_positive_finite)
-    max_lr_multiplier: float = attrs.field(default=10.0, validator=_positive_finite)
+    allow_training_without_logprobs: bool = attrs.field(default=False, converter=BOOL)
+    # captured rollouts whose agent raised
+    train_incomplete_trajectories: bool = attrs.field(default=False, converter=BOOL)
+    scale_learning_rate_by_reward_std_dev: bool = attrs.field(default=False, converter=BOOL)
+    lr_multiplier_window: int | None = attrs.field(
+        default=None, converter=OPTIONAL_INT, validator=_optional(_positive_int)
+    )
+    min_lr_multiplier: float = attrs.field(default=0.1, converter=FLOAT, validator=_positive_finite)
+    max_lr_multiplier: float = attrs.field(
+        default=10.0, converter=FLOAT, validator=_positive_finite
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.min_lr_multiplier > self.max_lr_multiplier:
@@ -122,8 +164,8 @@ class TrainConfig:
     @classmethod
     def model_validate(cls, value: TrainConfig | Mapping[str, Any]) -> TrainConfig:
         """A TrainConfig from one, or from a mapping of its fields (`{"learning_rate": 1e-5}`),
-        as pydantic's `model_validate` takes a dict: an unknown key or a bad value is refused
-        in one line naming it."""
+        as pydantic's `model_validate` takes a dict, converting a string as its lax mode does
+        (`"1e-3"` is 0.001): an unknown key or a bad value is refused in one line naming it."""
         return validated_config(cls, value)
 
     def with_learning_rate(self, learning_rate: float) -> TrainConfig:

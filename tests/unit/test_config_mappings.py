@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 import arthex as art
@@ -107,3 +108,59 @@ def test_a_bad_sft_mapping_is_refused_naming_train_sft_config(tmp_path: Path) ->
         await model.close()
 
     asyncio.run(main())
+
+
+# A pydantic model with TrainConfig's field types: the oracle of how `model_validate` takes
+# a string (lax mode), which the docs promise for a mapping.
+class PydanticTrainConfig(pydantic.BaseModel):
+    learning_rate: float = 5e-6
+    epsilon: float | None = None
+    kl_penalty_reference_step: int | None = None
+    grad_accumulation_sequences: int | None = None
+    scale_rewards: bool = True
+    allow_training_without_logprobs: bool = False
+
+
+LAX = [
+    {"learning_rate": "1e-3"},
+    {"learning_rate": " 2.5e-5 ", "epsilon": "0.3"},
+    {"kl_penalty_reference_step": "4", "grad_accumulation_sequences": "16"},
+    {"scale_rewards": "false", "allow_training_without_logprobs": "yes"},
+    {"scale_rewards": "0", "allow_training_without_logprobs": "on"},
+]
+
+
+@pytest.mark.parametrize("given", LAX)
+def test_strings_convert_as_pydantics_model_validate_converts_them(given: dict[str, str]) -> None:
+    expected = PydanticTrainConfig.model_validate(given).model_dump(include=set(given))
+    for config in (art.TrainConfig.model_validate(given), art.TrainConfig(**given)):  # type: ignore[arg-type]
+        assert {key: getattr(config, key) for key in given} == expected
+
+
+def test_a_train_call_takes_a_learning_rate_written_as_a_string(tmp_path: Path) -> None:
+    async def main() -> None:
+        model = trainable(tmp_path)
+        await model.register(InMemoryBackend())
+        result = await model.train(groups(), config={"learning_rate": "1e-3"})
+        assert result.metrics["loss/learning_rate"] == pytest.approx(1e-3)
+        sft = await model.train_sft([QA], config={"learning_rate": "2e-4", "batch_size": "1"})
+        assert sft.metrics["loss/learning_rate"] == pytest.approx(2e-4)
+        await model.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"learning_rate": "1e-3x"}, "TrainConfig.learning_rate must be a finite number > 0"),
+        ({"learning_rate": "inf"}, "TrainConfig.learning_rate must be a finite number > 0"),
+        ({"grad_accumulation_sequences": "2.5"}, "grad_accumulation_sequences must be an integer"),
+        ({"learning_rate": True}, "TrainConfig.learning_rate must be a finite number > 0"),
+    ],
+)
+def test_a_string_that_is_no_such_value_is_still_refused_naming_the_field(
+    given: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message.replace(".", r"\.")):
+        art.TrainConfig.model_validate(given)
