@@ -105,6 +105,17 @@ def test_a_parser_error_is_one_line_with_exit_code_2(
     assert line.endswith(f"(see arthex {args[0]} -h)")
 
 
+def test_the_demos_step_bounds_in_its_help_are_the_ones_it_enforces(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, out, _ = run(["demo", "-h"], capsys)
+    helped = " ".join(out.split())
+    assert "x>=1" not in helped and "at least 3" in helped and "at least 1 with --sft" in helped
+    for args in (["--steps", "2"], ["--sft", "--steps", "0"]):
+        code, _, err = run(["demo", *args], capsys)
+        assert code == 2 and "at least" in err and len(err.splitlines()) == 1, err
+
+
 def test_prune_refuses_dry_run_and_yes_together_before_looking_at_any_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -34,11 +34,12 @@ def demo(
     base_path: Path = typer.Option(
         Path(".art"), "--base-path", metavar="DIR", help="Where runs are written."
     ),
+    # No `min=` here: Click would show one bound ([x>=1]) for two demos with different ones.
     steps: int | None = typer.Option(
         None,
-        min=1,
         metavar="N",
-        help="RL steps. Default: 20 (5 with --sft); at least 3 without --sft.",
+        help="RL steps: at least 3 (the demo compares them), at least 1 with --sft. "
+        "Default: 20 (5 with --sft).",
         show_default=False,
     ),
     seed: int = typer.Option(0, metavar="SEED", help="Random seed."),
@@ -64,6 +65,8 @@ def demo(
             raise UsageError("--sft and --pipeline are two different demos; pass one of them")
         if not sft and steps is not None and steps < 3:
             raise UsageError(f"the demo needs at least 3 steps to compare, got --steps {steps}")
+        if sft and steps is not None and steps < 1:
+            raise UsageError(f"the --sft demo needs at least 1 RL step, got --steps {steps}")
     if sft:
         rl_steps = SFT_RL_STEPS if steps is None else steps
         asyncio.run(run_sft_demo(base_path=str(base_path), seed=seed, rl_steps=rl_steps))
