@@ -70,6 +70,17 @@ class MissingExtraError(ArthexError, ImportError):
         self.extra = extra
 
 
+def require_extra(extra: str, *packages: str) -> None:
+    """MissingExtraError naming `extra` for the first of `packages` that is not installed:
+    checked where a command or backend starts, before the first of them is imported deep
+    inside it (and before anything is written)."""
+    import importlib.util
+
+    for package in packages:
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtraError(package, extra)
+
+
 class NotInArthexError(ArthexError, ImportError):
     """An ART module or name (under `arthex.art`) that arthex does not implement; the one-line
     message says what to use instead. An `ImportError`, so `from arthex.art.x import name`

@@ -33,6 +33,7 @@ from ...core.errors import (
     BaseModelChangedError,
     InvalidInputError,
     MissingExtraError,
+    require_extra,
 )
 from ...core.identity import ModelSpec, RunRef
 from ...core.lease_book import release_leases
@@ -101,6 +102,10 @@ class _Run:
     serving: Serving
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     chat: ChatTokenizer | None = None  # the tokenizer SFT renders targets with, when used
+
+
+# what the `local` extra brings that a run's trainer and engine import
+LOCAL_PACKAGES = ("torch", "transformers", "tokenizers", "peft", "safetensors")
 
 
 class LocalBackend(BackendTrainEntry):
@@ -212,6 +217,7 @@ class LocalBackend(BackendTrainEntry):
         if not model.trainable:
             return None
         backend_run_dir(model, self._path, "LocalBackend")  # refused before anything starts
+        require_extra("local", *LOCAL_PACKAGES)  # one line, not a trace from deep inside
         if not model.base_model:
             raise InvalidInputError(
                 f"model {model.run} has no base_model; LocalBackend needs a Hugging Face causal "

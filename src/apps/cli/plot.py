@@ -16,6 +16,7 @@ from typing import TypedDict
 import typer
 
 from ...adapters.layout import run_label
+from ...core.errors import MissingExtraError
 from ...core.training_row import GRADIENT_STEPS_KEY
 from .common import (
     BASE_PATH_OPT,
@@ -88,9 +89,12 @@ def render_plot(
 ) -> None:
     """Write the series as a PNG of exactly `width` x `height` pixels, without touching
     pyplot's global state (so it is safe inside a notebook with another backend)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as error:  # matplotlib comes with the `cli` extra
+        raise MissingExtraError(error.name or "matplotlib", "cli") from error
 
     figure = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
     FigureCanvasAgg(figure)

@@ -14,7 +14,7 @@ import typer
 from ...adapters.layout import CHECKPOINTS, MODEL_SPEC, run_label
 from ...adapters.serverless.export import KEY_ENV as SERVERLESS_KEY_ENV
 from ...adapters.serverless.export import REMOTE_FIELDS, REMOTE_KEY
-from ...core.errors import install_command
+from ...core.errors import install_command, require_extra
 from ...ports.training_backend import ExportFormat
 from .common import (
     BASE_PATH_OPT,
@@ -57,8 +57,7 @@ def demo(
 
     Prints one line per step of the history: the reward of the rollouts logged at step N,
     then the loss of the update that made step N+1 (or why it had nothing to train)."""
-    from ..demo.life import SFT_RL_STEPS, run_sft_demo
-    from ..demo.rl import run_demo
+    from ...adapters.local.backend import LOCAL_PACKAGES
 
     with one_line_errors():
         if sft and pipeline:
@@ -67,6 +66,10 @@ def demo(
             raise UsageError(f"the demo needs at least 3 steps to compare, got --steps {steps}")
         if sft and steps is not None and steps < 1:
             raise UsageError(f"the --sft demo needs at least 1 RL step, got --steps {steps}")
+        require_extra("local", *LOCAL_PACKAGES)
+    from ..demo.life import SFT_RL_STEPS, run_sft_demo
+    from ..demo.rl import run_demo
+
     if sft:
         rl_steps = SFT_RL_STEPS if steps is None else steps
         asyncio.run(run_sft_demo(base_path=str(base_path), seed=seed, rl_steps=rl_steps))

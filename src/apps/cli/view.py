@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ...core.errors import install_command
 from .common import UsageError, fail, first_line, one_line_errors
 
 VIEW_HINT = "To browse runs, their charts and trajectories in a web page: arthex view"
@@ -46,7 +47,7 @@ def view(
 
         from ..view.serve import serve
     except ImportError as error:  # fastapi/uvicorn come with the `view` extra
-        fail(f"arthex view needs the view extra (pip install 'arthex[view]'): {first_line(error)}")
+        fail(f"arthex view needs the view extra: {install_command('view')} ({first_line(error)})")
     chosen = paths or [".art"]
     with one_line_errors():
         if token is not None and not token:

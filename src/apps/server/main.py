@@ -44,7 +44,7 @@ from collections.abc import Callable, Collection, Coroutine
 from pathlib import Path
 from typing import Any, ParamSpec
 
-from ...core.errors import ArthexError, InvalidInputError, MissingExtraError
+from ...core.errors import ArthexError, InvalidInputError, MissingExtraError, require_extra
 from ...ports.training_backend import TrainingBackend
 from ..listen import listen
 from . import options
@@ -138,12 +138,20 @@ def _blocking(
 serve = _blocking(serve_async)
 
 
+# what the `server` extra brings that serving imports first
+SERVER_PACKAGES = ("fastapi", "uvicorn", "h11", "prometheus_client")
+
+
 def run(opts: options.ServeOptions) -> None:
     """Serve as `opts` say, until SIGINT/SIGTERM: what `arthex serve` runs once its options
     are parsed and checked. A keys file or backend that cannot be loaded exits 1, one line."""
     logging.addLevelName(TRACE, "TRACE")
     level = TRACE if opts.log_level == "trace" else opts.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:  # before anything is read or started: one line
+        require_extra("server", *SERVER_PACKAGES)
+    except MissingExtraError as exc:
+        sys.exit(f"arthex serve: {exc}")
     if opts.protocol == "art":
         from .art_protocol.main import run_art
 
