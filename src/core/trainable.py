@@ -48,6 +48,7 @@ from .sft import TrainSFTConfig
 from .training_row import (
     GRADIENT_STEPS_KEY,
     TRAINER_SECONDS_KEY,
+    IdleSteps,
     PendingBatch,
     training_values,
 )
@@ -99,6 +100,7 @@ class TrainableModel(Model):
         self._pending: PendingBatch | None = None
         self._pinned: set[int] = set()
         self._diagnostics = diagnostics.RunDiagnostics()  # this run's, never shared
+        self._idle = IdleSteps()
         self._unwatch: weakref.finalize[[], TrainableModel] | None = None
         # the served-step check's own client, bound to the loop it was made on (never the
         # user's `openai_client()`, whose connections must not be tied to a train call's loop)
@@ -414,6 +416,9 @@ class TrainableModel(Model):
             if diagnosing:
                 extra.update(await self._diagnose_serving(new_step))
             values = training_values(samples, {**extra, TRAINER_SECONDS_KEY: elapsed})
+            said = self._idle.after(step, new_step, values[GRADIENT_STEPS_KEY] or 0.0, trained)
+            if said is not None:
+                logger.warning("%s: %s", self.run, said)
             values.update(await self._running_totals(values))
             row = MetricsRow(step=new_step, values=values)
             await self._report(row)

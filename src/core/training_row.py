@@ -11,7 +11,12 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .metrics import STEP_NUM_GROUPS_TRAINABLE, MetricsRow, aggregate_training_metrics
+from .metrics import (
+    STEP_NUM_GROUPS_TRAINABLE,
+    ZERO_VARIANCE_TOLERANCE,
+    MetricsRow,
+    aggregate_training_metrics,
+)
 from .trajectories import TrajectoryGroup
 
 GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
@@ -42,6 +47,45 @@ def training_values(
     values.update(extra)
     values[GRADIENT_STEPS_KEY] = gradient_steps(samples)
     return values
+
+
+@attrs.define
+class IdleSteps:
+    """Updates that took no gradient step, said once per run of them: the first one of a run
+    is logged with why; the ones after it are quiet until an update trains again."""
+
+    idle: bool = False
+
+    def after(
+        self, step: int, new_step: int, taken: float, groups: Sequence[TrajectoryGroup]
+    ) -> str | None:
+        """The line to log for the update `step -> new_step` that took `taken` gradient steps
+        on `groups` (what it trained on), or None."""
+        if taken > 0:
+            self.idle = False
+            return None
+        if self.idle:
+            return None
+        self.idle = True
+        sized = [g for g in groups if len(g.trajectories) >= 2]
+        tied = [
+            g
+            for g in sized
+            if all(
+                abs(t.reward - g.trajectories[0].reward) <= ZERO_VARIANCE_TOLERANCE
+                for t in g.trajectories
+            )
+        ]
+        why = (
+            f"the rewards of each of its {len(sized)} groups were all equal, so every "
+            "advantage was 0"
+            if sized and len(tied) == len(sized)
+            else "its batch had no trainable token"
+        )
+        return (
+            f"step {step} -> {new_step} trained nothing: {why}; the step advanced, the weights "
+            "did not (the next updates like it are not reported until one trains)"
+        )
 
 
 @attrs.define
