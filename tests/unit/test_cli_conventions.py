@@ -12,7 +12,7 @@ import pytest
 
 import arthex
 from arthex.apps.cli import serve
-from arthex.apps.cli.common import ONLY_ONE
+from arthex.apps.cli.common import ONLY_ONE, arthex_command
 from arthex.apps.cli.main import command
 from arthex.apps.demo.life import SFT_RL_STEPS
 from arthex.apps.demo.rl import DEFAULT_STEPS
@@ -102,7 +102,7 @@ def test_a_parser_error_is_one_line_with_exit_code_2(
     assert code == 2 and out == ""
     (line,) = err.splitlines()
     assert line.startswith("arthex: error: ") and fragment in line
-    assert line.endswith(f"(see arthex {args[0]} -h)")
+    assert line.endswith(f"(see {arthex_command()} {args[0]} -h)")
 
 
 def test_the_demos_step_bounds_in_its_help_are_the_ones_it_enforces(

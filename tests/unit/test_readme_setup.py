@@ -47,3 +47,13 @@ def test_the_readmes_cpu_command_reaches_pip() -> None:
     ).stdout
     torch_line = next(line for line in planned.splitlines() if '"torch==' in line)
     assert f"--index-url {CPU_INDEX}" in torch_line
+
+
+def quickstart() -> str:
+    return " ".join((ROOT / "docs" / "quickstart.md").read_text().split())
+
+
+def test_the_quickstart_activates_the_venv_before_its_bare_arthex_commands() -> None:
+    text = quickstart()
+    first = text.index("arthex runs")
+    assert "source .venv/bin/activate" in text[:first]

@@ -12,8 +12,11 @@ stderr and exit code 2; a damaged file or another arthex error with exit code 1.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
+import shlex
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -120,7 +123,8 @@ def resolve_model(
     found = find_runs(base_path)
     if not found:
         raise UsageError(
-            f"no models under {base_path}; train one (e.g. `arthex demo`) or pass a model directory"
+            f"no models under {base_path}; train one (e.g. `{arthex_command()} demo`) or pass a "
+            "model directory"
         )
     if len(found) == 1:
         return found[0]
@@ -167,7 +171,46 @@ def _named(model: str, base_path: Path) -> Path:
 
 def view_hint(where: Path) -> None:
     """One line on stderr after a table: the same data, live, in `arthex view`."""
-    typer.echo(f"see it live in a browser: arthex view {where}", err=True)
+    typer.echo(f"see it live in a browser: {arthex_command()} view {where}", err=True)
+
+
+def _entry_point() -> Path | None:
+    """The `arthex` script running now (or, under `python -m`, the one beside the
+    interpreter), when there is one."""
+    ran = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    script = ran if ran is not None and ran.name == "arthex" else None
+    if script is None:
+        script = Path(sys.executable).parent / "arthex"
+    return script if script.is_file() else None
+
+
+@functools.cache
+def arthex_command() -> str:
+    """`arthex` as the user can type it: the bare name when PATH finds this very program,
+    else the entry point's own path (`.venv/bin/arthex` from the checkout), which works before
+    its venv is activated."""
+    script = _entry_point()
+    if script is None:
+        return "arthex"
+    found = shutil.which("arthex")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "arthex"
+    absolute = script.absolute()
+    with contextlib.suppress(ValueError):
+        return shlex.quote(str(absolute.relative_to(Path.cwd())))
+    return shlex.quote(str(absolute))
+
+
+def activate_hint() -> str | None:
+    """How to make the bare `arthex` work, when it does not yet: activate its venv."""
+    if arthex_command() == "arthex":
+        return None
+    script = _entry_point()
+    activate = script.parent / "activate" if script is not None else None
+    if activate is None or not activate.is_file():
+        return None
+    shown = shlex.quote(str(Path(arthex_command()).parent / "activate"))
+    return f"to type plain `arthex`, activate its environment first: source {shown}"
 
 
 # --- showing values ---------------------------------------------------------------------------

@@ -35,7 +35,12 @@ def exits() -> Iterator[None]:
         yield
     except _PARSER_ERROR as error:
         context = getattr(error, "ctx", None)
-        hint = f" (see {context.command_path} -h)" if context is not None else ""
+        hint = ""
+        if context is not None:
+            from .common import arthex_command  # the command as the user can type it
+
+            path = context.command_path.split(" ", 1)
+            hint = f" (see {' '.join([arthex_command(), *path[1:]])} -h)"
         message = error.format_message()  # type: ignore[attr-defined]
         typer.echo(f"arthex: error: {message}{hint}", err=True)
         sys.exit(getattr(error, "exit_code", 2))

@@ -22,6 +22,8 @@ from .common import (
     ONLY_ONE,
     PROJECT_OPT,
     UsageError,
+    activate_hint,
+    arthex_command,
     fail,
     model_argument,
     one_line_errors,
@@ -78,7 +80,10 @@ def demo(
         asyncio.run(  # prints its summary
             run_demo(base_path=str(base_path), seed=seed, pipeline=pipeline, **kwargs)
         )
-    typer.echo(f"watch the run in a browser: arthex view {base_path}")
+    typer.echo(f"watch the run in a browser: {arthex_command()} view {base_path}")
+    hint = activate_hint()
+    if hint is not None:
+        typer.echo(hint)
 
 
 def export(
