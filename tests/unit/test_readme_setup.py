@@ -53,6 +53,23 @@ def quickstart() -> str:
     return " ".join((ROOT / "docs" / "quickstart.md").read_text().split())
 
 
+def test_the_quickstart_tells_the_readmes_story_of_where_torch_comes_from() -> None:
+    """One story on both pages: where `make demo` takes torch from is the Makefile's default,
+    and the CPU build is the command that names PyTorch's CPU index."""
+    default = makefile_default()
+    said = (
+        f"`TORCH_INDEX_URL` is `{default}` by default"
+        if default
+        else "`TORCH_INDEX_URL` is empty by default"
+    )
+    for page, text in (("README.md", readme()), ("docs/quickstart.md", quickstart())):
+        assert said in text, page
+        assert "pip's configured index" in text, page
+        assert f"make demo TORCH_INDEX_URL={CPU_INDEX}" in text, page
+        if default != CPU_INDEX:
+            assert "installs torch's CPU build" not in text, page
+
+
 def test_the_quickstart_activates_the_venv_before_its_bare_arthex_commands() -> None:
     text = quickstart()
     first = text.index("arthex runs")
