@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 
 from ..core.errors import InvalidInputError
 
 
-def listen(host: str, port: int, what: str = "") -> socket.socket:
+def listen(host: str, port: int, what: str = "", option: str = "--port") -> socket.socket:
     """A listening TCP socket on (host, port), port 0 for a free one; a host that does not
     resolve or a port that cannot be had is one line (InvalidInputError), `what` naming the
-    server it was for."""
+    server it was for; a port in use names `option` with 0, which picks a free one."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
@@ -27,5 +28,10 @@ def listen(host: str, port: int, what: str = "") -> socket.socket:
         sock.close()
         reason = error.strerror or str(error)
         purpose = f" for {what}" if what else ""
-        raise InvalidInputError(f"cannot listen on {host}:{port}{purpose}: {reason}") from error
+        hint = ""
+        if error.errno == errno.EADDRINUSE and port:
+            hint = f" (another process has it; {option} 0 picks a free port)"
+        raise InvalidInputError(
+            f"cannot listen on {host}:{port}{purpose}: {reason}{hint}"
+        ) from error
     return sock

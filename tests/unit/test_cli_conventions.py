@@ -105,6 +105,19 @@ def test_a_parser_error_is_one_line_with_exit_code_2(
     assert line.endswith(f"(see {arthex_command()} {args[0]} -h)")
 
 
+@pytest.mark.parametrize(
+    "args", [["export"], ["history", "--bogus"], ["demo", "--steps", "x"], ["nosuch"]]
+)
+def test_the_parsers_errors_speak_in_arthexs_lower_case(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(args, capsys)
+    (line,) = err.splitlines()
+    message = line.removeprefix("arthex: error: ")
+    assert code == 2 and message[0] == message[0].lower(), line  # "missing option '--out'"
+    assert not message.split(" (see ", 1)[0].endswith("."), line
+
+
 def test_the_demos_step_bounds_in_its_help_are_the_ones_it_enforces(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

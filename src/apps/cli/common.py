@@ -122,10 +122,7 @@ def resolve_model(
         return _named(model, base_path)
     found = find_runs(base_path)
     if not found:
-        raise UsageError(
-            f"no models under {base_path}; train one (e.g. `{arthex_command()} demo`) or pass a "
-            "model directory"
-        )
+        raise UsageError(no_models(base_path))
     if len(found) == 1:
         return found[0]
     if not guess:
@@ -138,6 +135,14 @@ def resolve_model(
         err=True,
     )
     return chosen
+
+
+def no_models(base_path: Path) -> str:
+    """What every command says of a base path without models, and what to do."""
+    return (
+        f"no models under {base_path}; train one (e.g. `{arthex_command()} demo`), or pass "
+        "--base-path where runs live or a model directory"
+    )
 
 
 def _named(model: str, base_path: Path) -> Path:

@@ -27,6 +27,13 @@ _PARSER_ERROR: type[Exception] = next(
 )
 
 
+def lower_case(message: str) -> str:
+    """Click's sentence ("Missing option '--out'.") in arthex's own style: lower case, no
+    final period ("missing option '--out'")."""
+    message = message.strip().removesuffix(".")
+    return message[:1].lower() + message[1:]
+
+
 @contextlib.contextmanager
 def exits() -> Iterator[None]:
     """What click's standalone mode does with an error, but a parser error is one line: exit
@@ -41,7 +48,7 @@ def exits() -> Iterator[None]:
 
             path = context.command_path.split(" ", 1)
             hint = f" (see {' '.join([arthex_command(), *path[1:]])} -h)"
-        message = error.format_message()  # type: ignore[attr-defined]
+        message = lower_case(error.format_message())  # type: ignore[attr-defined]
         typer.echo(f"arthex: error: {message}{hint}", err=True)
         sys.exit(getattr(error, "exit_code", 2))
     except typer.Exit as stop:

@@ -17,6 +17,7 @@ from .common import (
     console,
     fmt,
     local_time,
+    no_models,
     one_line_errors,
     option,
     size,
@@ -59,7 +60,7 @@ def runs(
         rows = [run_row(path, metric, sense, label=labels.get(path)) for path in find_runs(root)]
     out = console()
     if not rows:
-        out.print(f"no models under {base_path}")
+        out.print(no_models(base_path))
         return
     out.print(f"{len(rows)} model(s) under {base_path}")
     print_table(out, COLUMNS, rows)

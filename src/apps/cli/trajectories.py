@@ -69,7 +69,9 @@ def trajectories(
         if split is None:
             split = "train" if "train" in splits else splits[0]
         if split not in splits:
-            raise UsageError(f"no trajectories for split {split!r}; logged splits: {splits}")
+            raise UsageError(
+                f"no trajectories for split {split!r}; logged splits: {', '.join(splits)}"
+            )
         steps = sorted({st for s, st, _, _ in parts if s == split})
         chosen_step = steps[-1] if step is None else step
         if chosen_step not in steps:

@@ -22,6 +22,8 @@ import hmac
 import os
 import re
 import secrets
+import shlex
+import sys
 from pathlib import Path
 
 import attrs
@@ -38,6 +40,13 @@ _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 def hash_key(key: str) -> str:
     """The line form of a key's digest: `sha256:<hex>`."""
     return HASH_PREFIX + hashlib.sha256(key.encode()).hexdigest()
+
+
+# prints the key to give a client, and the line (its hash) to put in the keys file
+NEW_KEY_COMMAND = (
+    f"{shlex.quote(sys.executable)} -c "
+    "\"from arthex.apps.server.keys import new_key; print(*new_key('team-a'))\""
+)
 
 
 def new_key(tenant: str) -> tuple[str, str]:
@@ -120,7 +129,7 @@ class KeyRing:
         if not text:
             raise InvalidInputError(
                 f"no API keys: pass a keys file (lines 'tenant:key') or set {KEYS_ENV}; the "
-                "server never runs open"
+                f"server never runs open. Make a key and its line with: {NEW_KEY_COMMAND}"
             )
         return cls.parse(text, f"${KEYS_ENV}")
 

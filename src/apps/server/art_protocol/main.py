@@ -84,7 +84,7 @@ async def serve_art(
     limits = limits if limits is not None else ServerLimits()
     api_socket = listen(host, port, "the ART API")
     try:
-        inference_socket = listen(host, inference_port, "the inference server")
+        inference_socket = listen(host, inference_port, "the inference server", "--inference-port")
     except BaseException:
         api_socket.close()
         raise
