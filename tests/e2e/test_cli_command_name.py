@@ -93,4 +93,6 @@ def test_the_demo_says_once_how_to_activate_when_arthex_is_not_on_path() -> None
     if arthex_command() == "arthex":
         assert hint is None
     else:
-        assert hint is not None and hint.endswith(f"source {Path(arthex_command()).parent}/activate")
+        assert hint is not None and hint.endswith(
+            f"source {Path(arthex_command()).parent}/activate"
+        )
