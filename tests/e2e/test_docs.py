@@ -209,3 +209,31 @@ def test_tool_agent_rewards_the_right_tool_call() -> None:
     assert score(call("get_time", "{}"), "Oslo") == (0.0, False)
     assert score(make_choice('{"a": 1}'), "Oslo") == (0.5 * 5 / 7, False)  # {"":} of {"a":1}
     assert score(make_choice(""), "Oslo") == (0.0, False)
+
+
+# --- the README's training loop ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_readmes_training_loop_runs_as_a_program(clean_env: Path) -> None:
+    """The README's "A training loop" block, saved as a file and run with `python`, as a
+    reader would: it trains the tiny model for its STEPS and exits on its own."""
+    section = (ROOT / "README.md").read_text().split("## A training loop", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "README.md has no python block under 'A training loop'"
+    program = clean_env / "train.py"
+    program.write_text(match.group(1))
+    done = subprocess.run(
+        [sys.executable, str(program)],
+        cwd=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    history = clean_env / ".art" / "support-bot" / "models" / "agent-001" / "history.jsonl"
+    rows = [json.loads(line) for line in history.read_text().splitlines()]
+    assert sorted({r["step"] for r in rows if "train/reward" in r}) == [0, 1, 2]
+    assert sorted({r["step"] for r in rows if "val/reward" in r}) == [1, 2, 3]
+    assert sorted({r["step"] for r in rows if "loss/train" in r}) == [1, 2, 3]
