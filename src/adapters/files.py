@@ -8,6 +8,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,6 +105,21 @@ def new_folder(target: Path) -> Iterator[Path]:
         os.rename(temp, target)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def readable_like_new_files(folder: Path) -> None:
+    """Give every file in `folder` the mode a new file gets here (0644 under the usual umask):
+    a library that writes through a private temp file (0600) would otherwise leave one file
+    of a folder readable by its owner only."""
+    probe = folder / ".mode-probe"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        mode = stat.S_IMODE(probe.stat().st_mode)
+    finally:
+        probe.unlink()
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) != mode:
+            path.chmod(mode)
 
 
 def fsync_file(path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -257,6 +258,12 @@ def test_exports_hold_the_standard_files_and_the_base_tokenizer_byte_for_byte(
     names = {p.name for p in merged.iterdir()}
     assert {"config.json", "model.safetensors", "generation_config.json"} <= names
     assert not any(name.startswith(("optimizer", "trainer_state")) for name in names)
+    # every file is readable as a new file is here (0644 under the usual umask), the weights too
+    probe = merged.parent / f"probe-{case.name}"
+    probe.write_bytes(b"")
+    new_file = stat.S_IMODE(probe.stat().st_mode)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in merged.iterdir()}
+    assert modes == dict.fromkeys(names, new_file), modes
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         assert (merged / name).read_bytes() == (base / name).read_bytes(), name
     assert (merged / "generation_config.json").read_bytes() == (
@@ -285,6 +292,12 @@ def test_the_cli_exports_an_older_step_and_refuses_mistakes(built: Built) -> Non
 
     done = cli("--step", "1", "--format", "merged", "--out", str(out))
     assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"exported step 1 of export/lora-tied (merged) to {out}"
+    latest = cli("--format", "peft", "--out", str(built.root / "cli-latest"))
+    newest = max(int(p.name) for p in (run / "checkpoints").iterdir())
+    assert latest.stdout.strip() == (
+        f"exported step {newest} of export/lora-tied (peft) to {built.root / 'cli-latest'}"
+    ), latest.stderr
     reference = Path(built.exports["lora-tied"]["merged"]) / "model.safetensors"
     assert _same_tensors(out / "model.safetensors", reference)
     again = cli("--step", "1", "--out", str(out))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ...core.errors import CorruptDataError, InvalidInputError, MissingExtraError
-from ..files import new_folder
+from ..files import new_folder, readable_like_new_files
 from ..hf_quiet import quiet_hf
 from ..hub import one_line, resolve_base_model
 from . import checkpoint_io
@@ -92,7 +92,14 @@ def export_checkpoint(
             _write_merged(base, source, full, temp, dtype)
         for path in _tokenizer_files(base):
             shutil.copyfile(path, temp / path.name)
+        readable_like_new_files(temp)
     return target
+
+
+def checkpoint_step(model_dir: str | os.PathLike[str], step: int | None = None) -> int:
+    """The step `export_checkpoint` writes for `step` (the latest checkpoint when None)."""
+    source, _state = _checkpoint(Path(model_dir), step)
+    return int(source.name)
 
 
 def _checkpoint(run_dir: Path, step: int | None) -> tuple[Path, dict[str, Any]]:

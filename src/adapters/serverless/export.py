@@ -74,6 +74,19 @@ def export_remote(
         return export_checkpoint(temp, out_dir, step=step, format=format, dtype=dtype)
 
 
+def latest_step(base_url: str, api_key: str, model_id: str, *, timeout: float = 60.0) -> int:
+    """The newest step of model `model_id` the server holds a checkpoint of."""
+    if not wire.MODEL_ID.fullmatch(model_id):
+        raise InvalidInputError(f"{model_id!r:.80} is not a model id of a training server")
+    httpx = httpx_module()
+    headers = {"Authorization": f"Bearer {api_key}"}
+    with httpx.Client(
+        base_url=base_url, headers=headers, timeout=timeout, verify=ssl_context()
+    ) as client:
+        path = f"{wire.MODELS_PATH}/{model_id}/checkpoints"
+        return int(_get(client, path, base_url).json()["step"])
+
+
 def _get(client: Any, path: str, base_url: str) -> Any:
     httpx = httpx_module()
     try:

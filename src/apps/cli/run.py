@@ -123,16 +123,17 @@ def export(
             raise UsageError(f"--format must be merged or peft, got {export_format!r}")
         path = resolve_model(model, base_path, project, name, guess=False)
         try:
-            from ...adapters.local.export import export_checkpoint
+            from ...adapters.local.export import checkpoint_step, export_checkpoint
         except ImportError as error:
             fail(f"export needs its extra: {install_command('local')} ({error})")
         chosen: ExportFormat = "peft" if export_format == "peft" else "merged"
         remote = _trained_on_a_server(path)
         if remote is not None:
-            written = _export_from_server(remote, out, step, chosen, dtype)
+            written, step = _export_from_server(remote, out, step, chosen, dtype)
         else:
+            step = checkpoint_step(path, step)  # the latest one, named before it is written
             written = export_checkpoint(path, out, step=step, format=chosen, dtype=dtype)
-    typer.echo(f"exported {run_label(path)} ({export_format}) to {written}")
+    typer.echo(f"exported step {step} of {run_label(path)} ({export_format}) to {written}")
 
 
 def _trained_on_a_server(path: Path) -> Mapping[str, str] | None:
@@ -156,9 +157,9 @@ def _export_from_server(
     step: int | None,
     export_format: ExportFormat,
     dtype: str | None,
-) -> Path:
+) -> tuple[Path, int]:
     from ...adapters.serverless.client import URL_ENV
-    from ...adapters.serverless.export import export_remote
+    from ...adapters.serverless.export import export_remote, latest_step
 
     # The key goes only to the server the user configured, never to one a run folder names.
     configured = os.environ.get(URL_ENV, "").rstrip("/")
@@ -175,10 +176,13 @@ def _export_from_server(
             f"{remote['model_id']}); set {SERVERLESS_KEY_ENV} to the API key it was trained "
             "with to fetch its checkpoint"
         )
-    return export_remote(
+    if step is None:
+        step = latest_step(remote["server"], key, remote["model_id"])
+    written = export_remote(
         remote["server"], key, remote["model_id"], out, step=step, format=export_format,
         dtype=dtype,
     )  # fmt: skip
+    return written, step
 
 
 def print_version() -> None:
