@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal, TypeGuard, TypeVar
 
 import attrs
@@ -28,32 +28,44 @@ def finite_number(value: object) -> TypeGuard[int | float]:
         return False
 
 
-def lax(kind: type[T]) -> Callable[[T], T]:
-    """A converter that takes a string as pydantic's lax mode does (`"1e-3"` -> 0.001, `"4"`
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {
+    kind: TypeAdapter(kind) for kind in (float, int, bool)
+}
+
+
+def _lax(kind: type[T], value: T) -> T:
+    """`value` converted as pydantic's lax mode converts a string (`"1e-3"` -> 0.001, `"4"`
     -> 4, `"yes"` -> True), so a config read from a file or the environment is taken as
     `model_validate` takes it. Anything else goes on as it is (a bool is not a number here);
     a string it cannot convert too, for the field's validator to refuse in one line."""
-    adapter: TypeAdapter[T] = TypeAdapter(kind)
-
-    def convert(value: T) -> T:
-        if not isinstance(value, str):
-            return value
-        try:
-            return adapter.validate_python(value)
-        except ValidationError:
-            return value
-
-    return convert
+    if not isinstance(value, str):
+        return value
+    try:
+        converted: T = _ADAPTERS[kind].validate_python(value)
+    except ValidationError:
+        return value
+    return converted
 
 
-def lax_optional(kind: type[T]) -> Callable[[T | None], T | None]:
-    """`lax` for a field that may be None."""
-    convert = lax(kind)
-    return lambda value: None if value is None else convert(value)
+# Named converters: attrs' typing reads each one's parameter as the field's __init__ type.
+def lax_float(value: float) -> float:
+    return _lax(float, value)
 
 
-FLOAT, INT, BOOL = lax(float), lax(int), lax(bool)
-OPTIONAL_FLOAT, OPTIONAL_INT = lax_optional(float), lax_optional(int)
+def lax_int(value: int) -> int:
+    return _lax(int, value)
+
+
+def lax_bool(value: bool) -> bool:
+    return _lax(bool, value)
+
+
+def lax_optional_float(value: float | None) -> float | None:
+    return None if value is None else _lax(float, value)
+
+
+def lax_optional_int(value: int | None) -> int | None:
+    return None if value is None else _lax(int, value)
 
 
 def _positive_finite(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -106,38 +118,42 @@ class TrainConfig:
     group-relative advantages scaled by the group's std, no KL penalty.
     """
 
-    learning_rate: float = attrs.field(default=5e-6, converter=FLOAT, validator=_positive_finite)
+    learning_rate: float = attrs.field(
+        default=5e-6, converter=lax_float, validator=_positive_finite
+    )
     loss_fn: LossName = attrs.field(default="cispo", validator=_loss)
     epsilon: float | None = attrs.field(
-        default=None, converter=OPTIONAL_FLOAT, validator=_optional(_non_negative)
+        default=None, converter=lax_optional_float, validator=_optional(_non_negative)
     )
     epsilon_high: float | None = attrs.field(
-        default=None, converter=OPTIONAL_FLOAT, validator=_optional(_non_negative)
+        default=None, converter=lax_optional_float, validator=_optional(_non_negative)
     )
-    scale_rewards: bool = attrs.field(default=True, converter=BOOL)
-    kl_penalty_coef: float = attrs.field(default=0.0, converter=FLOAT, validator=_non_negative)
+    scale_rewards: bool = attrs.field(default=True, converter=lax_bool)
+    kl_penalty_coef: float = attrs.field(default=0.0, converter=lax_float, validator=_non_negative)
     kl_penalty_reference_step: int | None = attrs.field(
-        default=None, converter=OPTIONAL_INT, validator=_optional(_non_negative_int)
+        default=None, converter=lax_optional_int, validator=_optional(_non_negative_int)
     )
     max_grad_norm: float | None = attrs.field(
-        default=1.0, converter=OPTIONAL_FLOAT, validator=_optional(_positive_finite)
+        default=1.0, converter=lax_optional_float, validator=_optional(_positive_finite)
     )
     grad_accumulation_sequences: int | None = attrs.field(
-        default=None, converter=OPTIONAL_INT, validator=_optional(_positive_int)
+        default=None, converter=lax_optional_int, validator=_optional(_positive_int)
     )
     packed_sequence_length: int | None = attrs.field(
-        default=None, converter=OPTIONAL_INT, validator=_optional(_positive_int)
+        default=None, converter=lax_optional_int, validator=_optional(_positive_int)
     )
-    allow_training_without_logprobs: bool = attrs.field(default=False, converter=BOOL)
+    allow_training_without_logprobs: bool = attrs.field(default=False, converter=lax_bool)
     # captured rollouts whose agent raised
-    train_incomplete_trajectories: bool = attrs.field(default=False, converter=BOOL)
-    scale_learning_rate_by_reward_std_dev: bool = attrs.field(default=False, converter=BOOL)
+    train_incomplete_trajectories: bool = attrs.field(default=False, converter=lax_bool)
+    scale_learning_rate_by_reward_std_dev: bool = attrs.field(default=False, converter=lax_bool)
     lr_multiplier_window: int | None = attrs.field(
-        default=None, converter=OPTIONAL_INT, validator=_optional(_positive_int)
+        default=None, converter=lax_optional_int, validator=_optional(_positive_int)
     )
-    min_lr_multiplier: float = attrs.field(default=0.1, converter=FLOAT, validator=_positive_finite)
+    min_lr_multiplier: float = attrs.field(
+        default=0.1, converter=lax_float, validator=_positive_finite
+    )
     max_lr_multiplier: float = attrs.field(
-        default=10.0, converter=FLOAT, validator=_positive_finite
+        default=10.0, converter=lax_float, validator=_positive_finite
     )
 
     def __attrs_post_init__(self) -> None:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import attrs
 
-from .config import BOOL, FLOAT, INT, OPTIONAL_FLOAT, validated_config
+from .config import lax_bool, lax_float, lax_int, lax_optional_float, validated_config
 from .conversations import AssistantTurns
 from .errors import InvalidInputError
 from .metrics import MetricsRow
@@ -80,12 +80,12 @@ def create_lr_schedule(
 
 def _rates(value: float | Sequence[float]) -> float | tuple[float, ...]:
     if isinstance(value, list | tuple):
-        return tuple(FLOAT(rate) for rate in value)
-    return FLOAT(value)  # type: ignore[arg-type]  # checked by the validator
+        return tuple(lax_float(rate) for rate in value)
+    return lax_float(value)  # type: ignore[arg-type]  # checked by the validator
 
 
 def _batch_size(value: int | Literal["auto"]) -> int | Literal["auto"]:
-    return "auto" if value == "auto" else INT(value)
+    return "auto" if value == "auto" else lax_int(value)
 
 
 def _check_rate(value: object, what: str) -> None:
@@ -144,13 +144,13 @@ class TrainSFTConfig:
     learning_rate: float | tuple[float, ...] = attrs.field(default=5e-5, converter=_rates)
     batch_size: int | Literal["auto"] = attrs.field(default="auto", converter=_batch_size)
     assistant_turns: AssistantTurns = attrs.field(default="all", validator=_one_of("all", "last"))
-    epochs: int = attrs.field(default=1, converter=INT, validator=_int_at_least(1))
-    shuffle: bool = attrs.field(default=False, converter=BOOL)
-    seed: int = attrs.field(default=42, converter=INT, validator=_int_at_least(0))
+    epochs: int = attrs.field(default=1, converter=lax_int, validator=_int_at_least(1))
+    shuffle: bool = attrs.field(default=False, converter=lax_bool)
+    seed: int = attrs.field(default=42, converter=lax_int, validator=_int_at_least(0))
     lr_schedule: Schedule = attrs.field(default="constant", validator=_one_of(*SCHEDULES))
-    warmup_ratio: float = attrs.field(default=0.0, converter=FLOAT)
-    min_learning_rate: float = attrs.field(default=0.0, converter=FLOAT)
-    max_grad_norm: float | None = attrs.field(default=1.0, converter=OPTIONAL_FLOAT)
+    warmup_ratio: float = attrs.field(default=0.0, converter=lax_float)
+    min_learning_rate: float = attrs.field(default=0.0, converter=lax_float)
+    max_grad_norm: float | None = attrs.field(default=1.0, converter=lax_optional_float)
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.learning_rate, tuple):
