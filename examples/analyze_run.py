@@ -6,9 +6,10 @@
 # matplotlib.
 #
 #     python examples/analyze_run.py                       # the newest run under .art
-#     python examples/analyze_run.py .art/demo/models/digits-...  --out analysis.png
+#     python examples/analyze_run.py .art/demo/models/digits-...  --out-dir /tmp/analysis
 #
-# It writes the figure and, next to it, the numbers behind it as JSON.
+# It writes the figure (analysis.png) and, next to it, the numbers behind it (analysis.json)
+# into the run's own directory, or into `--out-dir`; never into the current directory.
 
 # %%
 from __future__ import annotations
@@ -34,9 +35,18 @@ def newest_model(base_path: Path = Path(".art")) -> Path:
 
 parser = argparse.ArgumentParser(description="Summarise and plot one arthex run.")
 parser.add_argument("model_dir", nargs="?", type=Path, default=None)
-parser.add_argument("--out", type=Path, default=Path("analysis.png"))
+parser.add_argument(
+    "--out-dir",
+    type=Path,
+    default=None,
+    help="Where to write analysis.png and analysis.json "
+    "(created if missing). Default: the run's directory.",
+)
 args, _unknown = parser.parse_known_args()  # tolerate a notebook kernel's own arguments
 model_dir: Path = args.model_dir or newest_model()
+out_dir: Path = args.out_dir or model_dir
+out_dir.mkdir(parents=True, exist_ok=True)
+figure_file = out_dir / "analysis.png"
 print(f"run: {model_dir.parent.parent.name}/{model_dir.name}  ({model_dir})")
 
 # %% [markdown]
@@ -135,7 +145,7 @@ for ax in (ax_reward, ax_chars, ax_loss):
         ax.legend()
 figure.suptitle(f"{model_dir.parent.parent.name}/{model_dir.name}")
 figure.tight_layout()
-figure.savefig(args.out, dpi=100)
+figure.savefig(figure_file, dpi=100)
 plt.close(figure)
 
 summary = {
@@ -144,5 +154,5 @@ summary = {
     "tool_call_rate": tool_call_rate,
     "reply_chars": replies.to_dicts(),
 }
-args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
-print(f"wrote {args.out} and {args.out.with_suffix('.json')}")
+figure_file.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
+print(f"wrote {figure_file} and {figure_file.with_suffix('.json')}")

@@ -198,12 +198,16 @@ def test_history_shows_the_last_rows_of_the_chosen_keys(base: Path) -> None:
         ["history", "--base-path", str(base)],
     )
     assert table.returncode == 0, table.stderr
-    rows = [r for r in history_rows(base) if "val/reward" in r or "loss/train" in r][-3:]
+    per_step: dict[int, dict[str, object]] = {}  # a step's rows are one row (no key twice here)
+    for r in history_rows(base):
+        per_step.setdefault(int(str(r["step"])), {}).update(r)
+    rows = [r for r in per_step.values() if "val/reward" in r or "loss/train" in r][-3:]
     expected = [
         [str(r["step"]), *(f"{r[k]:.4g}" if k in r else "" for k in ("val/reward", "loss/train"))]
         for r in rows
     ]
     assert table_rows(table.stdout) == expected
+    assert f"proj/agent: the last 3 of {len(per_step)} steps" in table.stdout
     assert "step" in table.stdout and "val/reward" in table.stdout
 
     assert as_json.returncode == 0, as_json.stderr

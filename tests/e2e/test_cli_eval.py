@@ -82,6 +82,11 @@ def test_eval_logs_the_step_it_names_and_prints_the_row_it_wrote(run_dir: Path) 
     for key in ("held_out/reward", "held_out/pass@1", "held_out/pass@2", "held_out/pass@3"):
         assert float(shown[key]) == pytest.approx(row[key], abs=5e-4), key
     assert "held_out/pass@4" not in shown
+    # every number of the row it wrote, the environment's own metrics among them
+    metrics = {key for key in row if key not in ("step", "training_step", "recorded_at")}
+    assert {"held_out/completion_tokens", "held_out/logprob"} <= metrics
+    for key in metrics:
+        assert float(shown[key]) == pytest.approx(row[key], abs=5e-4, rel=5e-4), key
     assert shown["failures"] == "0 of 9"
     assert shown["time"].endswith("s")
     assert (run_dir / "trajectories" / "held_out" / "0000.parquet").is_file()

@@ -157,16 +157,22 @@ def test_analyze_run_loads_a_run_and_plots_it(
     from tests.e2e.test_cli import VAL_REWARDS, build_runs
 
     asyncio.run(build_runs(clean_env / ".art"))
-    run_example("analyze_run.py", ["--out", "analysis.png"], monkeypatch)
+    before = set(os.listdir(clean_env))
+    run_example("analyze_run.py", [], monkeypatch)
     out = capsys.readouterr().out
     assert "proj/agent" in out  # it picked the most recently updated run by itself
-    pixels = matplotlib.image.imread(clean_env / "analysis.png")
-    assert pixels.ndim == 3 and pixels.shape[0] > 300 and pixels.shape[1] > 300
-    summary = json.loads((clean_env / "analysis.json").read_text())
-    val = [row for row in summary["rewards"] if row["split"] == "val"]
-    assert [row["step"] for row in val] == [0, 1, 2, 3]
-    assert [row["mean"] for row in val] == pytest.approx(VAL_REWARDS)
-    assert summary["tool_call_rate"]["val"] == pytest.approx(1.0)
+    assert set(os.listdir(clean_env)) == before  # nothing in the current directory
+    run_dir = clean_env / ".art" / "proj" / "models" / "agent"
+    for folder in (run_dir, clean_env / "elsewhere" / "analysis"):
+        if folder != run_dir:
+            run_example("analyze_run.py", ["--out-dir", str(folder)], monkeypatch)
+        pixels = matplotlib.image.imread(folder / "analysis.png")
+        assert pixels.ndim == 3 and pixels.shape[0] > 300 and pixels.shape[1] > 300
+        summary = json.loads((folder / "analysis.json").read_text())
+        val = [row for row in summary["rewards"] if row["split"] == "val"]
+        assert [row["step"] for row in val] == [0, 1, 2, 3]
+        assert [row["mean"] for row in val] == pytest.approx(VAL_REWARDS)
+        assert summary["tool_call_rate"]["val"] == pytest.approx(1.0)
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ def test_a_torn_last_line_is_named_once_with_its_file_and_line(tmp_path: Path) -
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert f"the last 3 of {ROWS - 1} rows" in done.stdout
+    assert f"the last 3 of {ROWS - 1} steps" in done.stdout
     warnings = [line for line in done.stderr.splitlines() if not line.startswith("see it live")]
     assert warnings == [  # once, besides the one line pointing at `arthex view`
         f"{path}: line {ROWS} is torn (a write cut short) and is left out; the next append "
@@ -61,3 +61,41 @@ def test_the_note_on_an_update_without_a_gradient_step_names_the_batch_it_traine
     assert code == 0, err
     notes = [line for line in out.splitlines() if line.startswith("step 16:")]
     assert notes == ["step 16: no gradient step: each group of step 15's batch had equal rewards"]
+
+
+def test_one_row_per_step_and_the_count_in_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run of 13 steps as a training loop logs it (30 lines: each step's train batch, the
+    training metrics of the update that made it, and an evaluation every fourth step), and an
+    evaluation repeated at step 12."""
+    rows: list[MetricsRow] = []
+    for step in range(13):
+        if step:
+            rows.append(MetricsRow(step, {"loss/train": -step / 100, "loss/grad_norm": 1.0}))
+        rows.append(MetricsRow(step, {"train/reward": step / 20}))
+        if step % 4 == 0:
+            rows.append(MetricsRow(step, {"val/reward": step / 10}))
+    rows.append(MetricsRow(12, {"val/reward": 0.9}))  # the same split again at step 12
+    path = write_history(tmp_path, rows)
+    assert path.read_bytes().count(b"\n") == 30
+    keys = ["train/reward", "val/reward", "loss/train"]
+    code, out, err = run(["history", str(path.parent), "-n", "5", "-k", ",".join(keys)], capsys)
+    assert code == 0, err
+    assert "proj/m: the last 5 of 14 rows (one per step and split)" in out
+    table = [
+        [cell.strip() for cell in line.strip("│").split("│")]
+        for line in out.splitlines()
+        if line.startswith("│")
+    ]
+    assert table == [
+        ["9", "0.45", "", "-0.09"],
+        ["10", "0.5", "", "-0.1"],
+        ["11", "0.55", "", "-0.11"],
+        ["12", "0.6", "1.2", "-0.12"],
+        ["12", "", "0.9", ""],
+    ]
+    code, out, err = run(["history", str(path.parent), "-n", "3", "-k", "train/reward"], capsys)
+    assert "proj/m: the last 3 of 13 steps" in out
+    code, out, err = run(["history", str(path.parent), "-n", "50", "-k", "loss/*"], capsys)
+    assert "proj/m: all 12 steps" in out

@@ -52,6 +52,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
+from ...utils.loop_lock import LoopFreeLock
 from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..inference.vllm_args import SleepLevel
 from ..layout import MODEL_SPEC, backend_run_dir
@@ -100,7 +101,8 @@ class _Run:
     model_dir: Path
     trainer: Trainer
     serving: Serving
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    # a backend may serve a script's second asyncio.run: the lock is bound to no loop
+    lock: LoopFreeLock = attrs.field(factory=LoopFreeLock)
     chat: ChatTokenizer | None = None  # the tokenizer SFT renders targets with, when used
 
 

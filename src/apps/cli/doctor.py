@@ -25,8 +25,9 @@ def doctor(
         None,
         "--base-model",
         metavar="ID_OR_DIR",
-        help="The base model: a folder, or a hub id in the Hugging Face cache (nothing is "
-        "downloaded). Default: the one RUN_DIR records.",
+        help="The base model: a folder, a hub id, or a config.json. One that is not here is "
+        "planned from its config alone (the hub's, or the shape arthex ships for common "
+        "models). Default: the one RUN_DIR records.",
         show_default=False,
     ),
     backend: str = typer.Option(
@@ -83,7 +84,8 @@ def doctor(
     ranges, the GPU, a memory plan for the base model, its chat template against the
     trainer's tokenization, wandb, and with RUN_DIR its history, trajectory files,
     checkpoints, lease and free disk. Exit code 0 when all is ok, 1 with warnings, 2 with
-    failures. Nothing is downloaded or written."""
+    failures. Nothing is written, and nothing downloaded but the config.json (a few KB) of
+    a hub model that is not here."""
     from ..doctor import exit_code
     from ..doctor.memory import PlanSettings, parse_size
     from ..doctor.preflight import Device, EngineChoice, Options, run_checks

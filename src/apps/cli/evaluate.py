@@ -180,9 +180,10 @@ def _print(label: str, result: EvaluationResult) -> None:
         f"{label} at step {result.step}, split {split}: {result.num_examples} examples x "
         f"{result.rollouts_per_example} rollouts"
     )
-    rows = [[f"{split}/reward", fmt(result.reward)]]
-    rows += [[f"{split}/pass@{k}", fmt(value)] for k, value in sorted(result.pass_at_k.items())]
-    rows.append([f"{split}/exception_rate", fmt(result.exception_rate)])
+    # every number of the row written (the environment's own metrics too), the reward first
+    first = f"{split}/reward"
+    rows = [[first, fmt(result.reward)]]
+    rows += [[key, fmt(value)] for key, value in result.row.items() if key != first]
     rows.append(["failures", f"{result.failures} of {total}"])
     rows.append(["time", f"{result.seconds:.1f}s"])
     print_table(console(), [Column("metric", "left"), Column("value")], rows)

@@ -60,12 +60,36 @@ def _metric_keys(history: pl.DataFrame) -> list[str]:
     return [key for key in history.columns if key not in ("step", "recorded_at")]
 
 
+def one_row_per_step(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """The rows of `frame` (its `step` and `keys`) joined per step: a step's train batch, its
+    evaluations and the training metrics of the update that made it are one row, since their
+    keys differ (each carries its split or namespace). A key a step already has (the same
+    split evaluated twice at one step) starts another row for that step; `recorded_at` is the
+    latest of the joined rows'."""
+    import polars as pl
+
+    merged: list[dict[str, object]] = []
+    last_of: dict[int, dict[str, object]] = {}
+    for row in frame.select(["step", *keys]).iter_rows(named=True):
+        values = {k: row[k] for k in keys if row[k] is not None}
+        into = last_of.get(row["step"])
+        if into is None or (values.keys() - {"recorded_at"}) & into.keys():
+            into = {"step": row["step"]}
+            merged.append(into)
+            last_of[row["step"]] = into
+        into.update(values)
+    schema = frame.select(["step", *keys]).schema
+    return pl.DataFrame([{k: r.get(k) for k in schema} for r in merged], schema=schema)
+
+
 def history(
     model: str | None = MODEL_ARG,
     base_path: Path = BASE_PATH_OPT,
     project: str | None = PROJECT_OPT,
     name: str | None = NAME_OPT,
-    last: int = typer.Option(20, "--last", "-n", min=1, metavar="N", help="How many rows to show."),
+    last: int = typer.Option(
+        20, "--last", "-n", min=1, metavar="N", help="How many steps to show."
+    ),
     keys: list[str] | None = typer.Option(
         None,
         "--keys",
@@ -78,9 +102,10 @@ def history(
         "table", "--format", metavar="table|csv|json", help="table, csv or json (JSON lines)."
     ),
 ) -> None:
-    """Show the last rows of a model's history as a table.
+    """Show a model's history as a table, one row per step.
 
-    Rows that have none of the chosen keys are skipped. Below the table, each step whose
+    A step's train batch, evaluations and training metrics share its row; steps that have
+    none of the chosen keys are skipped. Below the table, each step whose
     update took no gradient step (nothing to train) is named, with what its batch held."""
     import polars as pl
 
@@ -103,16 +128,17 @@ def history(
         metrics = [k for k in chosen if k != "recorded_at"]
         if metrics:
             frame = frame.filter(pl.any_horizontal(pl.col(metrics).is_not_null()))
+        frame = one_row_per_step(frame, chosen)
         total = frame.height
         shown = frame.tail(last)
     if output == "csv":
-        typer.echo(shown.select(["step", *chosen]).write_csv(), nl=False)
+        typer.echo(shown.write_csv(), nl=False)
         return
     if output == "json":
-        typer.echo(shown.select(["step", *chosen]).write_ndjson(), nl=False)
+        typer.echo(shown.write_ndjson(), nl=False)
         return
     out = console()
-    out.print(f"{run_label(path)}: the last {shown.height} of {total} rows")
+    out.print(f"{run_label(path)}: {_count(shown, total)}")
     columns = [Column("step", "right")]
     columns += [Column(k, "left" if k == "recorded_at" else "right") for k in chosen]
     rows = [
@@ -129,3 +155,13 @@ def history(
                 note = f"step {step}: no gradient step: {why.format(batch=step - 1)}"
                 out.print(note, soft_wrap=True)
     view_hint(path)
+
+
+def _count(shown: pl.DataFrame, total: int) -> str:
+    """What the table holds, in its own unit: steps, or rows when a step has two (a split
+    evaluated twice at one step)."""
+    one_each = shown["step"].n_unique() == shown.height
+    unit = "steps" if one_each else "rows (one per step and split)"
+    if shown.height == total:
+        return f"all {total} {unit}"
+    return f"the last {shown.height} of {total} {unit}"

@@ -108,10 +108,11 @@ class ModelShape:
 
 
 def read_shape(model_dir: Path) -> ModelShape:
-    """The shape from `config.json` in a local model folder (a multimodal config's text
-    part). Transformers, when installed, fills the fields a config leaves at its class's
-    default; nothing is fetched. InvalidInputError naming what is missing."""
-    file = model_dir / "config.json"
+    """The shape from `config.json` in a local model folder, or that file itself (a
+    multimodal config's text part). Transformers, when installed, fills the fields a config
+    leaves at its class's default; nothing is fetched. InvalidInputError naming what is
+    missing."""
+    file = model_dir if model_dir.is_file() else model_dir / "config.json"
     try:
         raw: Any = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -119,7 +120,7 @@ def read_shape(model_dir: Path) -> ModelShape:
     if not isinstance(raw, dict):
         raise InvalidInputError(f"{file} is not a JSON object")
     values: dict[str, Any] = dict(raw.get("text_config") or raw)
-    values = {**_class_defaults(model_dir), **values}
+    values = {**_class_defaults(file), **values}
     try:
         hidden = int(values["hidden_size"])
         heads = int(values["num_attention_heads"])
@@ -143,14 +144,14 @@ def read_shape(model_dir: Path) -> ModelShape:
         ) from None
 
 
-def _class_defaults(model_dir: Path) -> dict[str, Any]:
+def _class_defaults(file: Path) -> dict[str, Any]:
     try:
         from transformers import AutoConfig
 
         from ...adapters.hf_quiet import quiet_hf
 
         quiet_hf()
-        config: Any = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+        config: Any = AutoConfig.from_pretrained(str(file), local_files_only=True)
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         found: dict[str, Any] = text.to_dict()
         return found

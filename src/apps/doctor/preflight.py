@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -11,10 +12,11 @@ import attrs
 
 from ...adapters.layout import MODEL_SPEC
 from ...core.errors import InvalidInputError
-from .check import Check, fail, ok
-from .memory import PlanSettings, check_memory, free_memory, read_shape
+from .check import Check, fail, ok, warn
+from .memory import ModelShape, PlanSettings, check_memory, free_memory, read_shape
 from .reporting import check_wandb
 from .run_dir import DEFAULT_MORE_CHECKPOINTS, check_run_dir, gib
+from .shape_source import shape_without_weights
 from .template import check_template, local_model_dir
 from .versions import Backend, check_gpu, check_versions
 
@@ -68,28 +70,48 @@ def _model_checks(base: str, options: Options) -> list[Check]:
     except InvalidInputError as error:
         if options.backend == "serverless":
             return [ok("base model", f"{base!r} is not here: the training server loads it")]
-        return [
-            fail(
-                "base model",
-                str(error),
-                f"hf download {base} where there is network, or pass a model folder",
-            )
-        ]
+        return _not_downloaded(base, str(error), options)
     cached = f" (cached in {folder})" if Path(base) != folder else ""
     checks = [ok("base model", f"{base}{cached}")]
     if options.backend == "local":
-        checks.append(_memory(folder, options))
+        try:
+            shape = read_shape(folder)
+        except InvalidInputError as error:
+            checks.append(fail("memory", str(error), "pass the folder of a dense decoder model"))
+        else:
+            checks.append(_memory(shape, options))
     else:
-        checks.append(ok("memory", f"the {options.backend} backend trains elsewhere: no plan here"))
+        checks.append(_elsewhere(options))
     checks.append(check_template(folder))
     return checks
 
 
-def _memory(folder: Path, options: Options) -> Check:
+def _not_downloaded(base: str, why: str, options: Options) -> list[Check]:
+    """A model that is not here: the memory plan from its config alone (shape_source.py); the
+    chat template waits for the download."""
+    if options.backend != "local":
+        head = ok("base model", f"{why}; its chat template is checked once it is downloaded")
+        return [head, _elsewhere(options)]
     try:
-        shape = read_shape(folder)
+        shape, source = shape_without_weights(base)
     except InvalidInputError as error:
-        return fail("memory", str(error), "pass the folder of a dense decoder model")
+        return [fail("base model", f"{why}; {error}", f"hf download {base}, or pass its folder")]
+    if base.endswith(".json") and os.path.isfile(base):
+        head = ok("base model", f"{source}: the chat template needs the model's folder")
+    else:
+        head = warn(
+            "base model",
+            f"{base} is not downloaded here, {source}; its chat template is not checked",
+            f"hf download {base}, then run doctor again to check the template",
+        )
+    return [head, _memory(shape, options)]
+
+
+def _elsewhere(options: Options) -> Check:
+    return ok("memory", f"the {options.backend} backend trains elsewhere: no plan here")
+
+
+def _memory(shape: ModelShape, options: Options) -> Check:
     gpu = options.device == "cuda" or (options.device == "auto" and _torch_sees_gpu())
     engine = options.engine
     if engine == "auto":
