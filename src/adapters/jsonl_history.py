@@ -28,6 +28,7 @@ import attrs
 from ..core.errors import CorruptDataError, InvalidInputError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
+from ..core.training_row import trained_rows
 from .files import fsync_dir
 from .layout import HISTORY, RunLayout
 
@@ -207,9 +208,11 @@ def _loads(data: bytes) -> Any:
 
 
 def read_rows(path: Path) -> list[MetricsRow]:
-    """Every row of the ledger at `path` (none when it does not exist), read as `rows` reads
-    it: under the shared lock, a torn last line left out (said once), line numbers on corruption."""
-    return _read_from(path, 0, True)[0]
+    """The rows of the ledger at `path` that readers show (none when it does not exist): read
+    as `rows` reads it (under the shared lock, a torn last line left out (said once), line
+    numbers on corruption), less the batch rows of updates that never trained, which a later
+    marker retired (core/training_row.py)."""
+    return trained_rows(_read_from(path, 0, True)[0])
 
 
 def _read_from(path: Path, offset: int, count_lines: bool) -> tuple[list[MetricsRow], int]:
