@@ -29,7 +29,7 @@ from ..core.errors import CorruptDataError, InvalidInputError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
 from ..core.training_row import trained_rows
-from .files import fsync_dir
+from .files import fsync_dir, full_disk_said
 from .layout import HISTORY, RunLayout
 
 if TYPE_CHECKING:
@@ -128,7 +128,10 @@ def append_line(path: Path, line: bytes) -> None:
     created = not path.exists()
     if created:
         path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, fcntl.LOCK_EX) as fd:
+    with (
+        full_disk_said(path, len(line)),
+        _locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, fcntl.LOCK_EX) as fd,
+    ):
         prefix = _repair_tail(fd, path)
         data = prefix + line
         size = os.fstat(fd).st_size

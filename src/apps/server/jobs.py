@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...adapters.files import atomic_write_bytes, fsync_dir
+from ...adapters.files import atomic_write_bytes, fsync_dir, full_disk_said
 from ...adapters.serverless.wire import JOB_ID, TERMINAL_EVENTS, TRAINING_FAILED, now_iso
 from ...core.errors import CorruptDataError
 
@@ -74,10 +75,19 @@ class JobLog:
             "created_at": now_iso(),
         }
         line = (json.dumps(event, allow_nan=False) + "\n").encode()
-        fd = os.open(self.directory / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        path = self.directory / "events.jsonl"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line)
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                with full_disk_said(path, len(line)):
+                    if os.write(fd, line) != len(line):
+                        raise OSError(errno.ENOSPC, "short write", str(path))
+                    os.fsync(fd)
+            except BaseException:
+                with contextlib.suppress(OSError):  # no half event for a reader to trip on
+                    os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
         self.events.append(event)
