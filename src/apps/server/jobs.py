@@ -41,6 +41,13 @@ class JobLog:
         self.meta = meta
         self.events = events
         self._changed = asyncio.Event()
+        # when the terminal event was read, on the monotonic clock (retention is decided on
+        # it, so a wall clock that jumps neither deletes a job early nor keeps it on); the
+        # wall time in `meta` only carries the age across a restart
+        self.read_at: float | None = None
+        stamped = meta.get("terminal_read_at")
+        if isinstance(stamped, int | float):
+            self.read_at = time.monotonic() - max(0.0, time.time() - float(stamped))
 
     @property
     def id(self) -> str:
@@ -114,6 +121,7 @@ class JobLog:
         """The terminal event was delivered: start the retention clock (once)."""
         if self.meta.get("terminal_read_at") is None:
             self.meta["terminal_read_at"] = time.time()
+            self.read_at = time.monotonic()
             _write_meta(self.directory, self.meta)
 
     def public(self) -> dict[str, Any]:
@@ -179,10 +187,9 @@ class JobStore:
         return job if job is not None and job.tenant == tenant else None
 
     def prune(self) -> None:
-        cutoff = time.time() - self.retention_s
+        cutoff = time.monotonic() - self.retention_s
         for job in list(self._jobs.values()):
-            read_at = job.meta.get("terminal_read_at")
-            if job.finished and read_at is not None and float(read_at) < cutoff:
+            if job.finished and job.read_at is not None and job.read_at < cutoff:
                 shutil.rmtree(job.directory, ignore_errors=True)
                 del self._jobs[job.id]
 

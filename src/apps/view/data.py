@@ -320,8 +320,9 @@ class _HistoryCache:
             self.offsets.append(offset)
             self.keys.update(dict.fromkeys(row.values))
             self.last_step = row.step if self.last_step is None else max(self.last_step, row.step)
-            if self.updated is None or row.recorded_at > self.updated:
-                self.updated = row.recorded_at
+            # the newest row in ledger order, not the latest stamp: a wall clock set back
+            # an hour must not leave "last update" on a time before it was set back
+            self.updated = row.recorded_at
             if self._index is not None:
                 self._index.observe(row)
         self.offset = offset
