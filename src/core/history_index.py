@@ -47,8 +47,8 @@ class HistoryIndex:
                 self._retract(retired)
         elif is_batch_row(row):
             self._batches.setdefault(row.step, []).append(row)
-            for old in sorted(self._batches)[:-_BATCH_STEPS_KEPT]:
-                del self._batches[old]
+            for stale in sorted(self._batches)[:-_BATCH_STEPS_KEPT]:
+                del self._batches[stale]
         for key, value in row.values.items():
             if value is None:
                 continue

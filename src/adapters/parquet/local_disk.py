@@ -41,7 +41,8 @@ def write_local(
     temp = temp_path_for(target)
 
     def reached() -> int:  # what the part had got to when the disk filled
-        return max((temp.stat().st_size if temp.exists() else 0) + 1, first.table.nbytes)
+        written = temp.stat().st_size if temp.exists() else 0
+        return max(written + 1, int(first.table.nbytes))
 
     try:
         with full_disk_said(target, reached):
