@@ -1,18 +1,19 @@
 """Durable file writes shared by the file adapters: temp file, fsync, rename, directory fsync;
-locks; the disk use of a folder."""
+locks; the disk use of a folder; a full disk said in one line (`disk_full`)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core.errors import InvalidInputError
+from ..core.errors import DiskFullError, InvalidInputError
 
 TEMP_PREFIX = ".tmp-"
 
@@ -65,24 +66,97 @@ def _fsync(path: Path, flags: int) -> None:
         os.close(fd)
 
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# how libraries that do their own I/O (safetensors in Rust, parquet in C++) word the errno
+_NO_SPACE_WORDS = ("no space left on device", "os error 28", "errno 28", "disk quota exceeded")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc` is a write that found its disk full (or over quota), whichever layer
+    raised it."""
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        return True
+    text = str(exc).lower()
+    return any(words in text for words in _NO_SPACE_WORDS)
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the disk that holds `path` (or would hold it: the nearest existing folder
+    above), for an unprivileged writer."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free
+    except OSError:
+        return 0
+
+
+def disk_full(path: Path, needed: int) -> DiskFullError:
+    """The one-line error for a write of `needed` bytes to `path` that did not fit: what to
+    free, and that running the script again resumes (nothing half-written was kept)."""
+    free = free_bytes(path)
+    return DiskFullError(
+        f"no space left on the disk of {path}: the write needs {_size(needed)}, "
+        f"{_size(free)} free; free at least {_size(max(needed - free, 1))} there (old "
+        "checkpoints: `arthex prune --yes` or model.delete_checkpoints(); old runs, caches) or "
+        "move base_path to a larger disk, then run the script again: it resumes where it stopped"
+    )
+
+
 @contextlib.contextmanager
-def atomic_temp(path: Path) -> Iterator[Path]:
+def full_disk_said(path: Path, needed: int | Callable[[], int]) -> Iterator[None]:
+    """Turn a full disk inside the block into `disk_full(path, needed)` (`needed` may be
+    computed when it happens: the bytes a write had got through, say); other errors pass."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        raise disk_full(path, needed() if callable(needed) else needed) from exc
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit} ({count} bytes)"
+    return f"{count} bytes"
+
+
+@contextlib.contextmanager
+def atomic_temp(path: Path, needed: int | None = None) -> Iterator[Path]:
     """Yield a temp path to write; on success it is fsynced and renamed over `path`, and the
-    directory fsynced. On failure the temp file is removed and `path` is untouched."""
+    directory fsynced. On failure the temp file is removed and `path` is untouched; a full
+    disk is said as DiskFullError naming `path` and `needed` bytes (when not given: what the
+    temp file had reached)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = temp_path_for(path)
+
+    def reached() -> int:
+        return needed if needed is not None else _file_size(temp) + 1
+
     try:
-        yield temp
-        fsync_file(temp)
-        os.replace(temp, path)
-        fsync_dir(path.parent)
+        with full_disk_said(path, reached):
+            yield temp
+            fsync_file(temp)
+            os.replace(temp, path)
+            fsync_dir(path.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
 
 
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    with atomic_temp(path) as temp:
+    with atomic_temp(path, len(data)) as temp:
         temp.write_bytes(data)
 
 
@@ -99,10 +173,11 @@ def new_folder(target: Path) -> Iterator[Path]:
     temp = temp_path_for(target)
     temp.mkdir(parents=True)
     try:
-        yield temp
-        if target.exists():
-            target.rmdir()  # checked empty above
-        os.rename(temp, target)
+        with full_disk_said(target, lambda: disk_use(temp) + 1):
+            yield temp
+            if target.exists():
+                target.rmdir()  # checked empty above
+            os.rename(temp, target)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 

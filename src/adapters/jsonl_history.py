@@ -28,7 +28,8 @@ import attrs
 from ..core.errors import CorruptDataError, InvalidInputError
 from ..core.identity import RunRef
 from ..core.metrics import MetricsRow
-from .files import fsync_dir
+from ..core.training_row import trained_rows
+from .files import fsync_dir, full_disk_said
 from .layout import HISTORY, RunLayout
 
 if TYPE_CHECKING:
@@ -127,7 +128,10 @@ def append_line(path: Path, line: bytes) -> None:
     created = not path.exists()
     if created:
         path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, fcntl.LOCK_EX) as fd:
+    with (
+        full_disk_said(path, len(line)),
+        _locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, fcntl.LOCK_EX) as fd,
+    ):
         prefix = _repair_tail(fd, path)
         data = prefix + line
         size = os.fstat(fd).st_size
@@ -207,9 +211,11 @@ def _loads(data: bytes) -> Any:
 
 
 def read_rows(path: Path) -> list[MetricsRow]:
-    """Every row of the ledger at `path` (none when it does not exist), read as `rows` reads
-    it: under the shared lock, a torn last line left out (said once), line numbers on corruption."""
-    return _read_from(path, 0, True)[0]
+    """The rows of the ledger at `path` that readers show (none when it does not exist): read
+    as `rows` reads it (under the shared lock, a torn last line left out (said once), line
+    numbers on corruption), less the batch rows of updates that never trained, which a later
+    marker retired (core/training_row.py)."""
+    return trained_rows(_read_from(path, 0, True)[0])
 
 
 def _read_from(path: Path, offset: int, count_lines: bool) -> tuple[list[MetricsRow], int]:

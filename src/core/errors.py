@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -127,3 +128,14 @@ class RunBusyError(ArthexError, RuntimeError):
 
     Raised before anything is written. Loggers never need the lease; a lease whose holder is
     dead is taken over instead."""
+
+
+class DiskFullError(ArthexError, OSError):
+    """A write found no space left on its disk (ENOSPC, or a quota: EDQUOT). The one-line
+    message names the path, the bytes the write needed and what to free; whatever the write
+    had begun is removed, so no reader takes half a file for a whole one. Still an OSError
+    (errno ENOSPC), so code that handles a failing disk handles this one too."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno.ENOSPC  # str() stays the message: no strerror is set

@@ -4,6 +4,10 @@ The policies (learning rate, retention) read per-step means. Re-reading history.
 decision costs O(history). This index instead remembers where in the ledger it stopped reading
 (`cursor`) and, before each decision, takes in only the rows anyone appended since: the model's
 own rows and an evaluator's alike. A decision then costs O(new rows + steps of one metric).
+
+A superseding marker (training_row.SUPERSEDED_KEY) takes the batch rows it retires back out of
+every mean and total, as if they had never been read: the batch rows of the newest steps are
+kept for that (an update resumed at N retires rows at N, the newest step with rows).
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .metrics import MetricsRow
+from .training_row import is_batch_row, supersedes
+
+_BATCH_STEPS_KEPT = 2  # steps whose batch rows stay retractable
 
 
 class HistoryIndex:
@@ -21,6 +28,7 @@ class HistoryIndex:
         self._totals: dict[str, float] = {}
         self.cursor = 0  # where the ledger's next unread row starts (see MetricsHistory)
         self.last_step: int | None = None  # the highest step of any row read
+        self._batches: dict[int, list[MetricsRow]] = {}  # retractable batch rows per step
         for row in rows:
             self.observe(row)
 
@@ -34,6 +42,13 @@ class HistoryIndex:
     def observe(self, row: MetricsRow) -> None:
         if self.last_step is None or row.step > self.last_step:
             self.last_step = row.step
+        if supersedes(row):
+            for retired in self._batches.pop(row.step, []):
+                self._retract(retired)
+        elif is_batch_row(row):
+            self._batches.setdefault(row.step, []).append(row)
+            for stale in sorted(self._batches)[:-_BATCH_STEPS_KEPT]:
+                del self._batches[stale]
         for key, value in row.values.items():
             if value is None:
                 continue
@@ -49,6 +64,31 @@ class HistoryIndex:
             cell = per_step[row.step]
             for listener in self._listeners.get(key, ()):
                 listener.step_mean_changed(row.step, old, cell[0] / cell[1])
+
+    def _retract(self, row: MetricsRow) -> None:
+        for key, value in row.values.items():
+            if value is None:
+                continue
+            self._totals[key] -= value
+            per_step = self._sums[key]
+            cell = per_step[row.step]
+            old = cell[0] / cell[1]
+            cell[0] -= value
+            cell[1] -= 1.0
+            listeners = self._listeners.get(key, ())
+            if cell[1] <= 0:
+                del per_step[row.step]
+                if not per_step:
+                    del self._sums[key]
+                for listener in listeners:
+                    listener.step_mean_removed(row.step, old)
+            else:
+                for listener in listeners:
+                    listener.step_mean_changed(row.step, old, cell[0] / cell[1])
+
+    def untrained_batches(self, step: int) -> int:
+        """How many batch rows at `step` no marker has retired yet."""
+        return len(self._batches.get(step, ()))
 
     def total(self, key: str) -> float:
         """The sum of `key` over every row that has it (0.0 when none does)."""
@@ -74,4 +114,8 @@ class HistoryIndex:
 
 class StepMeanListener:
     def step_mean_changed(self, step: int, old: float | None, new: float) -> None:
+        raise NotImplementedError
+
+    def step_mean_removed(self, step: int, old: float) -> None:
+        """Every row of `step` that had the key was retired (see the module's docstring)."""
         raise NotImplementedError

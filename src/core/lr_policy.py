@@ -80,6 +80,11 @@ class RewardStdDevPolicy(StepMeanListener):
         self._fit.add(float(step), new)
         self._means[step] = new
 
+    def step_mean_removed(self, step: int, old: float) -> None:
+        self._fit.add(float(step), old, sign=-1)
+        self._steps.remove(step)
+        del self._means[step]
+
     def multiplier(self, min_multiplier: float = 0.1, max_multiplier: float = 10.0) -> float:
         if not self._steps:
             return 1.0

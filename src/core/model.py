@@ -43,7 +43,9 @@ from .retention import BestStep, Direction
 from .run_state import RunStateMixin
 from .training_record import TrainingRecord
 from .training_row import (
+    UPDATE_BATCH_KEY,
     PendingBatch,
+    trained_rows,
 )
 from .trajectories import Trajectory, TrajectoryGroup
 from .validation import check_finite_values, groups_from_log_input
@@ -200,6 +202,8 @@ class Model(RunStateMixin, InferenceTarget):
             ("trajectory or group", custom_summary(groups, split)),
             ("caller", extra),
         )
+        if batch is not None:
+            values[UPDATE_BATCH_KEY] = 1.0  # retired if its update never saves (training_row)
         MetricsRow(step=0, values=values)  # validates every value before anything else
         await self._start_mirrors()
         if batch is not None and batch.row is not None:
@@ -211,9 +215,12 @@ class Model(RunStateMixin, InferenceTarget):
             await self._store.write(self.run, split, at, groups)
             if batch is not None:
                 batch.part_written = True
-            await self._report_samples(split, at, groups)
+            if batch is None:  # a batch's samples, like its row, wait for its update
+                await self._report_samples(split, at, groups)
         if batch is None or batch.row is None:
-            await self._report(row)
+            # A batch's row reaches the mirrors only once its update trained (`_train`): a
+            # mirror cannot take back a row, the ledger can retire one (training_row).
+            await self._report(row, mirror=batch is None)
             if batch is not None:
                 batch.row = row
         return row
@@ -245,8 +252,9 @@ class Model(RunStateMixin, InferenceTarget):
         return {total: index.total(key) + float(values[key]) for total, key in wanted.items()}
 
     async def history(self) -> Sequence[MetricsRow]:
-        """Every row of this model's history, oldest first."""
-        return await self._history.rows(self.run)
+        """Every row of this model's history, oldest first, less the train-split rows of
+        updates that never trained (retired by a later marker, see training_row)."""
+        return trained_rows(await self._history.rows(self.run))
 
     async def logged_groups(self, split: str, step: int) -> list[TrajectoryGroup]:
         """Every group logged at (split, step), in the order they were logged."""
@@ -266,11 +274,16 @@ class Model(RunStateMixin, InferenceTarget):
 
     # -- internals shared with TrainableModel ---------------------------------------------
 
-    async def _report(self, row: MetricsRow) -> None:
-        """The history first (authoritative), then the mirrors. The index learns of the row
-        when it next catches up with the ledger, like any other writer's row."""
+    async def _report(self, row: MetricsRow, *, mirror: bool = True) -> None:
+        """The history first (authoritative), then the mirrors (unless `mirror` is false).
+        The index learns of the row when it next catches up with the ledger, like any other
+        writer's row."""
         self._record_config()
         await self._history.report(self.run, row)
+        if mirror:
+            await self._mirror(row)
+
+    async def _mirror(self, row: MetricsRow) -> None:
         for mirror in self._mirrors:
             await mirror.report(self.run, row)
 

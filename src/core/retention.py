@@ -61,6 +61,11 @@ class BestStep(StepMeanListener):
         elif self._best[1] == step:  # the best got worse: someone else may lead now
             self._best = max((self._sign * v, s) for s, v in self._means.items())
 
+    def step_mean_removed(self, step: int, old: float) -> None:
+        del self._means[step]
+        if self._best is not None and self._best[1] == step:
+            self._best = max(((self._sign * v, s) for s, v in self._means.items()), default=None)
+
     @property
     def step(self) -> int | None:
         return None if self._best is None else self._best[1]

@@ -50,6 +50,7 @@ from .training_row import (
     TRAINER_SECONDS_KEY,
     IdleSteps,
     PendingBatch,
+    superseding_row,
     training_values,
 )
 from .trajectories import TrajectoryGroup
@@ -283,6 +284,23 @@ class TrainableModel(Model):
             lease_book.let_go(self)
             await lease.release()
 
+    async def _retire_untrained(self, step: int) -> None:
+        """A new batch is about to be logged at `step`, the newest checkpoint: batch rows
+        already at `step` came from updates that never saved step+1. Retire them with a marker
+        row (training_row.SUPERSEDED_KEY), so the step shows only the batch that trains."""
+        count = (await self._history_index()).untrained_batches(step)
+        if not count:
+            return
+        logger.warning(
+            "%s: %d train-split row(s) at step %d were logged by an update that never saved "
+            "step %d; marking them superseded by this update's",
+            self.run,
+            count,
+            step,
+            step + 1,
+        )
+        await self._report(superseding_row(step, count), mirror=False)
+
     async def _repair_training_row(self, step: int) -> None:
         """Rebuild the training row of `step` when a crash (or a failed append) lost it after
         the backend had saved the checkpoint: the update is durable, so its metrics must be
@@ -384,9 +402,11 @@ class TrainableModel(Model):
         async with self._train_lock:
             step = await backend.get_step(self.run)
             await self._repair_training_row(step)
+            batch: PendingBatch | None = None
             if log_groups:
                 batch = self._pending
                 if batch is None or not batch.retried_by(step, groups):
+                    await self._retire_untrained(step)
                     batch = self._pending = PendingBatch(step, list(groups))
                 await self._log(groups, "train", None, step, batch)
                 self._trained.logged_by_train(step, groups)
@@ -421,7 +441,12 @@ class TrainableModel(Model):
                 logger.warning("%s: %s", self.run, said)
             values.update(await self._running_totals(values))
             row = MetricsRow(step=new_step, values=values)
-            await self._report(row)
+            batch_row = None if batch is None else batch.row
+            await self._history.report(self.run, row)
+            if batch is not None and batch_row is not None:  # it trained: mirror it now
+                await self._report_samples("train", step, batch.groups)
+                await self._mirror(batch_row)
+            await self._mirror(row)
             self._trained.trained(new_step, row.values)
             self._pending = None
             self._step = new_step

@@ -21,6 +21,14 @@ from .trajectories import TrajectoryGroup
 
 GRADIENT_STEPS_KEY = "data/step_num_gradient_steps"  # on every training row, never null
 TRAINER_SECONDS_KEY = "time/step_backend_train_s"  # ART's name: wall time of the backend's train
+# On a row of its own at step N: the train-split rows at N above it in the ledger were logged by
+# an update that never reached its checkpoint (it failed, or its process died, before step N+1
+# was saved); the update that did train at N logged its batch after this row. The value is how
+# many rows it retires, for a person reading the file; ART's readers see one more numeric row.
+SUPERSEDED_KEY = "data/superseded_train_rows"
+# On the batch row `train` logs at N (1.0): only such rows are ever retired, never a train-split
+# row another writer logged (an evaluator, or ART's `backend.train` + `log` after the update).
+UPDATE_BATCH_KEY = "data/update_batch"
 # Counts of the batch the model itself records at step N (the train-split row); a backend's
 # own copy would record the same fact again at N+1.
 _BATCH_COUNT_KEYS = frozenset({STEP_NUM_GROUPS_TRAINABLE})
@@ -105,3 +113,32 @@ class PendingBatch:
             and len(groups) == len(self.groups)
             and all(new is old or new == old for new, old in zip(groups, self.groups))
         )
+
+
+def is_batch_row(row: MetricsRow) -> bool:
+    """The row of a batch `train` logged at the step it trains from (UPDATE_BATCH_KEY)."""
+    return row.values.get(UPDATE_BATCH_KEY) is not None
+
+
+def supersedes(row: MetricsRow) -> bool:
+    """Whether `row` retires the batch rows logged at its step above it."""
+    return row.values.get(SUPERSEDED_KEY) is not None
+
+
+def superseding_row(step: int, count: int) -> MetricsRow:
+    return MetricsRow(step=step, values={SUPERSEDED_KEY: float(count)})
+
+
+def trained_rows(rows: Sequence[MetricsRow]) -> list[MetricsRow]:
+    """`rows` (in ledger order) without the batch rows a later marker at their step retired:
+    what readers show and average, so a step never counts an update that did not train."""
+    retired: set[int] = set()
+    kept: list[MetricsRow] = []
+    for row in reversed(rows):  # a marker retires only the rows above it
+        if supersedes(row):
+            retired.add(row.step)
+        elif row.step in retired and is_batch_row(row):
+            continue
+        kept.append(row)
+    kept.reverse()
+    return kept

@@ -74,7 +74,7 @@ def test_runs_lists_every_model_with_its_step_best_and_checkpoints(
     }
     assert agent["checkpoints"] == len(VAL_MEANS)
     assert agent["splits"] == {"train": [0, 1, 2], "val": [0, 1, 2, 3]}
-    assert agent["updated"] == max(str(r["recorded_at"]) for r in file_rows(base))
+    assert agent["updated"] == str(file_rows(base)[-1]["recorded_at"])  # the newest row
     assert agent["errors"] == [] and agent["lease"] is None
     lowest = view.json("/api/runs", metric="val/reward", direction="min")["runs"]
     assert {r["name"]: r["best"] for r in lowest}["agent"]["step"] == 0

@@ -328,17 +328,18 @@ def test_mirrors_are_started_once_then_told_every_row_sample_and_config(tmp_path
         "samples",
         "config",
         "report",
+        "config",
         "samples",
         "report",
-        "config",
         "report",
         "close",
     ]
     assert mirror.calls[0] == ("start", run)
     assert mirror.calls[1] == ("samples", (run, "val", 0, 1))
     assert mirror.calls[2] == ("config", (run, ["model"]))
-    assert mirror.calls[4] == ("samples", (run, "train", 0, 3))
-    assert mirror.calls[6] == ("config", (run, ["model", "train"]))
+    # the batch's samples and row reach the mirror once its update trained, before its metrics
+    assert mirror.calls[4] == ("config", (run, ["model", "train"]))
+    assert mirror.calls[5] == ("samples", (run, "train", 0, 3))
     training = mirror.calls[7][1]
     assert isinstance(training, tuple)
     assert training[:2] == (run, 1) and "loss/train" in training[2]

@@ -14,6 +14,7 @@ import pytest
 import arthex
 from arthex.adapters.jsonl_history import JsonlHistory
 from arthex.core.errors import InvalidInputError, UnsupportedCapability
+from arthex.core.training_row import SUPERSEDED_KEY, trained_rows
 from arthex.ports.training_backend import BackendCapabilities
 from arthex.testing.builders import make_group, synthetic_groups
 from arthex.testing.fakes.backend import InMemoryBackend
@@ -275,4 +276,7 @@ def test_new_groups_at_the_same_step_after_a_failure_are_a_new_batch(tmp_path: P
         await model.train(synthetic_groups(offset=5))  # other rollouts: logged as well
 
     asyncio.run(go())
-    assert [r.step for r in rows(tmp_path)] == [0, 0, 1]
+    # the failed attempt's row stays in the file, retired by the marker before the new batch
+    assert [r.step for r in rows(tmp_path)] == [0, 0, 0, 1]
+    assert rows(tmp_path)[1].values == {SUPERSEDED_KEY: 1.0}
+    assert [r.step for r in trained_rows(rows(tmp_path))] == [0, 0, 1]

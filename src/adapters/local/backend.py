@@ -29,8 +29,10 @@ from ...core.backend_train import BackendTrainEntry
 from ...core.config import TrainConfig
 from ...core.conversations import Conversation
 from ...core.errors import (
+    ArthexError,
     BackendError,
     BaseModelChangedError,
+    DiskFullError,
     InvalidInputError,
     MissingExtraError,
     require_extra,
@@ -396,6 +398,7 @@ class LocalBackend(BackendTrainEntry):
                     "data/step_num_sequences": 0.0,
                 }
                 try:
+                    await asyncio.to_thread(ckpt.check_room, state.model_dir, step + 1)
                     await asyncio.to_thread(self._copy_step, state, step, nothing)
                 except OSError as exc:
                     raise _save_failed(run, step, state.model_dir, exc) from exc
@@ -421,6 +424,10 @@ class LocalBackend(BackendTrainEntry):
         from . import checkpoints as ckpt
 
         trainer = state.trainer
+        try:  # a disk without room for the checkpoint is refused before any optimizer step
+            await asyncio.to_thread(ckpt.check_room, state.model_dir, step + 1)
+        except DiskFullError as exc:
+            raise _save_failed(state.spec.run, step, state.model_dir, exc) from exc
         finished = False
         sleeper = _sleeper(state.serving.engine)
         if sleeper is not None:
@@ -736,9 +743,11 @@ def _sleeper(engine: object) -> VllmEngine | None:
     return None
 
 
-def _save_failed(run: RunRef, step: int, model_dir: Path, exc: OSError) -> BackendError:
+def _save_failed(run: RunRef, step: int, model_dir: Path, exc: OSError) -> ArthexError:
     """A full or failing disk while saving: say which step was lost and where the run stands
     (publish removed its temp folder, and the trainer is reloaded from the latest files)."""
+    if isinstance(exc, DiskFullError):
+        return DiskFullError(f"{exc} (the run stays at step {step}; this update is discarded)")
     return BackendError(
         f"could not save checkpoint {step + 1} of {run} under {model_dir}: {exc}. The run stays "
         f"at step {step} with its files intact and this update discarded; free disk space (or "

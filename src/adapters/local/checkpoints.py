@@ -29,7 +29,15 @@ from typing import Any
 
 from ...core.errors import BackendError, CorruptDataError, InvalidInputError
 from ...core.identity import RunRef
-from ..files import TEMP_PREFIX, fsync_dir, fsync_file
+from ..files import (
+    TEMP_PREFIX,
+    disk_full,
+    disk_use,
+    free_bytes,
+    fsync_dir,
+    fsync_file,
+    full_disk_said,
+)
 from ..layout import CHECKPOINTS, step_name
 
 STATE_FILE = "trainer_state.json"
@@ -115,30 +123,56 @@ def remove_stale_temps(model_dir: Path) -> list[str]:
     return removed
 
 
+# Room asked beyond a checkpoint's known size: its state file and the folder's own blocks.
+ROOM_SLACK = 1 << 20
+
+
+def known_size(model_dir: Path) -> int | None:
+    """Bytes the next checkpoint takes: the newest complete one's (the same tensors, saved the
+    same way), or None before the first."""
+    latest = latest_step(model_dir)
+    return None if latest is None else disk_use(step_dir(model_dir, latest))
+
+
+def check_room(model_dir: Path, step: int) -> None:
+    """Refuse to write checkpoint `step` (DiskFullError naming it, before any work is done)
+    when its disk has less free space than the newest checkpoint's size."""
+    size = known_size(model_dir)
+    if size is not None and free_bytes(checkpoints_dir(model_dir)) < size + ROOM_SLACK:
+        raise disk_full(step_dir(model_dir, step), size + ROOM_SLACK)
+
+
 def publish(
     model_dir: Path, step: int, write: Callable[[Path], None], state: Mapping[str, Any]
 ) -> Path:
     """Write a checkpoint with `write(temp_dir)` plus its state file, then rename it to
-    `{step:04d}`. Fails (BackendError) if that folder exists, leaving it untouched."""
+    `{step:04d}`. Fails (BackendError) if that folder exists, leaving it untouched; on a full
+    disk, DiskFullError naming the folder and the checkpoint's size, the temp folder gone."""
     root = checkpoints_dir(model_dir)
-    root.mkdir(parents=True, exist_ok=True)
     target = step_dir(model_dir, step)
+    size = known_size(model_dir)
+
+    def needed() -> int:  # the known size, else what the write had reached
+        return size if size is not None else disk_use(temp) + 1
+
     temp = root / f"{TEMP_PREFIX}{step:04d}.{os.getpid()}.{secrets.token_hex(4)}"
-    temp.mkdir()
     try:
-        write(temp)
-        body = json.dumps({**state, "step": step, "format": FORMAT_VERSION}, indent=2)
-        (temp / STATE_FILE).write_text(body + "\n")
-        for path in _files(temp):
-            fsync_file(path)
-        fsync_dir(temp)
-        if target.exists():
-            raise BackendError(
-                f"checkpoint folder {target} already exists; the run's checkpoints disagree with "
-                "its step. Move it away if it is not a checkpoint written by arthex"
-            )
-        os.rename(temp, target)
-        fsync_dir(root)
+        with full_disk_said(target, needed):
+            root.mkdir(parents=True, exist_ok=True)
+            temp.mkdir()
+            write(temp)
+            body = json.dumps({**state, "step": step, "format": FORMAT_VERSION}, indent=2)
+            (temp / STATE_FILE).write_text(body + "\n")
+            for path in _files(temp):
+                fsync_file(path)
+            fsync_dir(temp)
+            if target.exists():
+                raise BackendError(
+                    f"checkpoint folder {target} already exists; the run's checkpoints disagree "
+                    "with its step. Move it away if it is not a checkpoint written by arthex"
+                )
+            os.rename(temp, target)
+            fsync_dir(root)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     return target

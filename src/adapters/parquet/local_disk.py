@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from ..files import exclusive_lock, fsync_dir, fsync_file, temp_path_for
+from ..files import exclusive_lock, fsync_dir, fsync_file, full_disk_said, temp_path_for
 from .encoding import Batch
 from .parts import part_name, step_parts
 from .step_file import merge, opened_step_file, rewrite_sources, write_part
@@ -37,13 +37,20 @@ def split_lock(directory: Path) -> Iterator[None]:
 def write_local(
     directory: Path, split: str, step: int, first: Batch, rest: Iterator[Batch]
 ) -> Path:
-    make_dirs(directory)
-    temp = temp_path_for(directory / part_name(step))
+    target = directory / part_name(step)
+    temp = temp_path_for(target)
+
+    def reached() -> int:  # what the part had got to when the disk filled
+        written = temp.stat().st_size if temp.exists() else 0
+        return max(written + 1, int(first.table.nbytes))
+
     try:
-        write_part(str(temp), first, rest, secrets.token_hex(8))
-        fsync_file(temp)
-        with split_lock(directory):
-            return publish_local(directory, split, step, temp)
+        with full_disk_said(target, reached):
+            make_dirs(directory)
+            write_part(str(temp), first, rest, secrets.token_hex(8))
+            fsync_file(temp)
+            with split_lock(directory):
+                return publish_local(directory, split, step, temp)
     finally:
         temp.unlink(missing_ok=True)
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ...core.errors import RunBusyError
 from ...core.identity import RunRef
 from ...ports.training_backend import LeaseHolder, held_by_this_process
-from ..files import unwritable_directory_error
+from ..files import disk_full, full_disk_said, is_disk_full, unwritable_directory_error
 from ..layout import RunLayout
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("arthex")
 
 _MAX_LEASE_BYTES = 4096
+_LEASE_BYTES = 256  # about what a holder's line takes
 
 
 class FileLease:
@@ -109,6 +110,8 @@ class FileRunLeases:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full(path, _LEASE_BYTES) from exc
             raise unwritable_directory_error(path.parent, exc) from exc
         try:
             return _take(fd, run, path, registered_at)
@@ -204,9 +207,10 @@ def _take(fd: int, run: RunRef, path: Path, registered_at: str) -> FileLease:
             "registered_at": me.registered_at,
         }
     ).encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data + b"\n", 0)
-    os.fsync(fd)
+    with full_disk_said(path, len(data) + 1):  # the caller closes fd: the lock goes with it
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data + b"\n", 0)
+        os.fsync(fd)
     return FileLease(fd, path, me)
 
 

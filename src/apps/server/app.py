@@ -19,6 +19,7 @@ from ...adapters.serverless import wire
 from ...adapters.serverless.errors import http_answer
 from ...core.errors import (
     ArthexError,
+    DiskFullError,
     InvalidInputError,
     MissingExtraError,
 )
@@ -152,6 +153,9 @@ def _install_error_handlers(app: FastAPI, service: TrainingService) -> ErrorHand
     async def arthex_error(_request: Request, exc: Exception) -> Response:
         if isinstance(exc, BadJsonError):
             return fail(400, str(exc), wire.INVALID_REQUEST)
+        if isinstance(exc, DiskFullError):  # the operator's to fix: the paths stay in the log
+            logger.error("request failed: %s", exc)
+            return fail(507, service.scrub(str(exc)), wire.STORAGE_EXCEEDED)
         answer = http_answer(exc)
         if answer is not None:
             status, kind, param = answer

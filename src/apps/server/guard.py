@@ -11,10 +11,14 @@ route in the scope (see bodies.py), so the server holds it once.
 from __future__ import annotations
 
 import json
+import logging
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ...adapters.files import disk_full, is_disk_full
 from ...adapters.inference.asgi import (
     ASGIApp,
     BodyTooLarge,
@@ -32,12 +36,15 @@ from ...adapters.serverless.wire import (
     HEADERS_TOO_LARGE,
     RATE_LIMITED,
     REQUEST_TOO_LARGE,
+    STORAGE_EXCEEDED,
     error_body,
 )
 from .bodies import BODY_SCOPE_KEY
 from .keys import KeyRing
 from .limits import ServerLimits
 from .ratelimit import TokenBuckets
+
+logger = logging.getLogger("arthex")
 
 __all__ = [
     "AUDIT_SCOPE_KEY",
@@ -121,6 +128,11 @@ class Guard:
             except BodyTooLarge:
                 await self._too_large(send)
                 return
+            except OSError as exc:  # the spool's disk: the request cannot be held
+                if not is_disk_full(exc):
+                    raise
+                await self._no_room(send, scope, body.size)
+                return
             if not complete:
                 return
             scope[BODY_SCOPE_KEY] = body
@@ -161,6 +173,23 @@ class Guard:
             429,
             self.error_shape(429, message, RATE_LIMITED),
             [(b"retry-after", retry_after)],
+        )
+
+    async def _no_room(self, send: Send, scope: Scope, received: int) -> None:
+        declared = header(scope, b"content-length")
+        needed = int(declared) if declared is not None and declared.isdigit() else received + 1
+        spool = self.spool_dir()
+        where = Path(spool) if spool is not None else Path(tempfile.gettempdir())
+        logger.error("%s", disk_full(where, needed))  # the server's paths stay in its log
+        message = (
+            f"the server has no disk space left to hold this {needed}-byte request; retry "
+            "later (its operator was told what to free)"
+        )
+        await send_json(
+            send,
+            507,
+            self.error_shape(507, message, STORAGE_EXCEEDED),
+            [(b"connection", b"close")],
         )
 
     async def _too_large(self, send: Send) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...adapters.files import atomic_write_bytes, fsync_dir
+from ...adapters.files import atomic_write_bytes, fsync_dir, full_disk_said
 from ...adapters.serverless.wire import JOB_ID, TERMINAL_EVENTS, TRAINING_FAILED, now_iso
 from ...core.errors import CorruptDataError
 
@@ -40,6 +41,13 @@ class JobLog:
         self.meta = meta
         self.events = events
         self._changed = asyncio.Event()
+        # when the terminal event was read, on the monotonic clock (retention is decided on
+        # it, so a wall clock that jumps neither deletes a job early nor keeps it on); the
+        # wall time in `meta` only carries the age across a restart
+        self.read_at: float | None = None
+        stamped = meta.get("terminal_read_at")
+        if isinstance(stamped, int | float):
+            self.read_at = time.monotonic() - max(0.0, time.time() - float(stamped))
 
     @property
     def id(self) -> str:
@@ -74,10 +82,19 @@ class JobLog:
             "created_at": now_iso(),
         }
         line = (json.dumps(event, allow_nan=False) + "\n").encode()
-        fd = os.open(self.directory / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        path = self.directory / "events.jsonl"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line)
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                with full_disk_said(path, len(line)):
+                    if os.write(fd, line) != len(line):
+                        raise OSError(errno.ENOSPC, "short write", str(path))
+                    os.fsync(fd)
+            except BaseException:
+                with contextlib.suppress(OSError):  # no half event for a reader to trip on
+                    os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
         self.events.append(event)
@@ -104,6 +121,7 @@ class JobLog:
         """The terminal event was delivered: start the retention clock (once)."""
         if self.meta.get("terminal_read_at") is None:
             self.meta["terminal_read_at"] = time.time()
+            self.read_at = time.monotonic()
             _write_meta(self.directory, self.meta)
 
     def public(self) -> dict[str, Any]:
@@ -169,10 +187,9 @@ class JobStore:
         return job if job is not None and job.tenant == tenant else None
 
     def prune(self) -> None:
-        cutoff = time.time() - self.retention_s
+        cutoff = time.monotonic() - self.retention_s
         for job in list(self._jobs.values()):
-            read_at = job.meta.get("terminal_read_at")
-            if job.finished and read_at is not None and float(read_at) < cutoff:
+            if job.finished and job.read_at is not None and job.read_at < cutoff:
                 shutil.rmtree(job.directory, ignore_errors=True)
                 del self._jobs[job.id]
 

@@ -49,7 +49,7 @@ class Lease:
     id: str
     holder: str
     since: str
-    expires_at: float  # wall clock (time.time()), so a restart can read it back
+    expires_at: float  # on the table's monotonic clock: never written (a restart renews)
 
 
 def parse_claim(payload: object) -> tuple[str, str] | None:
@@ -75,10 +75,20 @@ def parse_claim(payload: object) -> tuple[str, str] | None:
 
 
 class LeaseTable:
-    def __init__(self, path: Path, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: Path,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.path = path
         self.ttl_s = ttl_s
+        # Expiry runs on a monotonic clock: a wall clock set an hour ahead must not end every
+        # live lease (a second trainer would take a run mid-update), nor one set back keep a
+        # vanished client's lease an hour longer. The wall clock only stamps `since`.
         self.clock = clock
+        self.wall = wall
         self._leases: dict[str, Lease] = {}  # model id -> lease
 
     def load(self) -> None:
@@ -115,7 +125,7 @@ class LeaseTable:
         lease = Lease(
             id=lease_id,
             holder=holder if current is None else current.holder,
-            since=_iso(now) if current is None else current.since,
+            since=_iso(self.wall()) if current is None else current.since,
             expires_at=now + self.ttl_s,
         )
         self._leases[model_id] = lease

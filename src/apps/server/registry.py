@@ -16,6 +16,7 @@ keep working.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -27,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from ...adapters.files import atomic_write_bytes, fsync_dir, temp_path_for
+from ...adapters.files import atomic_write_bytes, fsync_dir, full_disk_said, temp_path_for
 from ...adapters.serverless.wire import MODEL_ID, now_iso
 from ...core.errors import CorruptDataError
 from ...core.identity import RunRef
@@ -53,12 +54,19 @@ def load_or_create_secret(path: Path) -> bytes:
     except FileNotFoundError:
         pass
     temp = temp_path_for(path)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    text = secrets.token_hex(SECRET_BYTES).encode()
     try:
-        os.write(fd, secrets.token_hex(SECRET_BYTES).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with full_disk_said(path, len(text)):
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                if os.write(fd, text) != len(text):
+                    raise OSError(errno.ENOSPC, "short write", str(temp))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     try:
         os.link(temp, path)  # fails if another process made it first
     except FileExistsError:

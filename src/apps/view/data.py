@@ -66,6 +66,7 @@ from ...core.identity import RunRef, validate_name
 from ...core.metrics import MetricsRow
 from ...core.pipeline_record import DISCARD_REASONS, PipelineRecord
 from ...core.retention import BestStep, decide
+from ...core.training_row import is_batch_row, supersedes
 from ...core.trajectories import Trajectory, TrajectoryGroup
 
 DEFAULT_METRICS = ("val/reward", "train/reward")
@@ -310,6 +311,8 @@ class _HistoryCache:
     def _add(self, rows: list[MetricsRow], offset: int) -> None:
         # Rows from one read share its end offset: a cursor past them resumes after all.
         for row in rows:
+            if supersedes(row):
+                self._retire(row.step)
             obj = row.to_json()
             self.rows.append(row)
             self.objects.append(obj)
@@ -317,11 +320,25 @@ class _HistoryCache:
             self.offsets.append(offset)
             self.keys.update(dict.fromkeys(row.values))
             self.last_step = row.step if self.last_step is None else max(self.last_step, row.step)
-            if self.updated is None or row.recorded_at > self.updated:
-                self.updated = row.recorded_at
+            # the newest row in ledger order, not the latest stamp: a wall clock set back
+            # an hour must not leave "last update" on a time before it was set back
+            self.updated = row.recorded_at
             if self._index is not None:
                 self._index.observe(row)
         self.offset = offset
+
+    def _retire(self, step: int) -> None:
+        """Drop the batch rows at `step` a marker just retired: the page shows only the batch
+        that trained (a client that fetched them already keeps them until it reloads)."""
+        keep = [
+            i for i, row in enumerate(self.rows) if not (row.step == step and is_batch_row(row))
+        ]
+        if len(keep) == len(self.rows):
+            return
+        self.rows = [self.rows[i] for i in keep]
+        self.objects = [self.objects[i] for i in keep]
+        self.encoded = [self.encoded[i] for i in keep]
+        self.offsets = [self.offsets[i] for i in keep]
 
     def _read_tolerant(self, path: str) -> None:
         """A ledger damaged in the middle: every line that is a row, and each bad line named."""
