@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import weakref
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,7 @@ from .clients import (
     TrainingClientLike,
     call,
     finish,
+    release,
     submit,
 )
 from .record import Checkpoint, RunRecord, read_record, step_name, training_run_of, write_record
@@ -159,6 +161,7 @@ class TinkerBackend(BackendTrainEntry):
         self._timeout_s = timeout_s
         self._serve = serve
         self._service_client: ServiceClientLike | None = None
+        self._release_service: weakref.finalize[Any, Any] | None = None
         self._rest_client: RestClientLike | None = None
         self._runs: RunTable[_Run] = RunTable("TinkerBackend")
         self._pool = ServingPool("TinkerBackend", api_key=inference_api_key, extra="tinker")
@@ -297,6 +300,10 @@ class TinkerBackend(BackendTrainEntry):
                     await call("finishing the session", 30.0, service.close, "success")
                 except BackendError as exc:
                     logger.warning("could not finish the Tinker session: %s", exc)
+                finally:  # a session not finished still stops its heartbeat here
+                    if self._release_service is not None:
+                        self._release_service.detach()
+                    await asyncio.to_thread(release, service, 10.0)
         finally:
             await release_leases(self)  # the models registered here give their runs back
 
@@ -628,7 +635,10 @@ class TinkerBackend(BackendTrainEntry):
 
     def _service(self) -> ServiceClientLike:
         if self._service_client is None:
-            self._service_client = self._factory().service()
+            client = self._service_client = self._factory().service()
+            # Collected unclosed (a script that never closes, a crash simulated in a test):
+            # the session's heartbeat and connections end with the backend.
+            self._release_service = weakref.finalize(self, release, client)
         return self._service_client
 
     async def _rest(self) -> RestClientLike:
