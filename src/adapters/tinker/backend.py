@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import tempfile
 import weakref
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
@@ -56,7 +57,9 @@ from ...ports.training_backend import (
     BackendCapabilities,
     Capability,
     CheckpointServing,
+    ExportFormat,
     InferenceEndpoint,
+    ModelExporter,
     ServedCheckpoint,
     SupervisedFineTuning,
     TrainingBackend,
@@ -170,8 +173,7 @@ class TinkerBackend(BackendTrainEntry):
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        # No `export`: the weights live in the Tinker service, not in files arthex can read.
-        lacking = {str(Capability.EXPORT)}
+        lacking: set[str] = set()
         if not self._serve:
             lacking |= {str(Capability.INFERENCE), str(Capability.SERVE_CHECKPOINT)}
         return BackendCapabilities(ALL_CAPABILITIES.names - lacking)
@@ -501,6 +503,53 @@ class TinkerBackend(BackendTrainEntry):
             state_path = (await finish(what_state, full, self._timeout_s)).path
         return Checkpoint(step=step, sampler_path=sampler_path, state_path=state_path)
 
+    # --- export -------------------------------------------------------------------------
+
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Download a step's LoRA adapter from Tinker (download.py) and write it as a PEFT
+        folder or a merged Hugging Face model with arthex's export code. The latest step comes
+        from the run's training client; an earlier one from its saved state."""
+        from ..local.export import export_adapter
+        from .download import download_adapter
+
+        if format not in ("peft", "merged"):
+            raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
+        target = Path(out_dir)
+        state = self._require(run)
+        async with state.lock:
+            record = state.record
+            chosen = record.step if step is None else step
+            checkpoint = record.checkpoint(chosen)
+            if chosen == record.step:
+                training = await self._training_client(state)
+            elif checkpoint is not None and checkpoint.state_path is not None:
+                training = await call(
+                    f"loading {checkpoint.state_path}",
+                    self._timeout_s,
+                    self._service().create_training_client_from_state,
+                    checkpoint.state_path,
+                )
+            else:
+                raise InvalidInputError(
+                    f"{run} has no saved state of step {chosen} to export (steps with one: "
+                    f"{[c.step for c in record.checkpoints if c.state_path]}, and the latest, "
+                    f"{record.step})"
+                )
+            if await asyncio.to_thread(_occupied, target):
+                raise InvalidInputError(
+                    f"{target} already exists and is not an empty folder; export into a new one"
+                )
+            with tempfile.TemporaryDirectory(prefix="arthex-tinker-export-") as temp:
+                await download_adapter(
+                    training, await self._rest(), record, chosen, Path(temp), self._timeout_s
+                )
+                written = await asyncio.to_thread(
+                    export_adapter, Path(temp), record.base_model, target, format=format
+                )
+        return str(written)
+
     # --- deleting -----------------------------------------------------------------------
 
     async def delete_checkpoint_files(
@@ -659,7 +708,12 @@ class TinkerBackend(BackendTrainEntry):
         return self._runs.require(run)
 
 
+def _occupied(target: Path) -> bool:
+    return target.exists() and (not target.is_dir() or any(target.iterdir()))
+
+
 if TYPE_CHECKING:
     _fits: type[TrainingBackend] = TinkerBackend
     _fine_tunes: type[SupervisedFineTuning] = TinkerBackend
     _serves_checkpoints: type[CheckpointServing] = TinkerBackend
+    _exports: type[ModelExporter] = TinkerBackend
