@@ -13,7 +13,10 @@ Choices where the reference was silent:
   config asks for "cispo" (its default, which cannot be told apart from an explicit choice);
   "ppo" and "importance_sampling" in the config always win. For CISPO on Tinker create
   `TinkerBackend(loss_fn="cispo")` (or `loss_fn=None`: always follow the config). Clip bounds
-  map to Tinker's ratio thresholds: `[1 - clip_low, 1 + clip_high]`.
+  map to Tinker's ratio thresholds: `[1 - clip_low, 1 + clip_high]`. "dro" (no TrainConfig
+  name means it) and a custom loss (a callable, step.CustomLoss, run through
+  `forward_backward_custom`) are chosen the same way, through the backend's `loss_fn`;
+  the backend's `loss_fn_config` goes to Tinker over the thresholds (dro needs its `beta`).
 - Tokens are summed by Tinker's losses; advantages are not normalised by length, as in
   Tinker's cookbook. `loss/train` is reported per completion token, like the local backend's.
 - A restart (or a failed call that may have left the service ahead of the record) resumes from
@@ -80,7 +83,7 @@ from .clients import (
     submit,
 )
 from .record import Checkpoint, RunRecord, read_record, step_name, training_run_of, write_record
-from .step import TinkerLoss, kl_penalty, optimize
+from .step import CustomLoss, TinkerLoss, check_loss_config, kl_penalty, optimize
 
 if TYPE_CHECKING:
     from tinker import types
@@ -91,7 +94,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
+_LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo", "dro")
 
 
 @attrs.define
@@ -124,7 +127,8 @@ class TinkerBackend(BackendTrainEntry):
         api_key: str | None = None,
         lora_rank: int = 8,
         seed: int | None = None,
-        loss_fn: TinkerLoss | None = "importance_sampling",
+        loss_fn: TinkerLoss | CustomLoss | None = "importance_sampling",
+        loss_fn_config: Mapping[str, float] | None = None,
         save_state_every: int = 1,
         tokenizer: str | None = None,
         adam_betas: tuple[float, float] = (0.9, 0.95),
@@ -145,8 +149,23 @@ class TinkerBackend(BackendTrainEntry):
             raise InvalidInputError(
                 f"save_state_every must be an integer >= 1, got {save_state_every!r}"
             )
-        if loss_fn is not None and loss_fn not in _LOSSES:
-            raise InvalidInputError(f"loss_fn must be one of {_LOSSES} or None, got {loss_fn!r}")
+        if isinstance(loss_fn, str) and loss_fn not in _LOSSES:
+            raise InvalidInputError(
+                f"loss_fn must be one of {_LOSSES}, a callable or None, got {loss_fn!r}"
+            )
+        if loss_fn is not None and not isinstance(loss_fn, str) and not callable(loss_fn):
+            raise InvalidInputError(
+                f"loss_fn must be one of {_LOSSES}, a callable or None, got {loss_fn!r}"
+            )
+        if isinstance(loss_fn, str):
+            self._loss_fn_config = check_loss_config(loss_fn, loss_fn_config or {})
+        elif loss_fn_config:
+            raise InvalidInputError(
+                "loss_fn_config is for one of Tinker's losses; give loss_fn one of "
+                f"{_LOSSES}, not {'a callable' if loss_fn is not None else 'None'}"
+            )
+        else:
+            self._loss_fn_config = {}
         if timeout_s is not None and not timeout_s > 0:
             raise InvalidInputError(f"timeout_s must be > 0 or None, got {timeout_s!r}")
         self._path = path
@@ -357,14 +376,13 @@ class TinkerBackend(BackendTrainEntry):
             metrics = await self._train_step(state, batch, config, loss)
         yield metrics
 
-    def _loss_for(self, config: TrainConfig) -> TinkerLoss:
-        wanted: TinkerLoss = config.loss_fn
-        if self._loss_fn is not None and wanted == "cispo":
-            wanted = self._loss_fn
-        return wanted
+    def _loss_for(self, config: TrainConfig) -> TinkerLoss | CustomLoss:
+        if self._loss_fn is not None and config.loss_fn == "cispo":
+            return self._loss_fn
+        return config.loss_fn
 
     async def _train_step(
-        self, state: _Run, batch: Batch, config: TrainConfig, loss: TinkerLoss
+        self, state: _Run, batch: Batch, config: TrainConfig, loss: TinkerLoss | CustomLoss
     ) -> dict[str, float]:
         training = await self._training_client(state)
         step = state.record.step
@@ -377,7 +395,10 @@ class TinkerBackend(BackendTrainEntry):
         try:
             if batch.parts:
                 adam = self._adam(config.learning_rate, config.max_grad_norm)
-                metrics.update(await optimize(training, batch, loss, config, adam, self._timeout_s))
+                extra = self._loss_fn_config if loss == self._loss_fn else None
+                metrics.update(
+                    await optimize(training, batch, loss, config, adam, self._timeout_s, extra)
+                )
             else:
                 metrics.update(
                     {

@@ -124,6 +124,10 @@ class TrainingClientLike(Protocol):
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> Awaitable[types.ForwardBackwardOutput]: ...
 
+    def forward_backward_custom(
+        self, data: list[types.Datum], loss_fn: Any
+    ) -> Awaitable[types.ForwardBackwardOutput]: ...
+
     def optim_step(
         self, optim_params: types.AdamParams | None = None
     ) -> Awaitable[types.OptimStepResponse]: ...
