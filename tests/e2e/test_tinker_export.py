@@ -100,6 +100,9 @@ def trained(
     loop = asyncio.new_event_loop()
 
     async def train() -> None:
+        from arthex.adapters.parquet.store import ParquetTrajectoryStore
+
+        await ParquetTrajectoryStore(str(base)).write_model_spec(spec)  # as model.register does
         await backend.register(spec)
         for _ in range(2):
             config = TrainConfig(learning_rate=5e-3)
@@ -253,3 +256,41 @@ def test_an_occupied_output_folder_is_refused_before_anything_is_fetched(
     with pytest.raises(InvalidInputError, match="not an empty folder"):
         export(trained, tmp_path / "out", "peft")
     assert emulator.route_counts["POST save_weights_external"] == before
+
+
+def test_arthex_export_downloads_a_tinker_run_without_writing_to_it(
+    emulator: TinkerEmulator,
+    trained: tuple[TinkerBackend, ModelSpec, asyncio.AbstractEventLoop],
+    tmp_path: Path,
+) -> None:
+    from safetensors.torch import load_file
+
+    spec = trained[1]
+    model_dir = Path(spec.base_path or "") / spec.run.project / "models" / spec.run.name
+    before = (model_dir / "tinker-run.json").read_bytes()
+    from_backend = export(trained, tmp_path / "backend", "peft", step=1)
+    env = {
+        **os.environ,
+        "TINKER_BASE_URL": emulator.base_url,
+        "TINKER_API_KEY": KEY,
+        "TINKER_TELEMETRY": "0",
+        "OMP_NUM_THREADS": "1",
+    }
+    out = tmp_path / "cli"
+    command = [sys.executable, "-m", "arthex.apps.cli", "export", str(model_dir)]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--format", "peft", "--step", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"to {out}" in done.stdout
+    for noise in ("Traceback", "Exception ignored", "heartbeat"):
+        assert noise not in done.stderr, done.stderr[-3000:]
+    got = load_file(str(out / "adapter_model.safetensors"))
+    want = load_file(str(from_backend / "adapter_model.safetensors"))
+    assert sorted(got) == sorted(want)
+    assert all(bool((got[k] == want[k]).all()) for k in want)
+    assert (model_dir / "tinker-run.json").read_bytes() == before

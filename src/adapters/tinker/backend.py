@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import logging
 import sys
-import tempfile
 import weakref
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
@@ -532,13 +531,13 @@ class TinkerBackend(BackendTrainEntry):
         """Download a step's LoRA adapter from Tinker (download.py) and write it as a PEFT
         folder or a merged Hugging Face model with arthex's export code. The latest step comes
         from the run's training client; an earlier one from its saved state."""
-        from ..local.export import export_adapter
-        from .download import download_adapter
+        from .download import check_free, export_from
 
         if format not in ("peft", "merged"):
             raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
         target = Path(out_dir)
         state = self._require(run)
+        await asyncio.to_thread(check_free, target)
         async with state.lock:
             record = state.record
             chosen = record.step if step is None else step
@@ -558,18 +557,18 @@ class TinkerBackend(BackendTrainEntry):
                     f"{[c.step for c in record.checkpoints if c.state_path]}, and the latest, "
                     f"{record.step})"
                 )
-            if await asyncio.to_thread(_occupied, target):
-                raise InvalidInputError(
-                    f"{target} already exists and is not an empty folder; export into a new one"
+            return str(
+                await export_from(
+                    training,
+                    await self._rest(),
+                    record,
+                    chosen,
+                    target,
+                    format,
+                    None,
+                    self._timeout_s,
                 )
-            with tempfile.TemporaryDirectory(prefix="arthex-tinker-export-") as temp:
-                await download_adapter(
-                    training, await self._rest(), record, chosen, Path(temp), self._timeout_s
-                )
-                written = await asyncio.to_thread(
-                    export_adapter, Path(temp), record.base_model, target, format=format
-                )
-        return str(written)
+            )
 
     # --- deleting -----------------------------------------------------------------------
 
@@ -727,10 +726,6 @@ class TinkerBackend(BackendTrainEntry):
 
     def _require(self, run: RunRef) -> _Run:
         return self._runs.require(run)
-
-
-def _occupied(target: Path) -> bool:
-    return target.exists() and (not target.is_dir() or any(target.iterdir()))
 
 
 if TYPE_CHECKING:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import ArthexError, BackendError, CorruptDataError
+from ...core.errors import ArthexError, BackendError, CorruptDataError, InvalidInputError
+from ...ports.training_backend import ExportFormat
 from .clients import RestClientLike, TrainingClientLike, call
 from .record import RunRecord, training_run_of
 
@@ -166,4 +168,88 @@ def check_adapter(folder: Path, record: RunRecord, path: str) -> None:
     if rank != record.lora_rank:
         raise CorruptDataError(
             f"{path} is an adapter of LoRA rank {rank!r}, but the run has rank {record.lora_rank}"
+        )
+
+
+async def export_run(
+    model_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    step: int | None = None,
+    format: ExportFormat = "merged",
+    dtype: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float | None = None,
+) -> Path:
+    """Export step `step` (latest when None) of the Tinker run recorded in `model_dir` without
+    a backend (what `arthex export` does): a new Tinker session loads the step's saved state,
+    the adapter is downloaded and written, and the session is finished. Nothing in
+    `model_dir` is written. `base_url`/`api_key` None use the SDK's own lookup."""
+    import asyncio
+
+    from .clients import SdkClients, release
+    from .record import read_record
+
+    run_dir = Path(model_dir)
+    record = await asyncio.to_thread(read_record, run_dir)
+    if record is None:
+        raise InvalidInputError(f"{run_dir} has no tinker-run.json: it is not a Tinker run")
+    chosen = record.step if step is None else step
+    checkpoint = record.checkpoint(chosen)
+    if checkpoint is None or checkpoint.state_path is None:
+        have = [c.step for c in record.checkpoints if c.state_path]
+        raise InvalidInputError(
+            f"{run_dir} has no saved state of step {chosen} to export (steps with one: {have})"
+        )
+    target = Path(out_dir)
+    await asyncio.to_thread(check_free, target)
+    clients = SdkClients(base_url, api_key)
+    service = await asyncio.to_thread(clients.service)
+    try:
+        training = await call(
+            f"loading {checkpoint.state_path}",
+            timeout_s,
+            service.create_training_client_from_state,
+            checkpoint.state_path,
+        )
+        rest = await asyncio.to_thread(clients.rest)
+        return await export_from(training, rest, record, chosen, target, format, dtype, timeout_s)
+    finally:
+        try:
+            await call("finishing the session", 30.0, service.close, "success")
+        except ArthexError:
+            pass  # the service ends a session whose heartbeat stops
+        finally:
+            await asyncio.to_thread(release, service, 10.0)
+
+
+async def export_from(
+    training: TrainingClientLike,
+    rest: RestClientLike,
+    record: RunRecord,
+    step: int,
+    target: Path,
+    format: ExportFormat,
+    dtype: str | None,
+    timeout_s: float | None,
+) -> Path:
+    """Download the adapter `training` holds into a temp folder and export it to `target`."""
+    import asyncio
+    import tempfile
+
+    from ..local.export import export_adapter
+
+    with tempfile.TemporaryDirectory(prefix="arthex-tinker-export-") as temp:
+        await download_adapter(training, rest, record, step, Path(temp), timeout_s)
+        return await asyncio.to_thread(
+            export_adapter, Path(temp), record.base_model, target, format=format, dtype=dtype
+        )
+
+
+def check_free(target: Path) -> None:
+    """`target` is new or an empty folder (checked before anything is fetched)."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InvalidInputError(
+            f"{target} already exists and is not an empty folder; export into a new one"
         )
