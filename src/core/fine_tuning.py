@@ -138,8 +138,8 @@ async def export(
         raise UnsupportedCapability(
             "export",
             type(backend).__name__,
-            "Export needs the checkpoints' files: LocalBackend has them, and a training "
-            "server whose backend has them sends them; a Tinker run's weights live in the "
-            "Tinker service",
+            "Export needs the checkpoints' files: LocalBackend has them, a training "
+            "server whose backend has them sends them, and TinkerBackend downloads them "
+            "from Tinker",
         )
     return await backend.export(model.run, out_dir, step=step, format=format)

@@ -189,8 +189,8 @@ def test_export_on_a_backend_without_it_names_the_backend_and_where_runs_are_exp
         asyncio.run(model.export(str(out)))
     assert str(caught.value) == (
         "InMemoryBackend does not support 'export'. Export needs the checkpoints' files: "
-        "LocalBackend has them, and a training server whose backend has them sends them; a "
-        "Tinker run's weights live in the Tinker service"
+        "LocalBackend has them, a training server whose backend has them sends them, and "
+        "TinkerBackend downloads them from Tinker"
     )
     assert not out.exists()
 

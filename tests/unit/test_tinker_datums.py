@@ -168,6 +168,10 @@ class FakeService:
         self.fake.sent.append(("create_training_client_from_state_with_optimizer", path))
         return done(FakeTraining(self.fake))
 
+    def create_training_client_from_state(self, path: str) -> Awaitable[TrainingClientLike]:
+        self.fake.sent.append(("create_training_client_from_state", path))
+        return done(FakeTraining(self.fake))
+
     def create_sampling_client(
         self, model_path: str | None = None, base_model: str | None = None
     ) -> Awaitable[SamplingClientLike]:
@@ -201,6 +205,12 @@ class FakeRest:
         run_id = tinker_path.removeprefix("tinker://").split("/", 1)[0]
         self.fake.checkpoints[run_id].discard(tinker_path)
         return done(None)
+
+    def get_external_weights_urls(
+        self, tinker_path: str
+    ) -> Awaitable[types.ExternalWeightsUrlsResponse]:
+        # export is tested against the emulator (tests/e2e/test_tinker_export.py)
+        raise AssertionError(f"these tests export nothing, yet {tinker_path} was asked for")
 
 
 class FakeClients:

@@ -83,7 +83,30 @@ def export_checkpoint(
     base = state.get("base_model")
     if not isinstance(base, str) or not base:
         raise CorruptDataError(f"{source / ckpt.STATE_FILE} names no base_model")
-    target = Path(out_dir)
+    return _export(source, base, full, Path(out_dir), format, dtype)
+
+
+def export_adapter(
+    adapter_dir: Path,
+    base_model: str,
+    out_dir: str | os.PathLike[str],
+    *,
+    format: ExportFormat = "merged",
+    dtype: str | None = None,
+) -> Path:
+    """Write the PEFT LoRA adapter in `adapter_dir` (`adapter_config.json`,
+    `adapter_model.safetensors`) over `base_model` into `out_dir`, as `export_checkpoint` does
+    a run's step: for adapters trained elsewhere (a Tinker run's downloaded weights)."""
+    if format not in FORMATS:
+        raise InvalidInputError(f"format must be one of {FORMATS}, got {format!r}")
+    if dtype is not None and dtype not in DTYPES:
+        raise InvalidInputError(f"dtype must be one of {DTYPES} or None, got {dtype!r}")
+    return _export(adapter_dir, base_model, False, Path(out_dir), format, dtype)
+
+
+def _export(
+    source: Path, base: str, full: bool, target: Path, format: str, dtype: str | None
+) -> Path:
     with new_folder(target) as temp:
         if format == "peft":
             for name in ADAPTER_FILES:
@@ -108,8 +131,8 @@ def _checkpoint(run_dir: Path, step: int | None) -> tuple[Path, dict[str, Any]]:
         hint = ""
         if (run_dir / "tinker-run.json").is_file():
             hint = (
-                ": it is a Tinker run, whose weights live in the Tinker service (export them "
-                "there, e.g. TrainingClient.save_weights_external)"
+                ": it is a Tinker run, whose weights live in the Tinker service (export it "
+                "with model.export() on a TinkerBackend, which downloads them)"
             )
         elif not run_dir.is_dir():
             hint = ": no such directory"

@@ -13,7 +13,10 @@ Choices where the reference was silent:
   config asks for "cispo" (its default, which cannot be told apart from an explicit choice);
   "ppo" and "importance_sampling" in the config always win. For CISPO on Tinker create
   `TinkerBackend(loss_fn="cispo")` (or `loss_fn=None`: always follow the config). Clip bounds
-  map to Tinker's ratio thresholds: `[1 - clip_low, 1 + clip_high]`.
+  map to Tinker's ratio thresholds: `[1 - clip_low, 1 + clip_high]`. "dro" (no TrainConfig
+  name means it) and a custom loss (a callable, step.CustomLoss, run through
+  `forward_backward_custom`) are chosen the same way, through the backend's `loss_fn`;
+  the backend's `loss_fn_config` goes to Tinker over the thresholds (dro needs its `beta`).
 - Tokens are summed by Tinker's losses; advantages are not normalised by length, as in
   Tinker's cookbook. `loss/train` is reported per completion token, like the local backend's.
 - A restart (or a failed call that may have left the service ahead of the record) resumes from
@@ -29,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import weakref
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +59,9 @@ from ...ports.training_backend import (
     BackendCapabilities,
     Capability,
     CheckpointServing,
+    ExportFormat,
     InferenceEndpoint,
+    ModelExporter,
     ServedCheckpoint,
     SupervisedFineTuning,
     TrainingBackend,
@@ -72,10 +78,11 @@ from .clients import (
     TrainingClientLike,
     call,
     finish,
+    release,
     submit,
 )
 from .record import Checkpoint, RunRecord, read_record, step_name, training_run_of, write_record
-from .step import TinkerLoss, kl_penalty, optimize
+from .step import CustomLoss, TinkerLoss, check_loss_config, kl_penalty, optimize
 
 if TYPE_CHECKING:
     from tinker import types
@@ -86,7 +93,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo")
+_LOSSES: tuple[str, ...] = ("importance_sampling", "ppo", "cispo", "dro")
 
 
 @attrs.define
@@ -119,7 +126,8 @@ class TinkerBackend(BackendTrainEntry):
         api_key: str | None = None,
         lora_rank: int = 8,
         seed: int | None = None,
-        loss_fn: TinkerLoss | None = "importance_sampling",
+        loss_fn: TinkerLoss | CustomLoss | None = "importance_sampling",
+        loss_fn_config: Mapping[str, float] | None = None,
         save_state_every: int = 1,
         tokenizer: str | None = None,
         adam_betas: tuple[float, float] = (0.9, 0.95),
@@ -140,8 +148,23 @@ class TinkerBackend(BackendTrainEntry):
             raise InvalidInputError(
                 f"save_state_every must be an integer >= 1, got {save_state_every!r}"
             )
-        if loss_fn is not None and loss_fn not in _LOSSES:
-            raise InvalidInputError(f"loss_fn must be one of {_LOSSES} or None, got {loss_fn!r}")
+        if isinstance(loss_fn, str) and loss_fn not in _LOSSES:
+            raise InvalidInputError(
+                f"loss_fn must be one of {_LOSSES}, a callable or None, got {loss_fn!r}"
+            )
+        if loss_fn is not None and not isinstance(loss_fn, str) and not callable(loss_fn):
+            raise InvalidInputError(
+                f"loss_fn must be one of {_LOSSES}, a callable or None, got {loss_fn!r}"
+            )
+        if isinstance(loss_fn, str):
+            self._loss_fn_config = check_loss_config(loss_fn, loss_fn_config or {})
+        elif loss_fn_config:
+            raise InvalidInputError(
+                "loss_fn_config is for one of Tinker's losses; give loss_fn one of "
+                f"{_LOSSES}, not {'a callable' if loss_fn is not None else 'None'}"
+            )
+        else:
+            self._loss_fn_config = {}
         if timeout_s is not None and not timeout_s > 0:
             raise InvalidInputError(f"timeout_s must be > 0 or None, got {timeout_s!r}")
         self._path = path
@@ -159,6 +182,7 @@ class TinkerBackend(BackendTrainEntry):
         self._timeout_s = timeout_s
         self._serve = serve
         self._service_client: ServiceClientLike | None = None
+        self._release_service: weakref.finalize[Any, Any] | None = None
         self._rest_client: RestClientLike | None = None
         self._runs: RunTable[_Run] = RunTable("TinkerBackend")
         self._pool = ServingPool("TinkerBackend", api_key=inference_api_key, extra="tinker")
@@ -167,8 +191,7 @@ class TinkerBackend(BackendTrainEntry):
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        # No `export`: the weights live in the Tinker service, not in files arthex can read.
-        lacking = {str(Capability.EXPORT)}
+        lacking: set[str] = set()
         if not self._serve:
             lacking |= {str(Capability.INFERENCE), str(Capability.SERVE_CHECKPOINT)}
         return BackendCapabilities(ALL_CAPABILITIES.names - lacking)
@@ -297,6 +320,10 @@ class TinkerBackend(BackendTrainEntry):
                     await call("finishing the session", 30.0, service.close, "success")
                 except BackendError as exc:
                     logger.warning("could not finish the Tinker session: %s", exc)
+                finally:  # a session not finished still stops its heartbeat here
+                    if self._release_service is not None:
+                        self._release_service.detach()
+                    await asyncio.to_thread(release, service, 10.0)
         finally:
             await release_leases(self)  # the models registered here give their runs back
 
@@ -348,14 +375,13 @@ class TinkerBackend(BackendTrainEntry):
             metrics = await self._train_step(state, batch, config, loss)
         yield metrics
 
-    def _loss_for(self, config: TrainConfig) -> TinkerLoss:
-        wanted: TinkerLoss = config.loss_fn
-        if self._loss_fn is not None and wanted == "cispo":
-            wanted = self._loss_fn
-        return wanted
+    def _loss_for(self, config: TrainConfig) -> TinkerLoss | CustomLoss:
+        if self._loss_fn is not None and config.loss_fn == "cispo":
+            return self._loss_fn
+        return config.loss_fn
 
     async def _train_step(
-        self, state: _Run, batch: Batch, config: TrainConfig, loss: TinkerLoss
+        self, state: _Run, batch: Batch, config: TrainConfig, loss: TinkerLoss | CustomLoss
     ) -> dict[str, float]:
         training = await self._training_client(state)
         step = state.record.step
@@ -368,7 +394,10 @@ class TinkerBackend(BackendTrainEntry):
         try:
             if batch.parts:
                 adam = self._adam(config.learning_rate, config.max_grad_norm)
-                metrics.update(await optimize(training, batch, loss, config, adam, self._timeout_s))
+                extra = self._loss_fn_config if loss == self._loss_fn else None
+                metrics.update(
+                    await optimize(training, batch, loss, config, adam, self._timeout_s, extra)
+                )
             else:
                 metrics.update(
                     {
@@ -493,6 +522,53 @@ class TinkerBackend(BackendTrainEntry):
         if full is not None:
             state_path = (await finish(what_state, full, self._timeout_s)).path
         return Checkpoint(step=step, sampler_path=sampler_path, state_path=state_path)
+
+    # --- export -------------------------------------------------------------------------
+
+    async def export(
+        self, run: RunRef, out_dir: str, *, step: int | None = None, format: ExportFormat = "merged"
+    ) -> str:
+        """Download a step's LoRA adapter from Tinker (download.py) and write it as a PEFT
+        folder or a merged Hugging Face model with arthex's export code. The latest step comes
+        from the run's training client; an earlier one from its saved state."""
+        from .download import check_free, export_from
+
+        if format not in ("peft", "merged"):
+            raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
+        target = Path(out_dir)
+        state = self._require(run)
+        await asyncio.to_thread(check_free, target)
+        async with state.lock:
+            record = state.record
+            chosen = record.step if step is None else step
+            checkpoint = record.checkpoint(chosen)
+            if chosen == record.step:
+                training = await self._training_client(state)
+            elif checkpoint is not None and checkpoint.state_path is not None:
+                training = await call(
+                    f"loading {checkpoint.state_path}",
+                    self._timeout_s,
+                    self._service().create_training_client_from_state,
+                    checkpoint.state_path,
+                )
+            else:
+                raise InvalidInputError(
+                    f"{run} has no saved state of step {chosen} to export (steps with one: "
+                    f"{[c.step for c in record.checkpoints if c.state_path]}, and the latest, "
+                    f"{record.step})"
+                )
+            return str(
+                await export_from(
+                    training,
+                    await self._rest(),
+                    record,
+                    chosen,
+                    target,
+                    format,
+                    None,
+                    self._timeout_s,
+                )
+            )
 
     # --- deleting -----------------------------------------------------------------------
 
@@ -628,7 +704,10 @@ class TinkerBackend(BackendTrainEntry):
 
     def _service(self) -> ServiceClientLike:
         if self._service_client is None:
-            self._service_client = self._factory().service()
+            client = self._service_client = self._factory().service()
+            # Collected unclosed (a script that never closes, a crash simulated in a test):
+            # the session's heartbeat and connections end with the backend.
+            self._release_service = weakref.finalize(self, release, client)
         return self._service_client
 
     async def _rest(self) -> RestClientLike:
@@ -653,3 +732,4 @@ if TYPE_CHECKING:
     _fits: type[TrainingBackend] = TinkerBackend
     _fine_tunes: type[SupervisedFineTuning] = TinkerBackend
     _serves_checkpoints: type[CheckpointServing] = TinkerBackend
+    _exports: type[ModelExporter] = TinkerBackend

@@ -14,8 +14,17 @@ SDK: a daemon thread running an event loop (heartbeats, retries, pollers). A dae
 still running when the interpreter finalizes is ended by `pthread_exit` the next time it
 takes the GIL, which aborts the process (`terminate called without an active exception`)
 if a C++ frame is on its stack. So the first SDK client made here registers `stop_sdk_loop`
-to run at exit: it cancels what still runs on that loop, stops it and joins the thread while
-the interpreter is whole.
+to run at exit: it closes the clients made here, cancels what still runs on that loop, stops
+it and joins the thread while the interpreter is whole.
+
+Each SDK client runs over a "holder" (its connection pools and, for a ServiceClient, the
+session's heartbeat). A holder still open when it is collected schedules its own cleanup on
+the SDK's loop from `__del__`; once that loop is gone this prints "Exception ignored in
+InternalClientHolder.__del__ ... RuntimeError: Event loop is closed", and until then an open
+session's heartbeat keeps running (and warns "Session heartbeat failed" once the service is
+gone). So every holder made here is closed by its owner: a ServiceClient by the backend's
+`close` (or, when the backend is collected unclosed, by `release`), the RestClient's shared
+session-less holder at exit, before the loop stops.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import atexit
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
 
@@ -42,6 +52,8 @@ logger = logging.getLogger("arthex")
 _at_exit_lock = threading.Lock()
 _at_exit_registered = False
 _SINGLETON = "_internal_client_holder_thread_singleton"
+_HOLDER_ATTRIBUTES = ("_session_holder", "_rest_holder", "holder")  # where a client keeps its own
+_made: weakref.WeakSet[Any] = weakref.WeakSet()  # SDK clients made here, closed at exit
 
 
 class TinkerNotFound(BackendError):
@@ -112,6 +124,10 @@ class TrainingClientLike(Protocol):
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> Awaitable[types.ForwardBackwardOutput]: ...
 
+    def forward_backward_custom(
+        self, data: list[types.Datum], loss_fn: Any
+    ) -> Awaitable[types.ForwardBackwardOutput]: ...
+
     def optim_step(
         self, optim_params: types.AdamParams | None = None
     ) -> Awaitable[types.OptimStepResponse]: ...
@@ -121,6 +137,10 @@ class TrainingClientLike(Protocol):
     def save_weights_for_sampler(
         self, name: str
     ) -> Awaitable[types.SaveWeightsForSamplerResponse]: ...
+
+    def save_weights_external(
+        self, name: str, ttl_seconds: int | None = None
+    ) -> Awaitable[types.SaveWeightsExternalResponse]: ...
 
 
 class SamplingClientLike(Protocol):
@@ -146,6 +166,8 @@ class ServiceClientLike(Protocol):
         self, path: str
     ) -> Awaitable[TrainingClientLike]: ...
 
+    def create_training_client_from_state(self, path: str) -> Awaitable[TrainingClientLike]: ...
+
     def create_sampling_client(
         self, model_path: str | None = None, base_model: str | None = None
     ) -> Awaitable[SamplingClientLike]: ...
@@ -159,6 +181,10 @@ class RestClientLike(Protocol):
     ) -> Awaitable[types.CheckpointsListResponse]: ...
 
     def delete_checkpoint_from_tinker_path(self, tinker_path: str) -> Awaitable[None]: ...
+
+    def get_external_weights_urls(
+        self, tinker_path: str
+    ) -> Awaitable[types.ExternalWeightsUrlsResponse]: ...
 
 
 class TinkerClients(Protocol):
@@ -181,13 +207,68 @@ class SdkClients:
         import tinker
 
         _stop_sdk_loop_at_exit()
-        return tinker.ServiceClient(base_url=self.base_url, api_key=self.api_key)
+        client = tinker.ServiceClient(base_url=self.base_url, api_key=self.api_key)
+        _made.add(client)
+        return client
 
     def rest(self) -> RestClientLike:
         import tinker
 
         _stop_sdk_loop_at_exit()
-        return tinker.RestClient(base_url=self.base_url, api_key=self.api_key)
+        # Runs over the SDK's process-wide session-less holder for these credentials, shared
+        # with every other RestClient on them: it is closed at exit, not by one backend.
+        client = tinker.RestClient(base_url=self.base_url, api_key=self.api_key)
+        _made.add(client)
+        return client
+
+
+def _holders(client: object) -> list[Any]:
+    """The open holders an SDK client keeps (none for a client that is not the SDK's)."""
+    found = []
+    for name in _HOLDER_ATTRIBUTES:
+        holder = vars(client).get(name) if hasattr(client, "__dict__") else None
+        closable = holder is not None and callable(getattr(holder, "aclose", None))
+        if closable and not getattr(holder, "_closed", True) and holder not in found:
+            found.append(holder)
+    return found
+
+
+def release(client: object, wait_s: float | None = None) -> None:
+    """Close `client`'s holders on the SDK's loop without telling the service anything: its
+    heartbeat stops and its connections close, as when the process ends. For a client whose
+    session could not be finished, or whose owner was collected without closing it.
+    `wait_s` None does not wait (safe from any thread, the SDK's own included)."""
+    _close(_holders(client), wait_s)
+
+
+def _close(holders: list[Any], wait_s: float | None) -> None:
+    running = _sdk_loop()
+    if running is None or not holders:
+        return
+
+    async def close_all() -> None:
+        await asyncio.gather(*(h.aclose() for h in holders), return_exceptions=True)
+
+    try:
+        future = asyncio.run_coroutine_threadsafe(close_all(), running[0])
+    except RuntimeError:  # the loop is closed: nothing of theirs can run any more
+        return
+    if wait_s is not None and threading.current_thread() is not running[1]:
+        with contextlib.suppress(Exception):
+            future.result(wait_s)
+
+
+def _shared_holders() -> list[Any]:
+    """The SDK's process-wide session-less holders (what `RestClient(...)` runs over)."""
+    try:
+        from tinker.lib import internal_client_holder
+    except ImportError:
+        return []
+    cache: Any = getattr(internal_client_holder, "sessionless_holder_cache", None)
+    holders: Any = getattr(cache, "_holders", None)
+    if not isinstance(holders, dict):
+        return []
+    return [h for h in list(holders.values()) if not getattr(h, "_closed", True)]
 
 
 def _stop_sdk_loop_at_exit() -> None:
@@ -221,6 +302,9 @@ def stop_sdk_loop() -> None:
     if running is None:
         return
     loop, thread = running
+    # Closed by their owners, unless the process ends first; then the shared REST holders.
+    _close([h for client in list(_made) for h in _holders(client)], STOP_TIMEOUT_S)
+    _close(_shared_holders(), STOP_TIMEOUT_S)
 
     async def cancel_all() -> None:
         here = asyncio.current_task()

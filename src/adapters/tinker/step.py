@@ -8,12 +8,13 @@ waiting, not two.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
 from ...core.config import TrainConfig
-from ...core.errors import BackendError
+from ...core.errors import BackendError, InvalidInputError
 from .clients import SamplingClientLike, TrainingClientLike, finish, submit
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: importing the backend stays light
@@ -21,37 +22,86 @@ if TYPE_CHECKING:  # the SDK is imported where it is used: importing the backend
 
     from .datums import Batch
 
-TinkerLoss = Literal["importance_sampling", "ppo", "cispo"]
+TinkerLoss = Literal["importance_sampling", "ppo", "cispo", "dro"]
+CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "importance_sampling": (),
+    "ppo": ("clip_low_threshold", "clip_high_threshold"),
+    "cispo": ("clip_low_threshold", "clip_high_threshold"),
+    "dro": ("beta",),
+}
 
 
-def loss_config(loss: TinkerLoss, config: TrainConfig) -> dict[str, float] | None:
-    """Tinker's ratio thresholds for the clip interval `[1 - clip_low, 1 + clip_high]`, with
-    the defaults of the loss that really runs (CISPO's [0, 5], PPO's [0.8, 1.2])."""
-    if loss == "importance_sampling":
-        return None
-    clips = attrs.evolve(config, loss_fn=loss)
-    return {
-        "clip_low_threshold": 1.0 - clips.clip_low,
-        "clip_high_threshold": 1.0 + clips.clip_high,
-    }
+class CustomLoss(Protocol):
+    """A differentiable loss over one sequence's completion tokens: the learner's logprobs
+    (with gradient), the sampler's logprobs and the advantages, all 1-D tensors of equal
+    length; returns a scalar tensor. The batch's loss is the sum over its sequences."""
+
+    def __call__(self, logprobs: Any, sampled_logprobs: Any, advantages: Any, /) -> Any: ...
+
+
+def check_loss_config(loss: TinkerLoss, extra: Mapping[str, float]) -> dict[str, float]:
+    """`loss_fn_config` checked against what the loss takes (dro needs `beta`)."""
+    allowed = CONFIG_KEYS[loss]
+    unknown = sorted(set(extra) - set(allowed))
+    if unknown:
+        raise InvalidInputError(
+            f"loss_fn_config keys {unknown} do not apply to loss {loss!r}; it takes {allowed}"
+        )
+    for key, value in extra.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise InvalidInputError(
+                f"loss_fn_config[{key!r}] must be a finite number, got {value!r}"
+            )
+    if loss == "dro" and not extra.get("beta", 0) > 0:
+        raise InvalidInputError("loss 'dro' needs loss_fn_config={'beta': b} with b > 0")
+    return {key: float(value) for key, value in extra.items()}
+
+
+def loss_config(
+    loss: TinkerLoss, config: TrainConfig, extra: Mapping[str, float] | None = None
+) -> dict[str, float] | None:
+    """What Tinker's `loss_fn_config` gets: for PPO and CISPO the ratio thresholds of the clip
+    interval `[1 - clip_low, 1 + clip_high]`, with the defaults of the loss that really runs
+    (CISPO's [0, 5], PPO's [0.8, 1.2]); then the backend's own `loss_fn_config` over them."""
+    found: dict[str, float] = {}
+    if loss in ("ppo", "cispo"):
+        clips = attrs.evolve(config, loss_fn=loss)
+        found = {
+            "clip_low_threshold": 1.0 - clips.clip_low,
+            "clip_high_threshold": 1.0 + clips.clip_high,
+        }
+    found.update(extra or {})
+    return found or None
 
 
 async def optimize(
     training: TrainingClientLike,
     batch: Batch,
-    loss: TinkerLoss,
+    loss: TinkerLoss | CustomLoss,
     config: TrainConfig,
     adam: types.AdamParams,
     timeout_s: float | None,
+    extra: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """forward_backward + optim_step on the batch; the step's metrics."""
+    """forward_backward (or forward_backward_custom) + optim_step on the batch; the step's
+    metrics."""
     import numpy as np
 
     datums = [part.datum() for part in batch.parts]
     what_backward, what_step = "forward_backward", "optim_step"
-    backward = await submit(
-        what_backward, training.forward_backward, datums, loss, loss_config(loss, config)
-    )
+    if isinstance(loss, str):
+        backward = await submit(
+            what_backward, training.forward_backward, datums, loss, loss_config(loss, config, extra)
+        )
+    else:
+        what_backward = "forward_backward_custom"
+        backward = await submit(
+            what_backward, training.forward_backward_custom, datums, _sdk_loss(loss, batch)
+        )
     stepped = await submit(what_step, training.optim_step, adam)
     output = await finish(what_backward, backward, timeout_s)
     optimizer = await finish(what_step, stepped, timeout_s)
@@ -76,6 +126,22 @@ async def optimize(
         elif key not in ("loss:sum", "learning_rate"):
             metrics[f"tinker/{key}"] = float(value)
     return metrics
+
+
+def _sdk_loss(loss: CustomLoss, batch: Batch) -> Any:
+    """The SDK's custom loss (data, per-position logprobs) -> (loss, metrics) for `loss`: each
+    datum's positions from the first completion token on are the sequence's tokens."""
+    import torch
+
+    def run(data: Any, logprobs: list[Any]) -> tuple[Any, dict[str, float]]:
+        terms = []
+        for part, lp in zip(batch.parts, logprobs, strict=True):
+            sampled = torch.from_numpy(part.sampled_logprobs.astype("float32"))
+            advantages = torch.from_numpy(part.advantages.astype("float32"))
+            terms.append(loss(lp[part.prompt_length - 1 :], sampled, advantages))
+        return torch.stack([torch.as_tensor(t).reshape(()) for t in terms]).sum(), {}
+
+    return run
 
 
 async def kl_penalty(

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from ...adapters.layout import CHECKPOINTS, MODEL_SPEC, run_label
+from ...adapters.layout import CHECKPOINTS, MODEL_SPEC, TINKER_RUN, run_label
 from ...adapters.serverless.export import KEY_ENV as SERVERLESS_KEY_ENV
 from ...adapters.serverless.export import REMOTE_FIELDS, REMOTE_KEY
 from ...core.errors import install_command, require_extra
@@ -114,7 +114,7 @@ def export(
     project: str | None = PROJECT_OPT,
     name: str | None = NAME_OPT,
 ) -> None:
-    """Export a step of a LocalBackend run in a standard format.
+    """Export a step of a LocalBackend, training-server or Tinker run in a standard format.
 
     The merged folder loads with plain transformers (AutoModelForCausalLM.from_pretrained) and
     holds the base model's tokenizer files, byte for byte, chat template included."""
@@ -130,10 +130,28 @@ def export(
         remote = _trained_on_a_server(path)
         if remote is not None:
             written, step = _export_from_server(remote, out, step, chosen, dtype)
+        elif (path / TINKER_RUN).is_file() and not (path / CHECKPOINTS).is_dir():
+            written, step = _export_from_tinker(path, out, step, chosen, dtype)
         else:
             step = checkpoint_step(path, step)  # the latest one, named before it is written
             written = export_checkpoint(path, out, step=step, format=chosen, dtype=dtype)
     typer.echo(f"exported step {step} of {run_label(path)} ({export_format}) to {written}")
+
+
+def _export_from_tinker(
+    path: Path, out: Path, step: int | None, chosen: ExportFormat, dtype: str | None
+) -> tuple[Path, int | None]:
+    """A Tinker run's step (the latest when None), downloaded from the service
+    (TINKER_API_KEY, TINKER_BASE_URL), and the step it was."""
+    try:
+        from ...adapters.tinker.download import export_run
+        from ...adapters.tinker.record import read_record
+    except ImportError as error:
+        fail(f"exporting a Tinker run needs its extra: {install_command('tinker')} ({error})")
+    if step is None:
+        record = read_record(path)
+        step = None if record is None else record.step
+    return asyncio.run(export_run(path, out, step=step, format=chosen, dtype=dtype)), step
 
 
 def _trained_on_a_server(path: Path) -> Mapping[str, str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+FILES_PREFIX = "/files/"  # signed download URLs: the signature, not the API key, admits them
 CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 

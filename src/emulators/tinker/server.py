@@ -11,10 +11,12 @@ In code: `with TinkerEmulator(base_model_dir) as emulator: ... emulator.base_url
 
 Endpoints (all under /api/v1): POST client/config, client/dynamic_config, create_session,
 session_heartbeat, telemetry, create_model, get_info, forward_backward (protobuf in and out),
-optim_step, save_weights, save_weights_for_sampler, load_weights, create_sampling_session,
-asample (protobuf out), retrieve_future, cancel_future, sessions/{id}/finish; GET healthz,
-get_server_capabilities, samplers/{id}, training_runs/{id}, training_runs/{id}/checkpoints;
-DELETE training_runs/{id}/checkpoints/{kind}/{name}.
+optim_step, save_weights, save_weights_for_sampler, save_weights_external, load_weights,
+create_sampling_session, asample (protobuf out), retrieve_future, cancel_future,
+sessions/{id}/finish; GET healthz, get_server_capabilities, samplers/{id}, training_runs/{id},
+training_runs/{id}/checkpoints,
+training_runs/{id}/checkpoints/external_weights/{name}/external_weights_urls; DELETE
+training_runs/{id}/checkpoints/{kind}/{name}; and GET /files/... (signed URLs, external.py).
 
 Behaviour worth knowing: one base model per emulator (accepted under its directory path and an
 optional `model_name`); LoRA training only, AdamW only; losses cross_entropy,
@@ -46,10 +48,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BackendError, InvalidInputError, MissingExtraError
-from .errors import HttpError, UserError
+from .errors import FILES_PREFIX, HttpError, UserError
 from .wire import Reply
 
 if TYPE_CHECKING:
+    from .external import ExternalWeights
     from .service import TinkerService
 
 __all__ = ["TinkerEmulator", "main"]
@@ -111,6 +114,13 @@ class TinkerEmulator:
             raise BackendError("the tinker emulator is not started; call start()")
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    @property
+    def external_weights(self) -> ExternalWeights:
+        """Its external weights' signed URLs: `url_ttl_s`, and `faults` for tests."""
+        if self._service is None:
+            raise BackendError("the tinker emulator is not started; call start()")
+        return self._service.external
 
     @property
     def route_counts(self) -> Counter[str]:
@@ -283,7 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
         try:
-            if not emulator.authorized(headers.get("x-api-key")):
+            signed = method == "GET" and self.path.startswith(FILES_PREFIX)  # its own key
+            if not signed and not emulator.authorized(headers.get("x-api-key")):
                 raise HttpError(401, "missing or wrong X-API-Key (the SDK sends TINKER_API_KEY)")
             reply = emulator.handle(method, self.path, headers, body)
         except HttpError as exc:

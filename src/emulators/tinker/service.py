@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .base_model import BaseModel
-from .errors import HttpError
+from .errors import FILES_PREFIX, HttpError
+from .external import ExternalWeights
 from .futures import Futures
 from .sampling_sessions import SamplingSessions
 from .sessions import Sessions
@@ -54,6 +55,7 @@ class TinkerService:
             base, store, self._futures, self._sessions, names=names, model_name=model_name
         )
         self._samplers = SamplingSessions(base, store, self._futures, self._sessions, self._runs)
+        self.external = ExternalWeights(store, self._runs)
         self._lock = threading.Lock()
         self.route_counts: Counter[str] = Counter()  # "METHOD route" -> requests served
 
@@ -63,6 +65,10 @@ class TinkerService:
 
     def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Reply:
         path = urlsplit(target).path
+        if method == "GET" and path.startswith(FILES_PREFIX):
+            with self._lock:
+                self.route_counts["GET files"] += 1
+            return self.external.download(target)
         if not path.startswith(API + "/"):
             raise HttpError(404, f"no route {method} {path}")
         route = path[len(API) + 1 :]
@@ -85,6 +91,13 @@ class TinkerService:
             match = re.fullmatch(r"samplers/([^/]+)", route)
             if match:
                 return self._samplers.get_sampler(match.group(1))
+            match = re.fullmatch(
+                r"training_runs/([^/]+)/checkpoints/external_weights(?:/|%2F)([^/]+)"
+                r"/external_weights_urls",
+                route,
+            )
+            if match:
+                return self.external.urls(match.group(1), match.group(2), headers)
             match = re.fullmatch(r"training_runs/([^/]+)/checkpoints", route)
             if match:
                 return self._runs.list_checkpoints(match.group(1))
@@ -109,6 +122,7 @@ class TinkerService:
             "optim_step": self._runs.optim_step,
             "save_weights": self._runs.save_weights,
             "save_weights_for_sampler": self._samplers.save_weights_for_sampler,
+            "save_weights_external": self.external.save,
             "load_weights": self._runs.load_weights,
             "create_sampling_session": self._samplers.create_sampling_session,
             "asample": self._samplers.asample,

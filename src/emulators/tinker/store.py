@@ -3,6 +3,7 @@
     root/runs/<quoted run id>/run.json                      base model and LoRA settings
     root/runs/<quoted run id>/weights/<name>/               save_state: adapter + optimizer
     root/runs/<quoted run id>/sampler_weights/<name>/       save_weights_for_sampler: adapter
+    root/runs/<quoted run id>/external_weights/<name>/      save_weights_external: PEFT files
 
 A checkpoint folder is complete once its `meta.json` exists (it is written last and the folder
 renamed into place), so a listing never shows half a checkpoint. A checkpoint holds the adapter
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 ADAPTER_FILE = "adapter.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 META_FILE = "meta.json"
-KINDS = {"weights": "training", "sampler_weights": "sampler"}
+KINDS = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 _PATH = re.compile(r"tinker://([^/]+)/([^/]+)/([^/]+)")
 
 
@@ -91,7 +92,10 @@ class RunStore:
         """`tinker://<run>/<segment>/<name>` -> (run, segment, name), or a 400."""
         match = _PATH.fullmatch(path)
         if match is None or match.group(2) not in KINDS:
-            raise HttpError(400, f"{path!r} is not a tinker://<run>/weights|sampler_weights/<name>")
+            raise HttpError(
+                400,
+                f"{path!r} is not a tinker://<run>/weights|sampler_weights|external_weights/<name>",
+            )
         run_id, segment, name = match.groups()
         return run_id, segment, name
 
@@ -175,4 +179,5 @@ def save_adapter(
 
 
 def folder_size(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+    """The checkpoint's bytes (`meta.json` is the emulator's bookkeeping, not the checkpoint)."""
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file() and p.name != META_FILE)
