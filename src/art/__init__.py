@@ -21,6 +21,10 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.adapters.serverless import ServerlessBackend as ServerlessBackend
     from arthex.art import dev as dev
+    from arthex.art._frontend.yield_trajectory import (
+        capture_yielded_trajectory as capture_yielded_trajectory,
+    )
+    from arthex.art._frontend.yield_trajectory import yield_trajectory as yield_trajectory
     from arthex.art.dev import LoRAConfig as LoRAConfig
     from arthex.composition.api import Model as Model
     from arthex.composition.api import TrainableModel as TrainableModel
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
         "TrainableModel",
         "Trajectory",
         "TrajectoryGroup",
+        "capture_yielded_trajectory",
         "current_trajectory",
         "dev",
         "gather_trajectories",
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
         "retry",
         "trajectory_group",
         "trajectory_group_batches",
+        "yield_trajectory",
     ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -218,12 +218,8 @@ REFUSED_MODULES: dict[str, str] = {
         "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
     ),
     "art.utils.safetensors": _INTERNAL,
-    "art.utils.strip_logprobs": _INTERNAL,
     "art.utils.suppress_litellm_serialization_warnings": (
         "arthex does not use LiteLLM; nothing to suppress"
-    ),
-    "art.utils.trajectory_logging": (
-        "use model.log(groups) to write and arthex.load_trajectories(run_dir) to read"
     ),
     "art.utils.trajectory_migration": (
         "arthex reads ART's trajectory files as they are; nothing to migrate"
@@ -263,6 +259,9 @@ _LIMIT = Use("arthex.utils.limit_concurrency", "limit_concurrency")
 _RULER = Use("arthex.rewards.ruler", "ruler")
 _RULER_GROUP = Use("arthex.rewards.ruler", "ruler_score_group")
 _METADATA_VALUE = Use("arthex.core.trajectories", "MetadataValue")
+_FRONTEND = "arthex.art._frontend."
+_FILES = _FRONTEND + "trajectory_logging"
+_YIELDING = _FRONTEND + "yield_trajectory"
 _ROLLOUT_TYPES = {
     "RolloutFn": Use("arthex.core.pipeline.rollouts", "RolloutFn"),
     "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
@@ -318,7 +317,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "TrainableModel": _TRAINABLE,
         "Trajectory": _TRAJECTORY,
         "TrajectoryGroup": _GROUP,
-        "capture_yielded_trajectory": _YIELD,
+        "capture_yielded_trajectory": Use(_YIELDING, "capture_yielded_trajectory"),
         "current_trajectory": _CURRENT,
         "dev": Use("arthex.art.dev"),
         "gather_trajectories": _GATHER,
@@ -333,7 +332,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "trajectory": _YIELD,
         "trajectory_group": _TRAJECTORY_GROUP,
         "trajectory_group_batches": _BATCHES,
-        "yield_trajectory": _YIELD,
+        "yield_trajectory": Use(_YIELDING, "yield_trajectory"),
     },
     "art.backend": {
         "AnyModel": _MODEL,
@@ -482,7 +481,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "MessagesExchange": _TRAINING_EXCHANGES,
         "MessagesRequest": _TRAINING_EXCHANGES,
         "MetadataValue": _METADATA_VALUE,
-        "PydanticException": Refuse("arthex.CapturedException is a group's recorded exception"),
+        "PydanticException": Use("arthex.core.trajectories", "CapturedException"),
         "ResponsesExchange": _TRAINING_EXCHANGES,
         "ResponsesHistory": _TRAINING_EXCHANGES,
         "ResponsesItemSource": _TRAINING_EXCHANGES,
@@ -546,6 +545,11 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
+    "art.utils.strip_logprobs": {"strip_logprobs": Use(_FRONTEND + "helpers", "strip_logprobs")},
+    "art.utils.trajectory_logging": {
+        "read_trajectory_groups_parquet": Use(_FILES, "read_trajectory_groups_parquet"),
+        "write_trajectory_groups_parquet": Use(_FILES, "write_trajectory_groups_parquet"),
+    },
     "art.utils.sft": {
         "SFTChunk": Refuse(_SFT_FILE),
         "create_lr_schedule": Use("arthex.core.sft", "create_lr_schedule"),
@@ -556,10 +560,13 @@ MODULES: dict[str, dict[str, Entry]] = {
         "train_sft_from_file": Refuse(_SFT_FILE),
     },
     "art.yield_trajectory": {
-        "YieldTrajectoryContext": _YIELD,
-        "capture_yielded_trajectory": _YIELD,
-        "yield_trajectory": _YIELD,
-        "yield_trajectory_context_var": _YIELD,
+        name: Use(_YIELDING, name)
+        for name in (
+            "YieldTrajectoryContext",
+            "capture_yielded_trajectory",
+            "yield_trajectory",
+            "yield_trajectory_context_var",
+        )
     },
 }
 
