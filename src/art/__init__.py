@@ -21,6 +21,7 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.adapters.serverless import ServerlessBackend as ServerlessBackend
     from arthex.art import dev as dev
+    from arthex.art._frontend.metrics import MetricDefinition as MetricDefinition
     from arthex.art._frontend.yield_trajectory import (
         capture_yielded_trajectory as capture_yielded_trajectory,
     )
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         "LoRAConfig",
         "Messages",
         "MessagesAndChoices",
+        "MetricDefinition",
         "Model",
         "ServerlessBackend",
         "Tools",

@@ -72,7 +72,6 @@ _CAPTURE = (
     "arthex.current_trajectory(): every chat completion to a watched endpoint is recorded"
 )
 _EXCHANGES = "arthex records chat completions only, as Trajectory.exchanges (see docs/capture.md)"
-_NO_COSTS = "arthex has no cost accounting (ruler_score_group reports costs/judge/* itself)"
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
 _TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference server"
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
@@ -143,9 +142,7 @@ REFUSED_PACKAGES: dict[str, str] = {
 
 REFUSED_MODULES: dict[str, str] = {
     "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
-    "art.api_costs": _NO_COSTS,
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.costs": _NO_COSTS,
     "art.dev.get_model_config": _BACKEND_SETTINGS,
     "art.dev.sequence_lengths": _BACKEND_SETTINGS,
     "art.dev.validate": _BACKEND_SETTINGS,
@@ -155,8 +152,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.loss": (
         "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
     ),
-    "art.metrics": _METRICS,
-    "art.metrics_taxonomy": _METRICS,
     "art.openai": "call the OpenAI client with stream=False: arthex records whole chat completions",
     "art.pipeline_trainer.binary_prefix_tool_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
@@ -262,6 +257,18 @@ _METADATA_VALUE = Use("arthex.core.trajectories", "MetadataValue")
 _FRONTEND = "arthex.art._frontend."
 _FILES = _FRONTEND + "trajectory_logging"
 _YIELDING = _FRONTEND + "yield_trajectory"
+
+
+def _frontend(module: str, *names: str) -> dict[str, Entry]:
+    """ART's names that arthex.art implements itself, in `arthex.art._frontend.{module}`."""
+    return {name: Use(_FRONTEND + module, name) for name in names}
+
+
+_PIPELINE_RL_METRICS = Refuse(
+    "ART's pipeline-RL metric catalogue describes its Megatron trainer's measures; "
+    "arthex.PipelineTrainer records its own (docs/pipeline.md): "
+    "read them with arthex.load_history(run_dir)"
+)
 _ROLLOUT_TYPES = {
     "RolloutFn": Use("arthex.core.pipeline.rollouts", "RolloutFn"),
     "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
@@ -301,11 +308,11 @@ MODULES: dict[str, dict[str, Entry]] = {
         "MegatronTopologyConfig": _MEGATRON_NAME,
         "Messages": _MESSAGES,
         "MessagesAndChoices": _MESSAGES_AND_CHOICES,
-        "MetricDefinition": _METRICS_NAME,
+        "MetricDefinition": Use(_FRONTEND + "metrics", "MetricDefinition"),
         "Model": _MODEL,
-        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _METRICS_NAME,
-        "PIPELINE_RL_METRIC_DEFINITIONS": _METRICS_NAME,
-        "PIPELINE_RL_SCORE_METRICS": _METRICS_NAME,
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
         "PipelineRuntimeConfig": _AUTOTUNE_NAME,
         "ServerlessBackend": _SERVERLESS,
@@ -334,6 +341,56 @@ MODULES: dict[str, dict[str, Entry]] = {
         "trajectory_group_batches": _BATCHES,
         "yield_trajectory": Use(_YIELDING, "yield_trajectory"),
     },
+    "art.api_costs": _frontend(
+        "api_costs",
+        "ANTHROPIC_PROVIDER",
+        "CostExtractor",
+        "MODEL_TOKEN_PRICING",
+        "OPENAI_PROVIDER",
+        "ResponseGetter",
+        "TokenPricing",
+        "extract_api_cost",
+        "normalize_model_name",
+        "normalize_provider",
+        "track_api_cost",
+    ),
+    "art.costs": _frontend(
+        "costs",
+        "CostCalculator",
+        "MODEL_PRICING",
+        "ModelPricing",
+        "TokenCount",
+        "build_cost_calculator",
+        "compute_sample_costs",
+        "compute_train_cost",
+        "get_model_pricing",
+        "tokens_to_cost",
+    ),
+    "art.metrics": {
+        **_frontend(
+            "metrics",
+            "MetricDefinition",
+            "MetricsBuilder",
+            "is_builder_managed_metric",
+            "is_cumulative_metric_key",
+            "to_cumulative_metric_key",
+        ),
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
+    },
+    "art.metrics_taxonomy": _frontend(
+        "metrics_taxonomy",
+        "SFT_GRADIENT_STEP_KEY",
+        "SFT_METRIC_PREFIX",
+        "SFT_WANDB_GRADIENT_STEP_KEY",
+        "TRAIN_GRADIENT_STEPS_KEY",
+        "TrajectoryBatchSummary",
+        "average_metric_samples",
+        "build_data_metrics_from_summary",
+        "build_training_summary_metrics",
+        "summarize_trajectory_groups",
+    ),
     "art.backend": {
         "AnyModel": _MODEL,
         "AnyTrainableModel": _TRAINABLE,

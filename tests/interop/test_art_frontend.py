@@ -1,8 +1,9 @@
 """ART's frontend utilities under `arthex.art` do what ART 0.5.23's do: one script
 (art/frontend_script.py) runs under `art` and under `arthex.art` in ART's venv (arthex from this
 checkout), and what each saw must be equal: the trajectory files each writes and reads
-(including the other's, ART's v1 layout and broken files), `strip_logprobs`, and
-`yield_trajectory`."""
+(including the other's, ART's v1 layout and broken files), `strip_logprobs`,
+`yield_trajectory`, and the cost and metric utilities (`art.costs`, `art.api_costs` with
+LiteLLM's prices, `MetricsBuilder`'s roll-ups and running totals, `art.metrics_taxonomy`)."""
 
 from __future__ import annotations
 
@@ -149,7 +150,7 @@ def write_broken_files(directory: Path, good: Path) -> None:
     (directory / "bad-not-parquet.parquet").write_text("not a parquet file")
 
 
-def test_trajectory_files_strip_logprobs_and_yield_match_art(tmp_path: Path) -> None:
+def test_frontend_utilities_match_art(tmp_path: Path) -> None:
     files = tmp_path / "files"
     files.mkdir()
     write_v1_file(files / "v1.parquet")
@@ -177,3 +178,9 @@ def test_trajectory_files_strip_logprobs_and_yield_match_art(tmp_path: Path) -> 
     assert art["written"]["codec"] == "ZSTD" and art["written"]["version"] == "2"
     assert art["yield"] == [[1.0, 2.0], "No trajectory yielded"]
     assert art["strip choice"] == [None, True, "kept", "Choice"]
+    # costs, worked by hand: 1000 uncached prompt tokens at $2/M, 200 cached at $0.5/M and
+    # 300 completion tokens at $8/M; LiteLLM's price list (installed in ART's venv) is used
+    assert art["api openai"] == 0.0045
+    assert isinstance(art["api litellm"], float) and art["api litellm"] > 0
+    assert art["flush 1"]["costs/all"] == 1.7518 and art["flush 2"]["costs/cum/all"] == 2.7518
+    assert art["api unknown model"].startswith("ValueError: No pricing configured")

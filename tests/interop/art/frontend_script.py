@@ -199,9 +199,189 @@ def small_helpers(out: dict[str, Any]) -> None:
     out["yield"] = asyncio.run(main())
 
 
+def rounded(value: Any) -> Any:
+    """Floats to 12 significant digits: sums ART takes over a set come in any order."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [rounded(item) for item in value]
+    return value
+
+
+def outcome(call: Any) -> Any:
+    try:
+        return rounded(call())
+    except Exception as caught:
+        kind = "ValueError" if isinstance(caught, ValueError) else type(caught).__name__
+        return f"{kind}: {caught}"[:60]
+
+
+def costs(out: dict[str, Any]) -> None:
+    from openai.types.chat import ChatCompletion
+
+    prices = module("costs")
+    qwen = prices.get_model_pricing("Qwen/Qwen3-8B")
+    out["pricing"] = [qwen.prefill, qwen.sample, qwen.train, prices.get_model_pricing("nope")]
+    out["pricing strict"] = outcome(lambda: prices.get_model_pricing("nope", strict=True))[:40]
+    calculate = prices.build_cost_calculator(qwen)
+    out["calculator"] = outcome(lambda: calculate(1000, None, "/train/"))
+    out["calculator empty"] = outcome(lambda: calculate(1, 1, "//"))
+    out["train cost"] = outcome(lambda: prices.compute_train_cost(2_500_000, qwen))
+
+    api = module("api_costs")
+    completion = ChatCompletion.model_validate(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4.1",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "x"},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 1200,
+                "completion_tokens": 300,
+                "total_tokens": 1500,
+                "prompt_tokens_details": {"cached_tokens": 200},
+            },
+        }
+    )
+    anthropic = {
+        "usage": {
+            "input_tokens": 1000,
+            "output_tokens": 100,
+            "cache_creation_input_tokens": 50,
+            "cache_read_input_tokens": 400,
+        }
+    }
+    none = dict.fromkeys(
+        (
+            "prompt_price_per_million",
+            "completion_price_per_million",
+            "cached_prompt_price_per_million",
+            "cache_creation_price_per_million",
+            "cache_read_price_per_million",
+        )
+    )
+
+    def cost(response: Any, provider: str, model: str, **given: Any) -> Any:
+        return outcome(
+            lambda: api.extract_api_cost(
+                response,
+                provider=provider,
+                model_name=model,
+                **{**none, **given},
+                cost_extractors={},
+                model_pricing={},
+            )
+        )
+
+    out["api openai"] = cost(completion, "OpenAI ", "openai/gpt-4.1")
+    out["api openai priced"] = cost(
+        completion, "openai", "openai/gpt-4.1", completion_price_per_million=1.0
+    )
+    out["api anthropic"] = cost(anthropic, "anthropic", "anthropic/claude-sonnet-4-6")
+    out["api listed"] = cost(completion, "openai", "Qwen/Qwen3-8B")
+    out["api litellm"] = cost(completion, "openai", "gpt-4o-mini")
+    out["api reported"] = cost({"usage": {"cost": {"total_cost": 0.25}}}, "x", "")
+    out["api unknown model"] = cost(completion, "openai", "no-such-model")
+    out["api wrong usage"] = cost(anthropic, "openai", "openai/gpt-4.1")
+    out["api unknown provider"] = cost(completion, "acme", "openai/gpt-4.1")
+    out["api empty provider"] = cost(completion, " ", "openai/gpt-4.1")
+
+    metrics = module("metrics")
+    builder = metrics.MetricsBuilder(cost_context="train")
+    builder.register_model_pricing("my-judge", prompt_per_million=1.0, completion_per_million=2.0)
+    builder.add_cost("train/tinker_prefill", 0.5)
+    builder.add_cost("train/judge/a", 0.25)
+    builder.add_cost("eval", 1.0)
+    builder.add_metric("time/step_wall_s", 3.0)
+    builder.add_data(step_num_scenarios=4, step_rollout_tokens=100, scenario_ids=["a", "b"])
+    builder.add_user_timing(step_rollout_s=2.0)
+    out["builder response"] = outcome(
+        lambda: builder.add_response_cost(
+            "/judge/b/", completion, provider="openai", model_name="my-judge"
+        )
+    )
+    out["builder ancestor"] = outcome(lambda: builder.add_metric("costs/train/judge", 1.0))
+    out["builder cum"] = outcome(lambda: builder.add_metric("costs/cum/x", 1.0))
+    out["builder bare"] = outcome(lambda: builder.add_metric("plain", 1.0))
+    evaluation = builder.for_cost_context("eval")
+    evaluation.add_cost("eval/judge", 2.0)
+
+    @api.track_api_cost(
+        source="grader", provider="anthropic", model_name="anthropic/claude-sonnet-4-6"
+    )
+    def grade() -> Any:
+        return anthropic
+
+    @api.track_api_cost(
+        source="agent",
+        provider="openai",
+        model_name="openai/gpt-4.1",
+        response_getter=lambda result: result[1],
+    )
+    async def act() -> Any:
+        return ("ignored", completion)
+
+    grade()  # no active builder: nothing recorded
+
+    async def flushes() -> list[Any]:
+        with evaluation.activate_context():
+            grade()
+            await act()
+        first = await builder.flush()
+        builder.add_cost("train/tinker_prefill", 1.0)
+        builder.add_data(scenario_ids=["b", "c"])
+        second = await builder.flush()
+        return [first, second, await evaluation.flush(), builder.state_dict()["cum_state"]]
+
+    first, second, evaluated, state = asyncio.run(flushes())
+    out["flush 1"], out["flush 2"] = rounded(first), rounded(second)
+    out["flush eval"], out["state"] = rounded(evaluated), rounded(state)
+    out["cum keys"] = [
+        metrics.to_cumulative_metric_key("time/step_wall_s"),
+        metrics.is_cumulative_metric_key("data/cum/x"),
+        metrics.is_builder_managed_metric("data/step_x"),
+        outcome(lambda: metrics.to_cumulative_metric_key("costs/cum/a")),
+    ]
+
+    taxonomy = module("metrics_taxonomy")
+    groups = [
+        art.TrajectoryGroup(
+            trajectories=[art.Trajectory(reward=r, metadata={"scenario_id": 7}) for r in (0.0, 1.0)]
+        ),
+        art.TrajectoryGroup(
+            trajectories=[art.Trajectory(reward=1.0)] * 2, metadata={"scenario_id": "7"}
+        ),
+        art.TrajectoryGroup(trajectories=[art.Trajectory(reward=0.5, metadata={"scenario_id": 8})]),
+    ]
+    summary = taxonomy.summarize_trajectory_groups(groups)
+    out["summary"] = [
+        summary.num_scenarios,
+        summary.num_trajectories,
+        summary.num_groups_trainable,
+        summary.scenario_ids,
+        taxonomy.build_data_metrics_from_summary(summary, include_trainable_groups=True),
+    ]
+    samples = [{"loss": 1.0, "data/step_num_gradient_steps": 2}, {"loss": 2.0, "x": 5}]
+    out["averaged"] = outcome(lambda: taxonomy.average_metric_samples(samples))
+    out["averaged varying"] = outcome(
+        lambda: taxonomy.average_metric_samples(
+            [{"data/step_num_gradient_steps": 1}, {"data/step_num_gradient_steps": 2}]
+        )
+    )
+
+
 def main() -> None:
     out: dict[str, Any] = {}
-    for part in sys.argv[4:] or ["trajectory_files", "small_helpers"]:
+    for part in sys.argv[4:] or ["trajectory_files", "small_helpers", "costs"]:
         globals()[part](out)
     OUT.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
 
