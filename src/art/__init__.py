@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.accounting.builder import MetricDefinition as MetricDefinition
     from arthex.adapters.serverless import ServerlessBackend as ServerlessBackend
     from arthex.art import dev as dev
-    from arthex.art._frontend.metrics import MetricDefinition as MetricDefinition
-    from arthex.art._frontend.yield_trajectory import (
-        capture_yielded_trajectory as capture_yielded_trajectory,
-    )
-    from arthex.art._frontend.yield_trajectory import yield_trajectory as yield_trajectory
     from arthex.art.dev import LoRAConfig as LoRAConfig
     from arthex.composition.api import Model as Model
     from arthex.composition.api import TrainableModel as TrainableModel
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
+    from arthex.composition.yield_trajectory import (
+        capture_yielded_trajectory as capture_yielded_trajectory,
+    )
+    from arthex.composition.yield_trajectory import yield_trajectory as yield_trajectory
     from arthex.core.backend_train import BackendTrainEntry as Backend
     from arthex.core.batch_stream import trajectory_group_batches as trajectory_group_batches
     from arthex.core.chat_types import Messages as Messages

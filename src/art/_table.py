@@ -254,20 +254,32 @@ _LIMIT = Use("arthex.utils.limit_concurrency", "limit_concurrency")
 _RULER = Use("arthex.rewards.ruler", "ruler")
 _RULER_GROUP = Use("arthex.rewards.ruler", "ruler_score_group")
 _METADATA_VALUE = Use("arthex.core.trajectories", "MetadataValue")
-_FRONTEND = "arthex.art._frontend."
-_FILES = _FRONTEND + "trajectory_logging"
-_YIELDING = _FRONTEND + "yield_trajectory"
+_FILES = "arthex.adapters.parquet.single_file"
+_STRIP = Use("arthex.utils.strip_logprobs", "strip_logprobs")
+_YIELDING = "arthex.composition.yield_trajectory"
 
 
-def _frontend(module: str, *names: str) -> dict[str, Entry]:
-    """ART's names that arthex.art implements itself, in `arthex.art._frontend.{module}`."""
-    return {name: Use(_FRONTEND + module, name) for name in names}
+def _accounting(module: str, *names: str) -> dict[str, Entry]:
+    """ART's cost and step-metric names: arthex's cost accounting, `arthex.accounting.{module}`."""
+    return {name: Use(f"arthex.accounting.{module}", name) for name in names}
 
 
 _PIPELINE_RL_METRICS = Refuse(
     "ART's pipeline-RL metric catalogue describes its Megatron trainer's measures; "
     "arthex.PipelineTrainer records its own (docs/pipeline.md): "
     "read them with arthex.load_history(run_dir)"
+)
+_api_costs = _accounting(
+    "api_costs",
+    "ANTHROPIC_PROVIDER",
+    "CostExtractor",
+    "MODEL_TOKEN_PRICING",
+    "OPENAI_PROVIDER",
+    "ResponseGetter",
+    "TokenPricing",
+    "extract_api_cost",
+    "normalize_model_name",
+    "normalize_provider",
 )
 _ROLLOUT_TYPES = {
     "RolloutFn": Use("arthex.core.pipeline.rollouts", "RolloutFn"),
@@ -308,7 +320,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "MegatronTopologyConfig": _MEGATRON_NAME,
         "Messages": _MESSAGES,
         "MessagesAndChoices": _MESSAGES_AND_CHOICES,
-        "MetricDefinition": Use(_FRONTEND + "metrics", "MetricDefinition"),
+        "MetricDefinition": Use("arthex.accounting.builder", "MetricDefinition"),
         "Model": _MODEL,
         "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
         "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
@@ -341,21 +353,12 @@ MODULES: dict[str, dict[str, Entry]] = {
         "trajectory_group_batches": _BATCHES,
         "yield_trajectory": Use(_YIELDING, "yield_trajectory"),
     },
-    "art.api_costs": _frontend(
-        "api_costs",
-        "ANTHROPIC_PROVIDER",
-        "CostExtractor",
-        "MODEL_TOKEN_PRICING",
-        "OPENAI_PROVIDER",
-        "ResponseGetter",
-        "TokenPricing",
-        "extract_api_cost",
-        "normalize_model_name",
-        "normalize_provider",
-        "track_api_cost",
-    ),
-    "art.costs": _frontend(
-        "costs",
+    "art.api_costs": {
+        **_api_costs,
+        "track_api_cost": Use("arthex.accounting.builder", "track_api_cost"),
+    },
+    "art.costs": _accounting(
+        "pricing",
         "CostCalculator",
         "MODEL_PRICING",
         "ModelPricing",
@@ -367,8 +370,8 @@ MODULES: dict[str, dict[str, Entry]] = {
         "tokens_to_cost",
     ),
     "art.metrics": {
-        **_frontend(
-            "metrics",
+        **_accounting(
+            "builder",
             "MetricDefinition",
             "MetricsBuilder",
             "is_builder_managed_metric",
@@ -379,8 +382,8 @@ MODULES: dict[str, dict[str, Entry]] = {
         "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
         "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
     },
-    "art.metrics_taxonomy": _frontend(
-        "metrics_taxonomy",
+    "art.metrics_taxonomy": _accounting(
+        "taxonomy",
         "SFT_GRADIENT_STEP_KEY",
         "SFT_METRIC_PREFIX",
         "SFT_WANDB_GRADIENT_STEP_KEY",
@@ -602,7 +605,9 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
-    "art.utils.strip_logprobs": {"strip_logprobs": Use(_FRONTEND + "helpers", "strip_logprobs")},
+    "art.utils.strip_logprobs": {
+        "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")
+    },
     "art.utils.trajectory_logging": {
         "read_trajectory_groups_parquet": Use(_FILES, "read_trajectory_groups_parquet"),
         "write_trajectory_groups_parquet": Use(_FILES, "write_trajectory_groups_parquet"),

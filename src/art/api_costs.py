@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.art._frontend.api_costs import ANTHROPIC_PROVIDER as ANTHROPIC_PROVIDER
-    from arthex.art._frontend.api_costs import MODEL_TOKEN_PRICING as MODEL_TOKEN_PRICING
-    from arthex.art._frontend.api_costs import OPENAI_PROVIDER as OPENAI_PROVIDER
-    from arthex.art._frontend.api_costs import CostExtractor as CostExtractor
-    from arthex.art._frontend.api_costs import ResponseGetter as ResponseGetter
-    from arthex.art._frontend.api_costs import TokenPricing as TokenPricing
-    from arthex.art._frontend.api_costs import extract_api_cost as extract_api_cost
-    from arthex.art._frontend.api_costs import normalize_model_name as normalize_model_name
-    from arthex.art._frontend.api_costs import normalize_provider as normalize_provider
-    from arthex.art._frontend.api_costs import track_api_cost as track_api_cost
+    from arthex.accounting.api_costs import ANTHROPIC_PROVIDER as ANTHROPIC_PROVIDER
+    from arthex.accounting.api_costs import MODEL_TOKEN_PRICING as MODEL_TOKEN_PRICING
+    from arthex.accounting.api_costs import OPENAI_PROVIDER as OPENAI_PROVIDER
+    from arthex.accounting.api_costs import CostExtractor as CostExtractor
+    from arthex.accounting.api_costs import ResponseGetter as ResponseGetter
+    from arthex.accounting.api_costs import TokenPricing as TokenPricing
+    from arthex.accounting.api_costs import extract_api_cost as extract_api_cost
+    from arthex.accounting.api_costs import normalize_model_name as normalize_model_name
+    from arthex.accounting.api_costs import normalize_provider as normalize_provider
+    from arthex.accounting.builder import track_api_cost as track_api_cost
 
     __all__ = [
         "ANTHROPIC_PROVIDER",

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.art._frontend.costs import MODEL_PRICING as MODEL_PRICING
-    from arthex.art._frontend.costs import CostCalculator as CostCalculator
-    from arthex.art._frontend.costs import ModelPricing as ModelPricing
-    from arthex.art._frontend.costs import TokenCount as TokenCount
-    from arthex.art._frontend.costs import build_cost_calculator as build_cost_calculator
-    from arthex.art._frontend.costs import compute_sample_costs as compute_sample_costs
-    from arthex.art._frontend.costs import compute_train_cost as compute_train_cost
-    from arthex.art._frontend.costs import get_model_pricing as get_model_pricing
-    from arthex.art._frontend.costs import tokens_to_cost as tokens_to_cost
+    from arthex.accounting.pricing import MODEL_PRICING as MODEL_PRICING
+    from arthex.accounting.pricing import CostCalculator as CostCalculator
+    from arthex.accounting.pricing import ModelPricing as ModelPricing
+    from arthex.accounting.pricing import TokenCount as TokenCount
+    from arthex.accounting.pricing import build_cost_calculator as build_cost_calculator
+    from arthex.accounting.pricing import compute_sample_costs as compute_sample_costs
+    from arthex.accounting.pricing import compute_train_cost as compute_train_cost
+    from arthex.accounting.pricing import get_model_pricing as get_model_pricing
+    from arthex.accounting.pricing import tokens_to_cost as tokens_to_cost
 
     __all__ = [
         "MODEL_PRICING",

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.art._frontend.metrics import MetricDefinition as MetricDefinition
-    from arthex.art._frontend.metrics import MetricsBuilder as MetricsBuilder
-    from arthex.art._frontend.metrics import is_builder_managed_metric as is_builder_managed_metric
-    from arthex.art._frontend.metrics import is_cumulative_metric_key as is_cumulative_metric_key
-    from arthex.art._frontend.metrics import to_cumulative_metric_key as to_cumulative_metric_key
+    from arthex.accounting.builder import MetricDefinition as MetricDefinition
+    from arthex.accounting.builder import MetricsBuilder as MetricsBuilder
+    from arthex.accounting.builder import is_builder_managed_metric as is_builder_managed_metric
+    from arthex.accounting.builder import is_cumulative_metric_key as is_cumulative_metric_key
+    from arthex.accounting.builder import to_cumulative_metric_key as to_cumulative_metric_key
 
     __all__ = [
         "MetricDefinition",

@@ -10,27 +10,21 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.art._frontend.metrics_taxonomy import SFT_GRADIENT_STEP_KEY as SFT_GRADIENT_STEP_KEY
-    from arthex.art._frontend.metrics_taxonomy import SFT_METRIC_PREFIX as SFT_METRIC_PREFIX
-    from arthex.art._frontend.metrics_taxonomy import (
+    from arthex.accounting.taxonomy import SFT_GRADIENT_STEP_KEY as SFT_GRADIENT_STEP_KEY
+    from arthex.accounting.taxonomy import SFT_METRIC_PREFIX as SFT_METRIC_PREFIX
+    from arthex.accounting.taxonomy import (
         SFT_WANDB_GRADIENT_STEP_KEY as SFT_WANDB_GRADIENT_STEP_KEY,
     )
-    from arthex.art._frontend.metrics_taxonomy import (
-        TRAIN_GRADIENT_STEPS_KEY as TRAIN_GRADIENT_STEPS_KEY,
-    )
-    from arthex.art._frontend.metrics_taxonomy import (
-        TrajectoryBatchSummary as TrajectoryBatchSummary,
-    )
-    from arthex.art._frontend.metrics_taxonomy import (
-        average_metric_samples as average_metric_samples,
-    )
-    from arthex.art._frontend.metrics_taxonomy import (
+    from arthex.accounting.taxonomy import TRAIN_GRADIENT_STEPS_KEY as TRAIN_GRADIENT_STEPS_KEY
+    from arthex.accounting.taxonomy import TrajectoryBatchSummary as TrajectoryBatchSummary
+    from arthex.accounting.taxonomy import average_metric_samples as average_metric_samples
+    from arthex.accounting.taxonomy import (
         build_data_metrics_from_summary as build_data_metrics_from_summary,
     )
-    from arthex.art._frontend.metrics_taxonomy import (
+    from arthex.accounting.taxonomy import (
         build_training_summary_metrics as build_training_summary_metrics,
     )
-    from arthex.art._frontend.metrics_taxonomy import (
+    from arthex.accounting.taxonomy import (
         summarize_trajectory_groups as summarize_trajectory_groups,
     )
 

@@ -10,14 +10,12 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.art._frontend.yield_trajectory import (
-        YieldTrajectoryContext as YieldTrajectoryContext,
-    )
-    from arthex.art._frontend.yield_trajectory import (
+    from arthex.composition.yield_trajectory import YieldTrajectoryContext as YieldTrajectoryContext
+    from arthex.composition.yield_trajectory import (
         capture_yielded_trajectory as capture_yielded_trajectory,
     )
-    from arthex.art._frontend.yield_trajectory import yield_trajectory as yield_trajectory
-    from arthex.art._frontend.yield_trajectory import (
+    from arthex.composition.yield_trajectory import yield_trajectory as yield_trajectory
+    from arthex.composition.yield_trajectory import (
         yield_trajectory_context_var as yield_trajectory_context_var,
     )
 

@@ -215,9 +215,7 @@ def test_supported_names_are_re_exports_not_new_implementations() -> None:
         owner = getattr(value, "__module__", None)
         if inspect.isclass(value) or inspect.isfunction(value):
             assert isinstance(owner, str) and owner.startswith("arthex."), (path, name, owner)
-            # arthex.art's own frontend utilities live apart from the path files
-            own = owner.startswith("arthex.art._frontend.")
-            assert own or not owner.startswith("arthex.art"), (path, name, owner)
+            assert not owner.startswith("arthex.art"), (path, name, owner)
 
 
 def test_arts_settings_shapes_build_plain_dicts_the_model_warns_about(tmp_path: Path) -> None:
@@ -338,9 +336,7 @@ def test_each_path_has_its_file_and_each_file_its_path() -> None:
     paths = {*_table.MODULES, *_table.REFUSED_MODULES, *_table.REFUSED_PACKAGES}
     files = {_file_of(path) for path in paths}
     assert all(file.is_file() for file in files), sorted(str(f) for f in files if not f.is_file())
-    frontend = PACKAGE / "_frontend"  # what arthex.art does itself, not one of ART's paths
     on_disk = {f for f in PACKAGE.rglob("*.py") if f.name != "_table.py"}
-    on_disk = {f for f in on_disk if frontend not in f.parents}
     assert on_disk == files, sorted(str(f.relative_to(PACKAGE)) for f in on_disk ^ files)
 
 

@@ -26,7 +26,12 @@ from .encoding import check_groups, encode_batches
 from .schema import AUTHORITATIVE, VERSION_KEY
 from .step_file import write_part
 
-__all__ = ["read_groups_file", "write_groups_file"]
+__all__ = [
+    "read_groups_file",
+    "read_trajectory_groups_parquet",
+    "write_groups_file",
+    "write_trajectory_groups_parquet",
+]
 
 
 def write_groups_file(path: str | os.PathLike[str], groups: Sequence[TrajectoryGroup]) -> None:
@@ -55,6 +60,30 @@ def read_groups_file(path: str | os.PathLike[str]) -> list[TrajectoryGroup]:
         if {"group_json", "trajectory_json"} & set(schema.names):
             raise CorruptDataError(f"{where} has v2 columns but no format_version column")
         return _read_v1(where, file.read())
+
+
+def write_trajectory_groups_parquet(
+    trajectory_groups: list[TrajectoryGroup], path: str | os.PathLike[str]
+) -> None:
+    """ART's name for `write_groups_file`: the groups, whole, in one zstd parquet file in ART's
+    v2 layout (replacing a file at `path` atomically). A batch that cannot be stored raises
+    InvalidInputError, a ValueError, before anything is written."""
+    write_groups_file(path, trajectory_groups)
+
+
+def read_trajectory_groups_parquet(path: str | os.PathLike[str]) -> list[TrajectoryGroup]:
+    """ART's name for `read_groups_file`: the groups of a v2 file exactly as written, or of an
+    ART v1 file. A file that is neither raises a ValueError naming it, as ART's does (and a
+    CorruptDataError, as arthex's readers do)."""
+    try:
+        return read_groups_file(path)
+    except CorruptDataError as error:
+        raise TrajectoryFileError(str(error)) from error
+
+
+class TrajectoryFileError(CorruptDataError, ValueError):
+    """A trajectory file that is not one: arthex's CorruptDataError, and the ValueError ART's
+    callers catch."""
 
 
 def _read_v1(where: str, table: pa.Table) -> list[TrajectoryGroup]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.art._frontend.helpers import strip_logprobs as strip_logprobs
+    from arthex.utils.strip_logprobs import strip_logprobs as strip_logprobs
 
     __all__ = [
         "strip_logprobs",

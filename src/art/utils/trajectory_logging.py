@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from arthex.art._frontend.trajectory_logging import (
+    from arthex.adapters.parquet.single_file import (
         read_trajectory_groups_parquet as read_trajectory_groups_parquet,
     )
-    from arthex.art._frontend.trajectory_logging import (
+    from arthex.adapters.parquet.single_file import (
         write_trajectory_groups_parquet as write_trajectory_groups_parquet,
     )
 

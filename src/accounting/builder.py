@@ -1,5 +1,6 @@
-"""ART's `art.metrics`: `MetricsBuilder`, which gathers one step's cost, time and data metrics
-and, at `flush`, adds ART's roll-ups and running totals.
+"""arthex's step metrics builder, with ART's names (`art.metrics`): `MetricsBuilder`, which
+gathers one step's cost, time and data metrics and, at `flush`, adds ART's roll-ups and
+running totals.
 
 At a flush, for the step's `costs/...` leaves: each parent path gets the sum of the leaves
 below it (`costs/train` = `costs/train/a` + `costs/train/b/c`, ...) and `costs/all` the sum
@@ -11,17 +12,20 @@ under `{section}/cum/{rest}` (`time/step_wall_s` -> `time/cum/wall_s`). Builders
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar, cast
 
 import pydantic
 
 from .api_costs import (
     CostExtractor,
+    ResponseGetter,
     TokenPricing,
     extract_api_cost,
     normalize_model_name,
@@ -34,7 +38,11 @@ __all__ = [
     "is_builder_managed_metric",
     "is_cumulative_metric_key",
     "to_cumulative_metric_key",
+    "track_api_cost",
 ]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _active: ContextVar[MetricsBuilder] = ContextVar("arthex_active_metrics_builder")
 _TOTALLED = ("costs", "time", "data")
@@ -218,7 +226,7 @@ class MetricsBuilder:
         async with self._shared.lock:
             buffer = self._buffer()
             result = dict(buffer.values)
-            result.update(_rollups({k: v for k, v in result.items() if k.startswith("costs/")}))
+            result.update(rollups({k: v for k, v in result.items() if k.startswith("costs/")}))
             totals = self._shared.totals
             for key, value in list(result.items()):
                 if key.split("/", 1)[0] not in _TOTALLED or key == _RATIO:
@@ -356,7 +364,7 @@ class MetricsBuilder:
         return self._shared.buffers.setdefault(self._scope, _Buffer())
 
 
-def _rollups(costs: dict[str, float]) -> dict[str, float]:
+def rollups(costs: dict[str, float]) -> dict[str, float]:
     """Each parent path of the cost leaves with the sum below it, and `costs/all`."""
     if not costs:
         return {}
@@ -367,3 +375,68 @@ def _rollups(costs: dict[str, float]) -> dict[str, float]:
     tops = {f"costs/{key.split('/')[1]}" for key in costs}
     sums["costs/all"] = sum(sums[top] if top in sums else costs[top] for top in tops)
     return sums
+
+
+def track_api_cost(
+    *,
+    source: str,
+    provider: str,
+    model_name: str,
+    response_getter: ResponseGetter | None = None,
+    prompt_price_per_million: float | None = None,
+    completion_price_per_million: float | None = None,
+    cached_prompt_price_per_million: float | None = None,
+    cache_creation_price_per_million: float | None = None,
+    cache_read_price_per_million: float | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a function (sync or async) that calls a model API: the cost of each call's
+    response (`response_getter(result)`, or the result) is added to the active
+    MetricsBuilder as `costs/{its context}/{source}`. Outside an active builder nothing is
+    recorded."""
+    where = source.strip("/")
+    if not where:
+        raise ValueError("source must be non-empty")
+    provider_name = normalize_provider(provider)
+    if provider_name is None:
+        raise ValueError("provider must be non-empty")
+    model = normalize_model_name(model_name)
+    if model is None:
+        raise ValueError("model_name must be non-empty")
+    prices = {
+        "prompt_price_per_million": prompt_price_per_million,
+        "completion_price_per_million": completion_price_per_million,
+        "cached_prompt_price_per_million": cached_prompt_price_per_million,
+        "cache_creation_price_per_million": cache_creation_price_per_million,
+        "cache_read_price_per_million": cache_read_price_per_million,
+    }
+
+    def record(result: Any) -> None:
+        try:
+            builder = MetricsBuilder.get_active()
+        except LookupError:
+            return
+        response = response_getter(result) if response_getter is not None else result
+        builder.add_response_cost(
+            where, response, provider=provider_name, model_name=model, **prices
+        )
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                result = await function(*args, **kwargs)
+                record(result)
+                return result
+
+            return cast(Callable[P, R], run_async)
+
+        @functools.wraps(function)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            result = function(*args, **kwargs)
+            record(result)
+            return result
+
+        return run
+
+    return decorate

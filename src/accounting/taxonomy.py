@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ...core.metrics import is_trainable_group
-from ...core.trajectories import TrajectoryGroup
+from ..core.metrics import is_trainable_group
+from ..core.trajectories import TrajectoryGroup
 
 __all__ = [
     "SFT_GRADIENT_STEP_KEY",

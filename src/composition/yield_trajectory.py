@@ -14,8 +14,8 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any
 
-from ...composition.capture import capture
-from ...core.trajectories import Trajectory
+from ..core.trajectories import Trajectory
+from .capture import capture
 
 __all__ = [
     "YieldTrajectoryContext",

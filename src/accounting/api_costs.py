@@ -1,5 +1,6 @@
-"""ART's `art.api_costs`: the dollar cost of one call to a hosted model API (OpenAI or
-Anthropic), and `track_api_cost`, a decorator that adds it to the active MetricsBuilder.
+"""The dollar cost of one call to a hosted model API (OpenAI or Anthropic), with ART's names
+(`art.api_costs`; its decorator `track_api_cost` is in builder.py, beside the MetricsBuilder
+it adds to).
 
 A call's cost is, first found wins: a cost the response reports itself (`usage.cost`, or
 LiteLLM's response-cost header); a cost extractor registered for the provider; otherwise its
@@ -10,13 +11,11 @@ installed), `art.costs.MODEL_PRICING`; each price passed to the call overrides i
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar
 
-from .costs import get_model_pricing, tokens_to_cost
+from .pricing import get_model_pricing, tokens_to_cost
 
 __all__ = [
     "ANTHROPIC_PROVIDER",
@@ -28,7 +27,6 @@ __all__ = [
     "extract_api_cost",
     "normalize_model_name",
     "normalize_provider",
-    "track_api_cost",
 ]
 
 OPENAI_PROVIDER = "openai"
@@ -256,70 +254,3 @@ def extract_api_cost(
             "and model, or register a cost extractor for it"
         )
     return cost
-
-
-def track_api_cost(
-    *,
-    source: str,
-    provider: str,
-    model_name: str,
-    response_getter: ResponseGetter | None = None,
-    prompt_price_per_million: float | None = None,
-    completion_price_per_million: float | None = None,
-    cached_prompt_price_per_million: float | None = None,
-    cache_creation_price_per_million: float | None = None,
-    cache_read_price_per_million: float | None = None,
-) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Decorate a function (sync or async) that calls a model API: the cost of each call's
-    response (`response_getter(result)`, or the result) is added to the active
-    MetricsBuilder as `costs/{its context}/{source}`. Outside an active builder nothing is
-    recorded."""
-    where = source.strip("/")
-    if not where:
-        raise ValueError("source must be non-empty")
-    provider_name = normalize_provider(provider)
-    if provider_name is None:
-        raise ValueError("provider must be non-empty")
-    model = normalize_model_name(model_name)
-    if model is None:
-        raise ValueError("model_name must be non-empty")
-    prices = {
-        "prompt_price_per_million": prompt_price_per_million,
-        "completion_price_per_million": completion_price_per_million,
-        "cached_prompt_price_per_million": cached_prompt_price_per_million,
-        "cache_creation_price_per_million": cache_creation_price_per_million,
-        "cache_read_price_per_million": cache_read_price_per_million,
-    }
-
-    def record(result: Any) -> None:
-        from .metrics import MetricsBuilder
-
-        try:
-            builder = MetricsBuilder.get_active()
-        except LookupError:
-            return
-        response = response_getter(result) if response_getter is not None else result
-        builder.add_response_cost(
-            where, response, provider=provider_name, model_name=model, **prices
-        )
-
-    def decorate(function: Callable[P, R]) -> Callable[P, R]:
-        if inspect.iscoroutinefunction(function):
-
-            @functools.wraps(function)
-            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                result = await function(*args, **kwargs)
-                record(result)
-                return result
-
-            return cast(Callable[P, R], run_async)
-
-        @functools.wraps(function)
-        def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            result = function(*args, **kwargs)
-            record(result)
-            return result
-
-        return run
-
-    return decorate
