@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.accounting.builder import MetricDefinition as MetricDefinition
     from arthex.adapters.serverless import ServerlessBackend as ServerlessBackend
     from arthex.art import dev as dev
     from arthex.art.dev import LoRAConfig as LoRAConfig
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from arthex.composition.api import TrainableModel as TrainableModel
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
+    from arthex.composition.yield_trajectory import (
+        capture_yielded_trajectory as capture_yielded_trajectory,
+    )
+    from arthex.composition.yield_trajectory import yield_trajectory as yield_trajectory
     from arthex.core.backend_train import BackendTrainEntry as Backend
     from arthex.core.batch_stream import trajectory_group_batches as trajectory_group_batches
     from arthex.core.chat_types import Messages as Messages
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
         "LoRAConfig",
         "Messages",
         "MessagesAndChoices",
+        "MetricDefinition",
         "Model",
         "ServerlessBackend",
         "Tools",
@@ -55,6 +61,7 @@ if TYPE_CHECKING:
         "TrainableModel",
         "Trajectory",
         "TrajectoryGroup",
+        "capture_yielded_trajectory",
         "current_trajectory",
         "dev",
         "gather_trajectories",
@@ -63,6 +70,7 @@ if TYPE_CHECKING:
         "retry",
         "trajectory_group",
         "trajectory_group_batches",
+        "yield_trajectory",
     ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

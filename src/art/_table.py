@@ -72,7 +72,6 @@ _CAPTURE = (
     "arthex.current_trajectory(): every chat completion to a watched endpoint is recorded"
 )
 _EXCHANGES = "arthex records chat completions only, as Trajectory.exchanges (see docs/capture.md)"
-_NO_COSTS = "arthex has no cost accounting (ruler_score_group reports costs/judge/* itself)"
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
 _TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference server"
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
@@ -143,9 +142,7 @@ REFUSED_PACKAGES: dict[str, str] = {
 
 REFUSED_MODULES: dict[str, str] = {
     "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
-    "art.api_costs": _NO_COSTS,
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.costs": _NO_COSTS,
     "art.dev.get_model_config": _BACKEND_SETTINGS,
     "art.dev.sequence_lengths": _BACKEND_SETTINGS,
     "art.dev.validate": _BACKEND_SETTINGS,
@@ -155,8 +152,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.loss": (
         "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
     ),
-    "art.metrics": _METRICS,
-    "art.metrics_taxonomy": _METRICS,
     "art.openai": "call the OpenAI client with stream=False: arthex records whole chat completions",
     "art.pipeline_trainer.binary_prefix_tool_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
@@ -218,12 +213,8 @@ REFUSED_MODULES: dict[str, str] = {
         "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
     ),
     "art.utils.safetensors": _INTERNAL,
-    "art.utils.strip_logprobs": _INTERNAL,
     "art.utils.suppress_litellm_serialization_warnings": (
         "arthex does not use LiteLLM; nothing to suppress"
-    ),
-    "art.utils.trajectory_logging": (
-        "use model.log(groups) to write and arthex.load_trajectories(run_dir) to read"
     ),
     "art.utils.trajectory_migration": (
         "arthex reads ART's trajectory files as they are; nothing to migrate"
@@ -263,6 +254,33 @@ _LIMIT = Use("arthex.utils.limit_concurrency", "limit_concurrency")
 _RULER = Use("arthex.rewards.ruler", "ruler")
 _RULER_GROUP = Use("arthex.rewards.ruler", "ruler_score_group")
 _METADATA_VALUE = Use("arthex.core.trajectories", "MetadataValue")
+_FILES = "arthex.adapters.parquet.single_file"
+_STRIP = Use("arthex.utils.strip_logprobs", "strip_logprobs")
+_YIELDING = "arthex.composition.yield_trajectory"
+
+
+def _accounting(module: str, *names: str) -> dict[str, Entry]:
+    """ART's cost and step-metric names: arthex's cost accounting, `arthex.accounting.{module}`."""
+    return {name: Use(f"arthex.accounting.{module}", name) for name in names}
+
+
+_PIPELINE_RL_METRICS = Refuse(
+    "ART's pipeline-RL metric catalogue describes its Megatron trainer's measures; "
+    "arthex.PipelineTrainer records its own (docs/pipeline.md): "
+    "read them with arthex.load_history(run_dir)"
+)
+_api_costs = _accounting(
+    "api_costs",
+    "ANTHROPIC_PROVIDER",
+    "CostExtractor",
+    "MODEL_TOKEN_PRICING",
+    "OPENAI_PROVIDER",
+    "ResponseGetter",
+    "TokenPricing",
+    "extract_api_cost",
+    "normalize_model_name",
+    "normalize_provider",
+)
 _ROLLOUT_TYPES = {
     "RolloutFn": Use("arthex.core.pipeline.rollouts", "RolloutFn"),
     "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
@@ -302,11 +320,11 @@ MODULES: dict[str, dict[str, Entry]] = {
         "MegatronTopologyConfig": _MEGATRON_NAME,
         "Messages": _MESSAGES,
         "MessagesAndChoices": _MESSAGES_AND_CHOICES,
-        "MetricDefinition": _METRICS_NAME,
+        "MetricDefinition": Use("arthex.accounting.builder", "MetricDefinition"),
         "Model": _MODEL,
-        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _METRICS_NAME,
-        "PIPELINE_RL_METRIC_DEFINITIONS": _METRICS_NAME,
-        "PIPELINE_RL_SCORE_METRICS": _METRICS_NAME,
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
         "PipelineRuntimeConfig": _AUTOTUNE_NAME,
         "ServerlessBackend": _SERVERLESS,
@@ -318,7 +336,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "TrainableModel": _TRAINABLE,
         "Trajectory": _TRAJECTORY,
         "TrajectoryGroup": _GROUP,
-        "capture_yielded_trajectory": _YIELD,
+        "capture_yielded_trajectory": Use(_YIELDING, "capture_yielded_trajectory"),
         "current_trajectory": _CURRENT,
         "dev": Use("arthex.art.dev"),
         "gather_trajectories": _GATHER,
@@ -333,8 +351,49 @@ MODULES: dict[str, dict[str, Entry]] = {
         "trajectory": _YIELD,
         "trajectory_group": _TRAJECTORY_GROUP,
         "trajectory_group_batches": _BATCHES,
-        "yield_trajectory": _YIELD,
+        "yield_trajectory": Use(_YIELDING, "yield_trajectory"),
     },
+    "art.api_costs": {
+        **_api_costs,
+        "track_api_cost": Use("arthex.accounting.builder", "track_api_cost"),
+    },
+    "art.costs": _accounting(
+        "pricing",
+        "CostCalculator",
+        "MODEL_PRICING",
+        "ModelPricing",
+        "TokenCount",
+        "build_cost_calculator",
+        "compute_sample_costs",
+        "compute_train_cost",
+        "get_model_pricing",
+        "tokens_to_cost",
+    ),
+    "art.metrics": {
+        **_accounting(
+            "builder",
+            "MetricDefinition",
+            "MetricsBuilder",
+            "is_builder_managed_metric",
+            "is_cumulative_metric_key",
+            "to_cumulative_metric_key",
+        ),
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
+        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
+    },
+    "art.metrics_taxonomy": _accounting(
+        "taxonomy",
+        "SFT_GRADIENT_STEP_KEY",
+        "SFT_METRIC_PREFIX",
+        "SFT_WANDB_GRADIENT_STEP_KEY",
+        "TRAIN_GRADIENT_STEPS_KEY",
+        "TrajectoryBatchSummary",
+        "average_metric_samples",
+        "build_data_metrics_from_summary",
+        "build_training_summary_metrics",
+        "summarize_trajectory_groups",
+    ),
     "art.backend": {
         "AnyModel": _MODEL,
         "AnyTrainableModel": _TRAINABLE,
@@ -482,7 +541,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "MessagesExchange": _TRAINING_EXCHANGES,
         "MessagesRequest": _TRAINING_EXCHANGES,
         "MetadataValue": _METADATA_VALUE,
-        "PydanticException": Refuse("arthex.CapturedException is a group's recorded exception"),
+        "PydanticException": Use("arthex.core.trajectories", "CapturedException"),
         "ResponsesExchange": _TRAINING_EXCHANGES,
         "ResponsesHistory": _TRAINING_EXCHANGES,
         "ResponsesItemSource": _TRAINING_EXCHANGES,
@@ -546,6 +605,13 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
+    "art.utils.strip_logprobs": {
+        "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")
+    },
+    "art.utils.trajectory_logging": {
+        "read_trajectory_groups_parquet": Use(_FILES, "read_trajectory_groups_parquet"),
+        "write_trajectory_groups_parquet": Use(_FILES, "write_trajectory_groups_parquet"),
+    },
     "art.utils.sft": {
         "SFTChunk": Refuse(_SFT_FILE),
         "create_lr_schedule": Use("arthex.core.sft", "create_lr_schedule"),
@@ -556,10 +622,13 @@ MODULES: dict[str, dict[str, Entry]] = {
         "train_sft_from_file": Refuse(_SFT_FILE),
     },
     "art.yield_trajectory": {
-        "YieldTrajectoryContext": _YIELD,
-        "capture_yielded_trajectory": _YIELD,
-        "yield_trajectory": _YIELD,
-        "yield_trajectory_context_var": _YIELD,
+        name: Use(_YIELDING, name)
+        for name in (
+            "YieldTrajectoryContext",
+            "capture_yielded_trajectory",
+            "yield_trajectory",
+            "yield_trajectory_context_var",
+        )
     },
 }
 

@@ -1,7 +1,27 @@
-"""ART's module `art.metrics`, not in arthex.
+"""ART's `art.metrics`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.accounting.builder import MetricDefinition as MetricDefinition
+    from arthex.accounting.builder import MetricsBuilder as MetricsBuilder
+    from arthex.accounting.builder import is_builder_managed_metric as is_builder_managed_metric
+    from arthex.accounting.builder import is_cumulative_metric_key as is_cumulative_metric_key
+    from arthex.accounting.builder import to_cumulative_metric_key as to_cumulative_metric_key
+
+    __all__ = [
+        "MetricDefinition",
+        "MetricsBuilder",
+        "is_builder_managed_metric",
+        "is_cumulative_metric_key",
+        "to_cumulative_metric_key",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -9,5 +9,21 @@ from typing import TYPE_CHECKING
 
 from arthex.art._table import module_attributes
 
-if not TYPE_CHECKING:
+if TYPE_CHECKING:
+    from arthex.composition.yield_trajectory import YieldTrajectoryContext as YieldTrajectoryContext
+    from arthex.composition.yield_trajectory import (
+        capture_yielded_trajectory as capture_yielded_trajectory,
+    )
+    from arthex.composition.yield_trajectory import yield_trajectory as yield_trajectory
+    from arthex.composition.yield_trajectory import (
+        yield_trajectory_context_var as yield_trajectory_context_var,
+    )
+
+    __all__ = [
+        "YieldTrajectoryContext",
+        "capture_yielded_trajectory",
+        "yield_trajectory",
+        "yield_trajectory_context_var",
+    ]
+else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

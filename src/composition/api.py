@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel as PydanticModel
 
+from ..accounting.model_methods import ArtModelMethods, ArtTrainableMethods
 from ..core import model as core
 from ..core import trainable
 from ..core.errors import InvalidInputError
+from ..core.metrics import MetricsRow
 from ..ports.metrics_reporter import MetricsHistory, MetricsReporter
 from ..ports.training_backend import RunLeases
 from ..ports.trajectory_store import PipelineStateStore, RunStateStore, TrajectoryStore
 from .container import container
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 
 def model_ports(
@@ -103,7 +108,7 @@ def _warn_backend_settings(lora_config: object, internal_config: object) -> None
         )
 
 
-class Model(core.Model):
+class Model(ArtModelMethods, core.Model):
     """`Model(name=..., project=..., base_path=".art", report_metrics=None)`: logs evaluations
     under `{base_path}/{project}/models/{name}/`. `report_metrics=["wandb"]` mirrors rows to
     wandb (under `entity`, when given); None mirrors when wandb credentials (or
@@ -145,8 +150,23 @@ class Model(core.Model):
         )
         self.entity = entity
 
+    async def log(
+        self,
+        trajectories: core.LogInput | None = None,
+        split: str = "val",
+        *,
+        metrics: Mapping[str, float | int | bool | None] | None = None,
+        step: int | None = None,
+    ) -> MetricsRow | None:
+        """Write the groups under (split, step) and one history row of their metrics (and of
+        the split's step metrics builder: costs with their roll-ups; see ArtModelMethods)."""
+        routed = await self._art_step_metrics(split, metrics)
+        return await super().log(
+            trajectories, split, metrics=metrics if routed is None else routed, step=step
+        )
 
-class TrainableModel(trainable.TrainableModel, Model):
+
+class TrainableModel(ArtTrainableMethods, trainable.TrainableModel, Model):
     """A model a backend trains: construct it, then `await model.register(backend)`. It is an
     `arthex.Model` too, as in ART (the core's `__init__` reaches `Model.__init__` with the
     ports already built, so nothing is built twice).
@@ -191,3 +211,8 @@ class TrainableModel(trainable.TrainableModel, Model):
             run_name=run_name,
         )
         self.entity = entity
+
+    def openai_client(self) -> AsyncOpenAI:
+        """An `openai.AsyncOpenAI` for the backend's endpoint (cached per registration and event
+        loop); a cost calculator set on the model prices its chat completions."""
+        return self._art_wrap_client(super().openai_client())

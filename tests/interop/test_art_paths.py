@@ -43,3 +43,16 @@ def test_arthex_art_has_every_module_and_name_of_the_installed_art() -> None:
         f"{RECORDED} is not what the wheel holds; rewrite it with "
         "`<interop venv>/bin/python tests/interop/art/public_paths.py`"
     )
+
+
+def test_the_wheels_public_names_refused_by_arthex_art_are_at_most_the_recorded_count() -> None:
+    """The names are the wheel's own, read by ART's interpreter now, not the recorded list."""
+    from tests.unit.test_art_paths import REFUSED_NAMES_AT_MOST, refused_names
+
+    wheel = read_the_wheel()
+    refused = refused_names(wheel["modules"])
+    count = sum(len(names) for names in refused.values())
+    print(f"arthex.art refuses {count} of ART {ART_VERSION}'s public names; per module:")
+    for path, names in sorted(refused.items()):
+        print(f"  {path}: {len(names)}")
+    assert count <= REFUSED_NAMES_AT_MOST
