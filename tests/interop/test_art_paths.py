@@ -43,3 +43,15 @@ def test_arthex_art_has_every_module_and_name_of_the_installed_art() -> None:
         f"{RECORDED} is not what the wheel holds; rewrite it with "
         "`<interop venv>/bin/python tests/interop/art/public_paths.py`"
     )
+
+
+def test_the_recorded_data_model_fields_are_the_wheels() -> None:
+    """tests/unit/test_art_fields.py checks arthex's models against a recording of ART's;
+    re-read the wheel so the recording cannot drift from it."""
+    done = subprocess.run(
+        [str(art_python()), str(SCRIPTS / "model_fields.py")],
+        capture_output=True, text=True, env=art_environment(), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded = json.loads((RECORDED.parent / "art_0_5_23_fields.json").read_text())
+    assert json.loads(done.stdout) == recorded
