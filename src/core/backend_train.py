@@ -44,6 +44,9 @@ _SAME = {
     "scale_learning_rate_by_reward_std_dev": "scale_learning_rate_by_reward_std_dev",
     "packed_sequence_length": "packed_sequence_length",
     "grad_accumulation_sequences": "grad_accumulation_sequences",
+    "kl_penalty_source": "kl_penalty_source",
+    "optimizer_save_interval": "optimizer_save_interval",
+    "final_training_step": "final_training_step",
     # arthex's own options, accepted here too
     "max_grad_norm": "max_grad_norm",
     "lr_multiplier_window": "lr_multiplier_window",
@@ -64,10 +67,6 @@ _ONLY_DEFAULT: dict[str, tuple[object, str]] = {
         "use kl_penalty_reference_step=<a step of this run> as the KL reference",
     ),
     "kl_penalty_step_lag": (None, "use kl_penalty_reference_step=<a step of this run>"),
-    "kl_penalty_source": (
-        "current_learner",
-        "arthex's KL penalty compares the current policy with the reference",
-    ),
     "advantage_balance": (0.0, "arthex's advantages are reward minus the group mean"),
     "importance_sampling_level": ("token", "arthex weighs importance per token"),
     "max_negative_advantage_importance_sampling_weight": (
@@ -92,8 +91,6 @@ _ONLY_DEFAULT: dict[str, tuple[object, str]] = {
 # ART tuning knobs with no effect on what is learned; arthex decides these itself.
 _IGNORED = {
     "logprob_calculation_chunk_size",  # memory only: arthex packs and chunks on its own
-    "optimizer_save_interval",  # arthex keeps the optimizer state at every checkpoint
-    "final_training_step",  # only decides when ART saves optimizer state
 }
 
 
@@ -101,7 +98,7 @@ def train_config_from_options(options: Mapping[str, Any]) -> TrainConfig:
     """The `TrainConfig` for ART-style keyword options, or an error naming what is wrong."""
     fields: dict[str, Any] = {}
     for key, value in options.items():
-        if key == "loss_fn" and value is None:  # ServerlessBackend's "unset"
+        if key in ("loss_fn", "kl_penalty_source") and value is None:  # "unset"
             continue
         if key in _SAME:
             fields[_SAME[key]] = value

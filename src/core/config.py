@@ -15,6 +15,7 @@ C = TypeVar("C")
 T = TypeVar("T")
 LossName = Literal["cispo", "ppo", "importance_sampling"]
 LOSSES: tuple[str, ...] = ("cispo", "ppo", "importance_sampling")
+KlSource = Literal["current_learner", "sample"]
 
 
 def finite_number(value: object) -> TypeGuard[int | float]:
@@ -104,6 +105,17 @@ def _non_negative_int(instance: object, attribute: attrs.Attribute[Any], value: 
         )
 
 
+def _kl_source(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    # "sample" measures the KL from the sampler's logprobs; arthex's penalty always compares
+    # the policy being trained with the reference, so only that reading is accepted.
+    if value != "current_learner":
+        raise InvalidInputError(
+            f"TrainConfig.kl_penalty_source={value!r} is not supported (only "
+            "'current_learner'): arthex's KL penalty compares the current policy with the "
+            "reference"
+        )
+
+
 def _loss(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in LOSSES:
         raise InvalidInputError(f"TrainConfig.loss_fn must be one of {LOSSES}, got {value!r}")
@@ -136,6 +148,7 @@ class TrainConfig:
     max_grad_norm: float | None = attrs.field(
         default=1.0, converter=lax_optional_float, validator=_optional(_positive_finite)
     )
+    kl_penalty_source: KlSource = attrs.field(default="current_learner", validator=_kl_source)
     grad_accumulation_sequences: int | None = attrs.field(
         default=None, converter=lax_optional_int, validator=_optional(_positive_int)
     )
@@ -154,6 +167,15 @@ class TrainConfig:
     )
     max_lr_multiplier: float = attrs.field(
         default=10.0, converter=lax_float, validator=_positive_finite
+    )
+    # How often (in steps) and until which step a trainer that saves optimizer state only
+    # now and then saves it. arthex's backends keep it with every checkpoint, so these are
+    # checked and recorded but change nothing.
+    optimizer_save_interval: int = attrs.field(
+        default=5, converter=lax_int, validator=_positive_int
+    )
+    final_training_step: int | None = attrs.field(
+        default=None, converter=lax_optional_int, validator=_optional(_positive_int)
     )
 
     def __attrs_post_init__(self) -> None:

@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
+import time
 import traceback as traceback_module
-from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Coroutine,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeAlias, cast
 
 from openai.types.chat.chat_completion import Choice
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic.functional_validators import BeforeValidator
 
 from .chat_types import Messages, as_message
@@ -90,9 +110,44 @@ class Trajectory(BaseModel):
     tools: list[dict[str, Any]] | None = None
     additional_histories: list[History] = Field(default_factory=list)
     reward: float = 0.0
+    # The training step of the policy that sampled the rollout's first and last completion
+    # (set by the pipeline trainer when left None; None means unknown).
+    initial_policy_version: int | None = Field(default=None, ge=0)
+    final_policy_version: int | None = Field(default=None, ge=0)
     metrics: dict[str, MetricValue] = Field(default_factory=dict)
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
+    # When the rollout began, for `finish()`'s duration; process-local, so never serialized.
+    start_time: datetime = Field(default_factory=lambda: datetime.now(UTC), exclude=True)
+
+    @model_serializer(mode="wrap")
+    def _without_unknown_versions(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # An unknown policy version is left out rather than written as null, so files and
+        # requests of trajectories that never set one are what they were before the fields.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("initial_policy_version", "final_policy_version"):
+                if key in data and data[key] is None:
+                    del data[key]
+        return data
+
+    def __eq__(self, other: object) -> bool:
+        # `start_time` is when this process built the object, not part of the rollout: a
+        # trajectory read back from a file equals the one written.
+        if not isinstance(other, Trajectory):
+            return NotImplemented
+        mine = {k: v for k, v in self.__dict__.items() if k != "start_time"}
+        theirs = {k: v for k, v in other.__dict__.items() if k != "start_time"}
+        return type(self) is type(other) and mine == theirs
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as every pydantic model
+
+    @field_validator("start_time")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
     @field_validator("reward")
     @classmethod
@@ -124,6 +179,22 @@ class Trajectory(BaseModel):
 
     def log(self, message: str) -> None:
         self.logs.append(message)
+
+    def finish(self) -> Trajectory:
+        """Record the seconds since `start_time` as `metrics["duration"]`; returns self."""
+        self.metrics["duration"] = (datetime.now(UTC) - self.start_time).total_seconds()
+        return self
+
+    @contextlib.asynccontextmanager
+    async def track_duration(self, metric_name: str) -> AsyncIterator[None]:
+        """Add the seconds spent inside the block to `metrics[f"{metric_name}_duration"]`."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            key = f"{metric_name}_duration"
+            previous = self.metrics.get(key, 0.0)
+            self.metrics[key] = float(previous) + (time.monotonic() - started)
 
     def choices(self) -> Iterator[Choice]:
         """Every Choice, in the main conversation and then in the additional histories; for a

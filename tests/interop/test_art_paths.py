@@ -56,3 +56,15 @@ def test_the_wheels_public_names_refused_by_arthex_art_are_at_most_the_recorded_
     for path, names in sorted(refused.items()):
         print(f"  {path}: {len(names)}")
     assert count <= REFUSED_NAMES_AT_MOST
+
+
+def test_the_recorded_data_model_fields_are_the_wheels() -> None:
+    """tests/unit/test_art_fields.py checks arthex's models against a recording of ART's;
+    re-read the wheel so the recording cannot drift from it."""
+    done = subprocess.run(
+        [str(art_python()), str(SCRIPTS / "model_fields.py")],
+        capture_output=True, text=True, env=art_environment(), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded = json.loads((RECORDED.parent / "art_0_5_23_fields.json").read_text())
+    assert json.loads(done.stdout) == recorded

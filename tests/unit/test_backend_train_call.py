@@ -36,12 +36,14 @@ ACCEPTED_OPTIONS = {
     "lr_multiplier_window",
     "min_lr_multiplier",
     "max_lr_multiplier",
+    "kl_penalty_source",
+    "optimizer_save_interval",
+    "final_training_step",
     # ART options taken only at ART's default
     "loss_fn_config",
     "adam_params",
     "kl_ref_adapter_path",
     "kl_penalty_step_lag",
-    "kl_penalty_source",
     "advantage_balance",
     "importance_sampling_level",
     "max_negative_advantage_importance_sampling_weight",
@@ -175,7 +177,7 @@ def test_the_art_form_names_every_option_it_takes_and_arts_defaults() -> None:
     parameters = _art_form().parameters
     assert list(parameters)[:3] == ["self", "model", "trajectory_groups"]
     keywords = {n for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    ignored = {"logprob_calculation_chunk_size", "optimizer_save_interval", "final_training_step"}
+    ignored = {"logprob_calculation_chunk_size"}
     assert keywords == ACCEPTED_OPTIONS | ignored | {"verbose"}
     assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     # ART 0.5.23's LocalBackend.train defaults

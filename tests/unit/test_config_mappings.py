@@ -21,9 +21,10 @@ from tests.unit.test_art_model_surface import groups, trainable
 QA = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 
 TRAIN_FIELDS = (
-    "allow_training_without_logprobs, epsilon, epsilon_high, grad_accumulation_sequences, "
-    "kl_penalty_coef, kl_penalty_reference_step, learning_rate, loss_fn, lr_multiplier_window, "
-    "max_grad_norm, max_lr_multiplier, min_lr_multiplier, packed_sequence_length, "
+    "allow_training_without_logprobs, epsilon, epsilon_high, final_training_step, "
+    "grad_accumulation_sequences, kl_penalty_coef, kl_penalty_reference_step, "
+    "kl_penalty_source, learning_rate, loss_fn, lr_multiplier_window, max_grad_norm, "
+    "max_lr_multiplier, min_lr_multiplier, optimizer_save_interval, packed_sequence_length, "
     "scale_learning_rate_by_reward_std_dev, scale_rewards, train_incomplete_trajectories"
 )
 
