@@ -138,7 +138,7 @@ def test_each_layer_runs_twice_per_pass_only_when_checkpointed(base_model: str, 
     calls: list[int] = []
     layers = decoder_layers(trainer.model, full=False)
     for index, layer in enumerate(layers):
-        attention: Any = getattr(layer, "self_attn")
+        attention: Any = layer.self_attn
         attention.register_forward_hook(lambda *_, i=index: calls.append(i))
     config = TrainConfig(learning_rate=1e-3)
     batch = pack(synthetic_groups(1, 2), config, max_length=trainer.max_length, pad_token_id=0)
