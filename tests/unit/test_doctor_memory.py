@@ -39,6 +39,17 @@ LLAMA_8B = {
     "max_position_embeddings": 131072,
     "tie_word_embeddings": False,
 }
+QWEN_7B = {
+    "model_type": "qwen2",
+    "vocab_size": 152064,
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+}
 QWEN_05B = {
     "model_type": "qwen2",
     "vocab_size": 151936,
@@ -97,7 +108,7 @@ def test_the_trainer_constants_are_the_trainers() -> None:
 
 
 def test_qwen_half_b_lora_on_a_24_gib_gpu_worked_by_hand(tmp_path: Path) -> None:
-    """The example of docs/troubleshooting.md."""
+    """The first example of docs/troubleshooting.md: it fits."""
     shape = shape_of(tmp_path, QWEN_05B)
     settings = PlanSettings(max_seq_len=2048, batch=16, gpu=True, engine="vllm")
     found = plan(shape, settings, 24 * GiB, 24 * GiB)
@@ -106,27 +117,64 @@ def test_qwen_half_b_lora_on_a_24_gib_gpu_worked_by_hand(tmp_path: Path) -> None
     # LoRA r=8, per layer (q 896+896, k 896+128, v 896+128, o 896+896, gate/up/down 896+4864
     # each) = 22,912 x 8 x 24 layers = 4,399,104 params; x16 bytes
     assert found.part("LoRA+AdamW") == 70_385_664
-    # rows of 2048: min(16, 8192 // 2048) = 4 rows = 8192 tokens; per layer
-    # (4*896 + 3*(14+2)*64 + 4*4864) = 26,112 values x 2 B = 52,224 B, plus peft's float32
-    # inputs 4*(2*896 + 896 + 4864) = 30,208 B: x 24 layers = 1,978,368 B; logits
-    # 151,936 x (2 + 4 + 4) = 1,519,360 B: 3,497,728 B a token
-    assert found.micro_tokens == 8192
-    assert found.part("activations") == 28_653_387_776
+    # rows of 2048: min(16, 8192 // 2048) = 4 rows = 8192 tokens. Unchecked, a layer keeps
+    # (4*896 + 3*(14+2)*64 + 4*4864) = 26,112 values x 2 B a token: 24 x 8192 x 52,224 B =
+    # 10.3 GB > 1 GiB, so the layers are checkpointed: 24 x 896 x 2 B = 43,008 B of layer
+    # inputs a token, plus one layer rebuilt: 52,224 B + peft's float32 inputs
+    # 4*(2*896 + 896 + 4864) = 30,208 B: 125,440 B a token
+    assert found.micro_tokens == 8192 and found.checkpointed
+    assert found.part("activations") == 8192 * 125_440 == 1_027_604_480
+    # one chunk: 256 positions x 151,936 x (2 + 4 + 4) B
+    assert found.part("log-prob chunk") == 388_956_160
     assert found.part("vLLM") == 12_884_901_888  # 0.5 of 24 GiB
     assert found.part("CUDA") == GiB
-    assert found.needed == 43_670_482_688 and not found.fits
+    assert found.needed == 16_433_655_552 and found.fits  # 15.31 GiB
+
+
+def test_qwen_7b_on_8k_rows_on_an_80_gib_gpu_worked_by_hand(tmp_path: Path) -> None:
+    """The second example of docs/troubleshooting.md: it fits."""
+    shape = shape_of(tmp_path, QWEN_7B)
+    assert shape.params == 7_615_616_512  # the published count
+    settings = PlanSettings(max_seq_len=8192, batch=16, gpu=True, engine="vllm")
+    found = plan(shape, settings, 80 * GiB, 80 * GiB)
+    assert found.part("weights") == 15_231_233_024
+    # LoRA r=8 per layer: q 7,168, k 4,096, v 4,096, o 7,168, gate/up/down 22,528 each:
+    # 90,112 x 8 x 28 = 20,185,088 params, x16 bytes
+    assert found.part("LoRA+AdamW") == 322_961_408
+    # one row of 8192 tokens, checkpointed: 28 x 3584 x 2 = 200,704 B of inputs; one layer
+    # (4*3584 + 3*32*128 + 4*18944) x 2 = 204,800 B + 4*(2*3584 + 3584 + 18944) = 118,784 B
+    assert found.checkpointed and found.micro_tokens == 8192
+    assert found.part("activations") == 8192 * 524_288 == 4 * GiB
+    assert found.part("log-prob chunk") == 256 * 152_064 * 10
+    assert found.needed == 64_261_860_352 and found.fits  # 59.85 GiB of 80
 
 
 def test_a_plan_that_does_not_fit_names_the_knob_that_makes_it_fit(tmp_path: Path) -> None:
     shape = shape_of(tmp_path, QWEN_05B)
-    # rows of 128: 16 rows = 2048 tokens of activations, 2048 x 3,497,728 = 7,163,297,792;
-    # + weights 988,065,536 + LoRA 70,385,664 + CUDA 1 GiB = 9,295,490,816 besides vLLM;
-    # vLLM at 0.9 of 24 GiB = 23,192,823,398: 32,488,314,214 (30.26 GiB) needed. vLLM may
-    # keep (25,769,803,776 - 9,295,490,816) / 25,769,803,776 = 0.6392...: 0.63
+    # rows of 128: 16 rows = 2048 tokens, checkpointed (24 x 2048 x 52,224 B > 1 GiB):
+    # 2048 x 125,440 = 256,901,120; chunk 388,956,160; + weights 988,065,536 + LoRA
+    # 70,385,664 + CUDA 1 GiB = 2,778,050,304 besides vLLM; vLLM at 0.9 of 24 GiB =
+    # 23,192,823,398: 25,970,873,702 (24.19 GiB). vLLM may keep
+    # (25,769,803,776 - 2,778,050,304) / 25,769,803,776 = 0.892...: 0.89. No smaller
+    # micro-batch fits: at 1024 tokens 24.07 GiB, and at 256 or fewer the layers are no longer
+    # checkpointed ("auto"), which costs more than the tokens save.
     settings = PlanSettings(max_seq_len=128, gpu=True, engine="vllm", gpu_memory_utilization=0.9)
     check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
-    assert check.status == "fail" and "needs 30.26 GiB" in check.message
-    assert check.fix == "lower gpu_memory_utilization from 0.9 to 0.63"
+    assert check.status == "fail" and "needs 24.19 GiB" in check.message
+    assert check.fix == "lower gpu_memory_utilization from 0.9 to 0.89"
+
+
+def test_the_micro_batch_is_the_first_lever(tmp_path: Path) -> None:
+    shape = shape_of(tmp_path, QWEN_05B)
+    # unchecked, rows of 512: 16 rows = 8192 tokens x 24 x 82,432 B = 15.09 GiB of
+    # activations, beside weights 0.92, LoRA 0.07, chunk 0.36, vLLM 12 and CUDA 1 GiB: 29.44
+    # GiB. 4096 tokens keep half (7.55 GiB: 21.90 GiB), and checkpointing the layers fits too
+    settings = PlanSettings(max_seq_len=512, gpu=True, engine="vllm", gradient_checkpointing=False)
+    check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
+    assert check.status == "fail"
+    levers = check.fix.split("; or ")
+    assert levers[0].startswith("a smaller micro-batch (LocalBackend(micro_batch_tokens=4096)")
+    assert levers[1].startswith("activation checkpointing (LocalBackend(gradient_checkpointing")
 
 
 def test_lora_is_the_knob_when_full_fine_tuning_does_not_fit(tmp_path: Path) -> None:
@@ -135,17 +183,27 @@ def test_lora_is_the_knob_when_full_fine_tuning_does_not_fit(tmp_path: Path) -> 
 
     shape = read_shape(Path(tiny_model(tmp_path / "tiny")))
     # P = 637*64 + 2*(2*64*4*16 + 2*64*2*16 + 3*64*128 + 2*64) + 64 = 114,816 (torch agrees)
-    # rows of 128 on the CPU, 16 rows = 2048 tokens; a token keeps (float32)
-    # 2 layers x (4*64 + 3*(4+2)*16 + 4*128) x 4 B + 637 x (4 + 4) B = 13,544 B: 27,738,112.
+    # rows of 128 on the CPU, 16 rows = 2048 tokens; a token keeps (float32, unchecked: 2 x
+    # 2048 x 1,056 x 4 B is far below 1 GiB) 2 layers x (4*64 + 3*(4+2)*16 + 4*128) x 4 B =
+    # 8,448 B: 17,301,504; one log-prob chunk 256 x 637 x (4 + 8) B = 1,956,864.
     # KV cache 16 x 128 x 2*2*2*16 x 4 B = 1,048,576.
-    # full: 4P + 12P + acts + 2 engine copies 8P + cache = 31,542,272 (30.08 MiB)
-    # LoRA: 4P + 16 x 16,384 + acts + 4P + cache = 29,967,360 (28.58 MiB)
-    memory = int(29.5 * MiB)
+    # full: 4P + 12P + acts + chunk + 2 engine copies 8P + cache = 23,062,528 (21.99 MiB)
+    # LoRA: 4P + 16 x 16,384 + acts + chunk + 4P + cache = 21,487,616 (20.49 MiB)
+    # micro-batches of 1024 tokens (8 rows) keep half the activations: 14,411,776; with
+    # checkpointed layers a token keeps 2 x 64 x 4 B of inputs plus one layer's 4,224 B:
+    # 2048 x 4,736 = 9,699,328, and full fine-tuning needs 15,460,352 (14.74 MiB)
+    memory = 21 * MiB
     settings = PlanSettings(max_seq_len=128, mode="full")
     full = plan(shape, settings, memory, memory)
-    assert full.needed == 31_542_272 and full.full and not full.fits
+    assert full.needed == 23_062_528 and full.full and not full.fits and not full.checkpointed
     check = check_memory(shape, settings, memory, memory, "stated")
-    assert check.fix == "LoRA instead of full fine-tuning (full_finetune=False: 28.6 MiB)"
+    assert check.fix.split("; or ") == [
+        "a smaller micro-batch (LocalBackend(micro_batch_tokens=1024), from 8192: the same "
+        "gradient, more passes)",
+        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 14.7 MiB, "
+        "about a third more compute)",
+        "LoRA instead of full fine-tuning (full_finetune=False: 20.5 MiB)",
+    ]
     auto = plan(shape, PlanSettings(max_seq_len=128), memory, memory)
     assert auto.full, "below 50M parameters the backend fine-tunes fully"
 
@@ -194,12 +252,13 @@ def test_activation_bytes_match_what_torch_saves_for_backward(
     model_3m: Path, dtype: str, lora: bool
 ) -> None:
     """The oracle: torch's own saved-tensor hooks, summing the distinct storages (parameters
-    aside) the forward pass and the trainer's log-softmax keep for backward."""
+    aside) the forward pass and the trainer's chunked log-probs keep for backward (layers
+    unchecked; every position scored, as a completion-only row is)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from arthex.adapters.local.loss import next_token_logprobs
+    from arthex.adapters.local.logprobs import selected_logprobs
     from arthex.apps.doctor.memory import activation_bytes
 
     model: Any = AutoModelForCausalLM.from_pretrained(str(model_3m), dtype=getattr(torch, dtype))
@@ -223,8 +282,8 @@ def test_activation_bytes_match_what_torch_saves_for_backward(
 
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
-        logits = model(input_ids=tokens, use_cache=False).logits
-        next_token_logprobs(logits, tokens)
+        select = torch.ones((rows, seq_len - 1), dtype=torch.bool)
+        selected_logprobs(model, select, 64, input_ids=tokens)
     measured = sum(size for pointer, size in storages.items() if pointer not in weights)
     planned = rows * seq_len * activation_bytes(shape, 2 if dtype == "bfloat16" else 4, lora=lora)
     assert 0.85 <= measured / planned <= 1.15, (measured, planned, measured / planned)

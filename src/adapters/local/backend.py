@@ -166,6 +166,9 @@ class LocalBackend(BackendTrainEntry):
         max_num_seqs: int | None = None,
         vllm_sleep_level: SleepLevel = 0,
         engine_args: Mapping[str, Any] | None = None,
+        micro_batch_tokens: int = 8192,
+        logprob_calculation_chunk_size: int | None = None,
+        gradient_checkpointing: bool | Literal["auto"] = "auto",
     ) -> None:
         from ..inference.vllm_args import VllmSettings
         from .distributed.world import WorldRequest
@@ -201,6 +204,9 @@ class LocalBackend(BackendTrainEntry):
         self._api_key = api_key
         self._adam_betas = adam_betas
         self._weight_decay = weight_decay
+        self._memory = _memory_settings(
+            micro_batch_tokens, logprob_calculation_chunk_size, gradient_checkpointing
+        )
         self._runs: RunTable[_Run] = RunTable("LocalBackend")
         self._pool = ServingPool("LocalBackend", api_key=api_key)
         self._pins: dict[RunRef, Counter[int]] = {}
@@ -259,6 +265,7 @@ class LocalBackend(BackendTrainEntry):
             seed=self._seed,
             adam_betas=self._adam_betas,
             weight_decay=self._weight_decay,
+            **self._memory,
         )
         trainer = make_trainer(settings, self._world.plan(self._device), runs_open=len(self._runs))
         serving: Serving | None = None
@@ -732,6 +739,34 @@ def _check_vllm_choice(device: str | None, full_finetune: bool | None, lora_rank
             'full_finetune unset (LoRA is used) or use engine="torch" for full fine-tuning'
         )
     lora_rank_slot(lora_rank)
+
+
+def _memory_settings(
+    micro_batch_tokens: int, chunk: int | None, checkpointing: object
+) -> dict[str, Any]:
+    """The trainer's memory knobs, or a one-line error naming the bad one."""
+    for name, value in (
+        ("micro_batch_tokens", micro_batch_tokens),
+        ("logprob_calculation_chunk_size", chunk),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise InvalidInputError(
+                f"LocalBackend({name}=...) must be a whole number >= 1, got {value!r}"
+            )
+    if not (isinstance(checkpointing, bool) or checkpointing == "auto"):
+        raise InvalidInputError(
+            f"LocalBackend(gradient_checkpointing=...) must be True, False or 'auto', got "
+            f"{checkpointing!r}"
+        )
+    found: dict[str, Any] = {
+        "micro_batch_tokens": micro_batch_tokens,
+        "gradient_checkpointing": checkpointing,
+    }
+    if chunk is not None:
+        found["logprob_calculation_chunk_size"] = chunk
+    return found
 
 
 def _sleeper(engine: object) -> VllmEngine | None:

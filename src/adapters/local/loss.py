@@ -116,12 +116,31 @@ def policy_loss(
     normalizer: float,
     ref_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
+    """`token_policy_loss` from a micro-batch's full logits [rows, len, vocab] (small
+    vocabularies and hand-made cases; the trainer uses the chunked path, logprobs.py)."""
+    logp, new = next_token_logprobs(logits, batch.tokens)
+    entropy = _entropy_sum(logp, batch.mask[:, 1:])
+    return token_policy_loss(
+        new, entropy, batch, settings, normalizer=normalizer, ref_logprobs=ref_logprobs
+    )
+
+
+def token_policy_loss(
+    new: torch.Tensor,
+    entropy_sum: float,
+    batch: PackedBatch,
+    settings: LossSettings,
+    *,
+    normalizer: float,
+    ref_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LossStats]:
     """The micro-batch's share of the optimizer step's loss: Σ(loss·weight·mask)/normalizer,
     where `normalizer` is the number of completion tokens in the whole optimizer step, so
     accumulating micro-batches gives the same gradient as one big batch.
 
+    `new` [rows, len-1] holds the policy's logprob of each next token (shifted; only the
+    completion positions are read), `entropy_sum` the entropy summed over those positions.
     `ref_logprobs` ([rows, len-1], shifted like the rest) turns on the KL penalty."""
-    logp, new = next_token_logprobs(logits, batch.tokens)
     mask = batch.mask[:, 1:].to(new.dtype)
     old = batch.old_logprobs[:, 1:].to(new.dtype)
     advantages = batch.advantages[:, 1:].to(new.dtype)
@@ -157,7 +176,7 @@ def policy_loss(
         stats = LossStats(
             loss=float(loss.item()),
             tokens=int(selected.sum().item()),
-            entropy_sum=_entropy_sum(logp, selected),
+            entropy_sum=entropy_sum,
             ratios=ratio[selected].detach().float().cpu(),
             clipped=clipped,
             kl_sum=kl_sum,

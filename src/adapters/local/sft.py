@@ -10,6 +10,8 @@ Choices where the reference was silent:
 - Adam's moments are per objective: the trainer starts its optimizer state afresh when a run
   switches between RL and SFT (ART resets it the same way), and the checkpoint remembers
   which objective its state belongs to.
+- The cross-entropy is read at the target positions only, chunk by chunk over the vocabulary
+  (logprobs.py), as RL's loss is.
 - Rows are right-padded, so no attention mask is passed: under causal attention a real token
   sees only earlier, real positions (see trainer._padding_mask).
 """
@@ -23,7 +25,7 @@ import torch
 
 from ...core.sft import TrainSFTConfig, step_metrics
 from ..inference.sft_tokens import SFTBatch, SFTData
-from .loss import next_token_logprobs
+from .logprobs import selected_logprobs
 from .trainer import PolicyTrainer
 
 
@@ -45,12 +47,17 @@ def sft_steps(
         trainer.optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for tokens, targets in _micro_batches(batch, trainer, device):
-            logits = trainer.model(input_ids=tokens, use_cache=False).logits
-            _, logprobs = next_token_logprobs(logits, tokens)
-            loss = -(logprobs * targets[:, 1:]).sum() / normalizer
+            select = targets[:, 1:] != 0
+            logprobs, _ = selected_logprobs(
+                trainer.model,
+                select,
+                trainer.settings.logprob_calculation_chunk_size,
+                input_ids=tokens,
+            )
+            loss = -(logprobs * targets[:, 1:][select]).sum() / normalizer
             loss.backward()  # type: ignore[no-untyped-call]
             loss_sum += float(loss.item())
-            del logits, logprobs, loss
+            del logprobs, loss
         grad_norm = torch.nn.utils.clip_grad_norm_(params, limit)
         trainer.optimizer.step()
         yield step_metrics(

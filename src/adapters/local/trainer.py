@@ -35,7 +35,9 @@ from ..hf_quiet import quiet_hf
 from ..hub import one_line, resolve_base_model
 from . import checkpoint_io
 from . import checkpoints as ckpt
-from .loss import LossSettings, LossStats, next_token_logprobs, policy_loss
+from .layers import use_checkpointing
+from .logprobs import DEFAULT_CHUNK_TOKENS, scatter_rows, selected_logprobs
+from .loss import LossSettings, LossStats, token_policy_loss
 from .packing import PackedBatch
 from .step_plan import WholeBatch, part_of
 
@@ -65,6 +67,8 @@ class TrainerSettings:
     adam_eps: float = 1e-8
     weight_decay: float = 0.1
     micro_batch_tokens: int = 8192
+    logprob_calculation_chunk_size: int = DEFAULT_CHUNK_TOKENS
+    gradient_checkpointing: bool | str = "auto"  # True, False or "auto" (layers.py)
 
 
 class PolicyTrainer:
@@ -82,6 +86,7 @@ class PolicyTrainer:
         """The checkpoint loaded without optimizer state (a foreign adapter), if any."""
         self.optimizer_mode: str | None = None  # "rl" or "sft": whose moments Adam holds
         self.split: WholeBatch = WholeBatch()
+        self.checkpointing = False  # decoder layers recompute their activations in backward
 
     # --- building -----------------------------------------------------------------------
 
@@ -105,6 +110,7 @@ class PolicyTrainer:
         else:
             self.model = self._lora(base, checkpoint)
         self.model.eval()
+        self.checkpointing = use_checkpointing(self.model, self.settings, full=full)
         self._build_optimizer()
         if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
             assert self.optimizer is not None
@@ -309,16 +315,16 @@ class PolicyTrainer:
             )
             for micro in plan:
                 part = part_of(batch, micro, chunk_rows).to(device)
-                logits = self._logits(part)
+                new, entropy = self.token_logprobs(part)
                 ref_part = None
                 if ref is not None:
                     ref_part = ref[micro or chunk_rows[:1]].to(device)
-                loss, stats = policy_loss(
-                    logits, part, settings, normalizer=normalizer, ref_logprobs=ref_part
+                loss, stats = token_policy_loss(
+                    new, entropy, part, settings, normalizer=normalizer, ref_logprobs=ref_part
                 )
                 loss.backward()  # type: ignore[no-untyped-call]
                 parts.append(stats)
-                del logits, loss
+                del new, loss
             limit = config.max_grad_norm if config.max_grad_norm is not None else math.inf
             grad_norm = self.split.clip_grad_norm(params, limit)
             self.optimizer.step()
@@ -338,15 +344,19 @@ class PolicyTrainer:
     def _micro_rows(self, seq_len: int) -> int:
         return max(1, self.settings.micro_batch_tokens // max(seq_len, 1))
 
-    def _logits(self, batch: PackedBatch) -> torch.Tensor:
-        out = self.model(
+    def token_logprobs(self, batch: PackedBatch) -> tuple[torch.Tensor, float]:
+        """(the policy's logprob of each next token [rows, len-1], zero where the completion
+        mask is off; the entropy summed over the masked positions), chunked (logprobs.py)."""
+        select = batch.mask[:, 1:]
+        chosen, entropy = selected_logprobs(
+            self.model,
+            select,
+            self.settings.logprob_calculation_chunk_size,
             input_ids=batch.tokens,
             attention_mask=_padding_mask(batch),
             position_ids=batch.position_ids,
-            use_cache=False,
         )
-        logits: torch.Tensor = out.logits
-        return logits
+        return scatter_rows(chosen, select), float(entropy.sum().item())
 
     def _reference_logprobs(
         self, batch: PackedBatch, chunks: list[list[int]], reference: Path | None
@@ -362,7 +372,7 @@ class PolicyTrainer:
                 )
                 for micro in plan:
                     part = part_of(batch, micro, chunk_rows).to(torch.device(self.settings.device))
-                    _, new = next_token_logprobs(self._logits(part), part.tokens)
+                    new, _ = self.token_logprobs(part)  # only the masked positions are read
                     if micro:
                         out[micro] = new.float().cpu()
         return out

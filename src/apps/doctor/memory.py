@@ -8,16 +8,20 @@ stated with a worked example in docs/troubleshooting.md:
 - LoRA: T adapter parameters in float32, plus their gradients and AdamW's two moments:
   16 T bytes. Full fine-tuning: gradients and AdamW's two moments of every parameter in
   float32: 12 P bytes;
-- activations for one micro-batch (no gradient checkpointing): the trainer splits a step's
-  rows into micro-batches of `micro_batch_tokens` (8192) tokens, so a micro-batch holds
-  `min(batch, max(1, 8192 // S)) * S` tokens for rows of S tokens; each token keeps, per
-  layer, `4H + 3(A + K)D + 4I` values in the weights' dtype of b bytes (norm inputs and
-  outputs, q/k before and after rotary, v, the attention output, the MLP's gate, up,
-  activation and product), and once its logits and their log-softmax, `V * (b + 4)` bytes.
-  In bfloat16 add `4V` for the logits' float32 copy, and for LoRA `4(2H + AD + I)` a layer
-  for the float32 copies of the adapted layers' inputs (peft runs adapters in float32).
-  Measured against the bytes torch saves for backward (tests/unit/test_doctor_memory.py):
-  within 15%;
+- activations for one micro-batch: the trainer splits a step's rows into micro-batches of
+  `micro_batch_tokens` (8192, a LocalBackend setting) tokens, so a micro-batch holds
+  `min(batch, max(1, micro_batch_tokens // S)) * S` tokens for rows of S tokens. Unchecked,
+  each token keeps, per layer, `4H + 3(A + K)D + 4I` values in the weights' dtype of b bytes
+  (norm inputs and outputs, q/k before and after rotary, v, the attention output, the MLP's
+  gate, up, activation and product), and for LoRA in bfloat16 `4(2H + AD + I)` more bytes for
+  the float32 copies of the adapted layers' inputs (peft runs adapters in float32). With
+  activation checkpointing (on when that would pass 1 GiB, or as LocalBackend's
+  `gradient_checkpointing` says) each layer keeps only its input, `H b` a token, and one
+  layer's worth of the above is rebuilt at a time in backward. Measured against the bytes
+  torch saves for backward (tests/unit/test_doctor_memory.py): within 15%;
+- one chunk of log-probs: the trainer projects `logprob_calculation_chunk_size` (256)
+  positions at a time onto the vocabulary, `V (b + 8)` bytes a position (the projection, its
+  float32 copy turned log-softmax in place, and the probabilities); no `[tokens x V]` tensor;
 - the sampling engine: vLLM keeps `gpu_memory_utilization` of the device's total memory for
   its whole life; the torch engine keeps its own copy of the base weights (bfloat16 on a GPU,
   float32 on the CPU), one more copy of the served step under full fine-tuning, and a KV
@@ -51,6 +55,8 @@ LORA_TARGETS: tuple[str, ...] = (
 )  # fmt: skip
 FULL_FINETUNE_BELOW_PARAMS = 50_000_000
 MICRO_BATCH_TOKENS = 8192
+LOGPROB_CHUNK_TOKENS = 256
+CHECKPOINT_ABOVE_BYTES = 2**30  # "auto" checkpoints past this much stored layer activations
 CUDA_OVERHEAD = 2**30
 ROW_MULTIPLE = 128
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
@@ -171,6 +177,8 @@ class PlanSettings:
     engine: Engine = "torch"
     gpu_memory_utilization: float = 0.5
     micro_batch_tokens: int = MICRO_BATCH_TOKENS
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    logprob_chunk: int = LOGPROB_CHUNK_TOKENS
 
 
 @attrs.frozen
@@ -183,6 +191,7 @@ class MemoryPlan:
     parts: tuple[tuple[str, int], ...]
     available: int
     total: int  # the device's total memory (vLLM's share is a fraction of it)
+    checkpointed: bool = False  # the decoder layers recompute their activations
 
     @property
     def needed(self) -> int:
@@ -196,17 +205,30 @@ class MemoryPlan:
         return dict(self.parts)[name]
 
 
-def activation_bytes(shape: ModelShape, weight_bytes: int, *, lora: bool) -> int:
-    """Bytes one token keeps for the backward pass (see the module docstring)."""
+def layer_values(shape: ModelShape) -> int:
+    """Values one token keeps per layer for backward, unchecked (see the module docstring)."""
     h, i = shape.hidden, shape.intermediate
-    values = 4 * h + 3 * (shape.heads + shape.kv_heads) * shape.head_dim + 4 * i
-    per_layer = values * weight_bytes
-    logits = shape.vocab * (weight_bytes + 4)
-    if weight_bytes != 4:
-        logits += shape.vocab * 4  # the float32 copy log-softmax reads
-        if lora:  # peft runs the adapters in float32: a float32 copy of each adapted input
-            per_layer += 4 * (2 * h + shape.heads * shape.head_dim + i)
-    return shape.layers * per_layer + logits
+    return 4 * h + 3 * (shape.heads + shape.kv_heads) * shape.head_dim + 4 * i
+
+
+def activation_bytes(
+    shape: ModelShape, weight_bytes: int, *, lora: bool, checkpointed: bool = False
+) -> int:
+    """Bytes one token of a micro-batch takes at the peak of backward (module docstring)."""
+    per_layer = layer_values(shape) * weight_bytes
+    if weight_bytes != 4 and lora:  # peft's float32 copies of each adapted input
+        h = shape.hidden
+        per_layer += 4 * (2 * h + shape.heads * shape.head_dim + shape.intermediate)
+    if checkpointed:
+        return shape.layers * shape.hidden * weight_bytes + per_layer
+    return shape.layers * per_layer
+
+
+def checkpointing_on(shape: ModelShape, settings: PlanSettings, tokens: int, b: int) -> bool:
+    """The trainer's rule (adapters/local/layers.py): True, False, or "auto" past 1 GiB."""
+    if settings.gradient_checkpointing == "auto":
+        return shape.layers * tokens * layer_values(shape) * b > CHECKPOINT_ABOVE_BYTES
+    return bool(settings.gradient_checkpointing)
 
 
 def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) -> MemoryPlan:
@@ -222,13 +244,16 @@ def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) 
     rows = min(settings.batch, max(1, settings.micro_batch_tokens // seq_len))
     tokens = rows * seq_len
     d = shape.head_dim
-    per_token = activation_bytes(shape, weight_bytes, lora=not full)
+    checkpointed = checkpointing_on(shape, settings, tokens, weight_bytes)
+    per_token = activation_bytes(shape, weight_bytes, lora=not full, checkpointed=checkpointed)
     parts: list[tuple[str, int]] = [("weights", params * weight_bytes)]
     if full:
         parts.append(("gradients+AdamW", 12 * params))
     else:
         parts.append(("LoRA+AdamW", 16 * shape.lora_params(settings.lora_rank)))
     parts.append(("activations", tokens * per_token))
+    chunk = min(settings.logprob_chunk, tokens)
+    parts.append(("log-prob chunk", chunk * shape.vocab * (weight_bytes + 8)))
     if settings.engine == "vllm":
         parts.append(("vLLM", math.floor(settings.gpu_memory_utilization * total)))
     else:
@@ -238,7 +263,7 @@ def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) 
         parts.append(("torch engine", copies * params * engine_bytes + cache))
     if settings.gpu:
         parts.append(("CUDA", CUDA_OVERHEAD))
-    return MemoryPlan(full, seq_len, tokens, tuple(parts), available, total)
+    return MemoryPlan(full, seq_len, tokens, tuple(parts), available, total, checkpointed)
 
 
 def knobs(shape: ModelShape, settings: PlanSettings, current: MemoryPlan) -> list[str]:
@@ -246,6 +271,22 @@ def knobs(shape: ModelShape, settings: PlanSettings, current: MemoryPlan) -> lis
     does."""
     found: list[str] = []
     budget = (current.available, current.total)
+    smaller = settings.micro_batch_tokens // 2
+    while smaller >= current.seq_len:
+        if plan(shape, attrs.evolve(settings, micro_batch_tokens=smaller), *budget).fits:
+            found.append(
+                f"a smaller micro-batch (LocalBackend(micro_batch_tokens={smaller}), from "
+                f"{settings.micro_batch_tokens}: the same gradient, more passes)"
+            )
+            break
+        smaller //= 2
+    if not current.checkpointed:
+        checked = plan(shape, attrs.evolve(settings, gradient_checkpointing=True), *budget)
+        if checked.fits:
+            found.append(
+                "activation checkpointing (LocalBackend(gradient_checkpointing=True): "
+                f"{gib(checked.needed)}, about a third more compute)"
+            )
     if current.full:
         lora = plan(shape, attrs.evolve(settings, mode="lora"), *budget)
         if lora.fits:
@@ -297,6 +338,8 @@ def check_memory(
         )
     planned = plan(shape, settings, available, total)
     mode = "full fine-tuning" if planned.full else f"LoRA rank {settings.lora_rank}"
+    if planned.checkpointed:
+        mode += ", checkpointed layers"
     breakdown = ", ".join(f"{name} {gib(size)}" for name, size in planned.parts)
     head = (
         f"{shape.params / 1e6:.1f}M params, {mode}, rows of {planned.seq_len} tokens "

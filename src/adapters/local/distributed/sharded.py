@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..layers import decoder_layers, use_checkpointing
 from ..loss import LossStats
 from ..step_plan import WholeBatch, micro_batches
 from ..trainer import PolicyTrainer, TrainerSettings
@@ -138,6 +139,7 @@ class ShardedTrainer(PolicyTrainer):
         else:
             self.model = self._lora_from(base, header.lora_config if header else None)
         self.model.eval()
+        self.checkpointing = use_checkpointing(self.model, self.settings, full=full)
         self._shard()
         self._build_optimizer()
         if header is not None:
@@ -160,11 +162,8 @@ class ShardedTrainer(PolicyTrainer):
 
         device = torch.device(self.settings.device)
         mesh = init_device_mesh(device.type, (self.size,))
-        inner = self.model if self.full_finetune else self.model.get_base_model()
-        blocks = set(getattr(inner, "_no_split_modules", None) or ())
-        for module in list(inner.modules()):
-            if type(module).__name__ in blocks:
-                fully_shard(module, mesh=mesh)
+        for layer in decoder_layers(self.model, full=self.full_finetune):
+            fully_shard(layer, mesh=mesh)
         fully_shard(self.model, mesh=mesh)
         for module in self.model.modules():
             if isinstance(module, FSDPModule):

@@ -1,0 +1,76 @@
+"""The decoder layers of the trained model, and activation checkpointing over them.
+
+Without checkpointing every layer keeps its intermediate activations for backward (about
+`4H + 3(A+K)D + 4I` values a token: the norms, q/k/v, the attention output, the MLP's
+gate/up/product), which at 24 layers and 8k tokens is tens of GB. With it a layer keeps only
+its input (H values a token) and runs again, one layer at a time, during backward: one more
+forward's worth of compute for a memory that no longer grows with depth beyond H per layer.
+
+Transformers' own switch only checkpoints in training mode, and the trainer keeps the model in
+eval mode (dropout off, so its logprobs are the sampler's); so the layers are wrapped here, the
+same way for LoRA and full fine-tuning, before any FSDP2 sharding (so the recomputation runs
+inside the sharded layer's hooks, its parameters gathered).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+AUTO_ABOVE_BYTES = 2**30
+""""auto" checkpoints when one micro-batch's stored layer activations would pass 1 GiB."""
+
+
+def decoder_layers(model: Any, *, full: bool) -> list[torch.nn.Module]:
+    """The repeated blocks (the model's `_no_split_modules` classes), in order."""
+    inner = model if full else model.get_base_model()
+    blocks = set(getattr(inner, "_no_split_modules", None) or ())
+    return [m for m in inner.modules() if type(m).__name__ in blocks]
+
+
+def stored_layer_bytes(config: Any, tokens: int, dtype: torch.dtype) -> int:
+    """Bytes the decoder layers keep for backward over `tokens` tokens, unchecked."""
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or 1)
+    kv_heads = int(getattr(config, "num_key_value_heads", 0) or heads)
+    head_dim = int(getattr(config, "head_dim", 0) or hidden // heads)
+    inner = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    values = 4 * hidden + 3 * (heads + kv_heads) * head_dim + 4 * inner
+    return layers * tokens * values * torch.empty(0, dtype=dtype).element_size()
+
+
+def wanted(choice: bool | str, config: Any, tokens: int, dtype: torch.dtype) -> bool:
+    """True, False, or "auto": on when a micro-batch's stored activations pass 1 GiB."""
+    if choice == "auto":
+        return stored_layer_bytes(config, tokens, dtype) > AUTO_ABOVE_BYTES
+    if isinstance(choice, bool):
+        return choice
+    raise ValueError(f"gradient_checkpointing must be True, False or 'auto', got {choice!r}")
+
+
+def use_checkpointing(model: Any, settings: Any, *, full: bool) -> bool:
+    """Wrap the decoder layers when the settings ask for it; whether they were."""
+    dtype = next(model.parameters()).dtype
+    on = wanted(settings.gradient_checkpointing, model.config, settings.micro_batch_tokens, dtype)
+    if on:
+        for layer in decoder_layers(model, full=full):
+            checkpoint_layer(layer)
+    return on
+
+
+def checkpoint_layer(layer: torch.nn.Module) -> None:
+    """The layer's forward, recomputed in backward instead of stored (only while a graph is
+    being recorded: no-grad passes such as the KL reference's run it plainly). An instance
+    attribute, so parameter names, hooks and the class stay the layer's own."""
+    layer.forward = functools.partial(_recomputed, layer.forward)  # type: ignore[method-assign]
+
+
+def _recomputed(forward: Any, *args: Any, **kwargs: Any) -> Any:
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
