@@ -355,7 +355,7 @@ def test_mistakes_get_one_line_and_exit_code_2(base: Path, tmp_path: Path) -> No
     assert_one_line_error(results[0], "no model directory", "nowhere")
     assert_one_line_error(results[1], "other/idle has no history yet")
     assert_one_line_error(results[2], "no history key matches 'val/nope'")
-    assert_one_line_error(results[3], "split 'test'", "['train', 'val']")
+    assert_one_line_error(results[3], "split 'test'", "logged splits: train, val")
     assert_one_line_error(results[4], "not a directory")
     assert_one_line_error(results[5], "not a model directory", "proj/models/agent")
 

@@ -214,7 +214,7 @@ def test_the_fake_refuses_a_step_it_does_not_hold_and_a_folder_with_files_in_it(
 # --- the config values --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [1.5, True, "3", -1])
+@pytest.mark.parametrize("value", [1.5, True, "1.5", "three", -1])  # "3" converts, as pydantic
 def test_a_kl_reference_step_must_be_a_whole_number_from_zero(value: Any) -> None:
     with pytest.raises(InvalidInputError) as caught:
         TrainConfig(kl_penalty_reference_step=value)
@@ -225,7 +225,7 @@ def test_a_kl_reference_step_must_be_a_whole_number_from_zero(value: Any) -> Non
 
 
 @pytest.mark.parametrize("field", ["kl_penalty_coef", "epsilon", "epsilon_high"])
-@pytest.mark.parametrize("value", [float("inf"), float("nan"), True, "0.1", -0.5])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), True, "a tenth", -0.5])
 def test_a_penalty_or_clip_must_be_a_finite_number_from_zero(field: str, value: Any) -> None:
     with pytest.raises(InvalidInputError) as caught:
         TrainConfig(**{field: value})

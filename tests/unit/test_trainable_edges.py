@@ -79,14 +79,15 @@ def test_the_latest_step_is_served_under_the_bare_run_name() -> None:
     assert run.inference_name(0) == "m@0"
 
 
-def test_a_coefficient_must_be_a_finite_number_not_a_flag_or_text() -> None:
-    for value in (math.nan, math.inf, True, "0.1", -0.5):
+def test_a_coefficient_must_be_a_finite_number_not_a_flag_or_other_text() -> None:
+    for value in (math.nan, math.inf, True, "a tenth", -0.5):
         with pytest.raises(InvalidInputError) as caught:
             TrainConfig(kl_penalty_coef=value)  # type: ignore[arg-type]
         assert str(caught.value) == (
             f"TrainConfig.kl_penalty_coef must be a finite number >= 0, got {value!r}"
         )
     assert TrainConfig(kl_penalty_coef=0).kl_penalty_coef == 0
+    assert TrainConfig(kl_penalty_coef="0.1").kl_penalty_coef == 0.1  # type: ignore[arg-type]
 
 
 def test_equal_learning_rate_multiplier_bounds_pin_the_multiplier() -> None:
