@@ -328,6 +328,49 @@ def test_sigterm_stops_it_within_two_seconds(base: Path) -> None:
     assert elapsed < 5  # generous: the box is shared; it takes well under a second alone
 
 
+def test_sigterm_under_load_ends_without_the_interpreters_teardown(
+    base: Path, tmp_path: Path
+) -> None:
+    """Under load the interpreter's teardown after a stop took seconds (the readers' thread
+    pools winding down). The viewer writes nothing, so a requested stop ends the process as
+    soon as serving ends: here a teardown hook that would hang for minutes never runs."""
+    import threading
+
+    import httpx
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, time\natexit.register(time.sleep, 600)\n"
+    )
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    view = Viewer([str(base)], env={"PYTHONPATH": path})
+    answered: list[int] = []
+    done = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(timeout=30) as http:
+            while not done.is_set():
+                try:
+                    answered.append(http.get(f"{view.base}{AGENT}/history").status_code)
+                    http.get(f"{view.base}{AGENT}/trajectories", params={"split": "val"})
+                except httpx.HTTPError:
+                    return  # the viewer stopped
+
+    clients = [threading.Thread(target=client) for _ in range(8)]
+    for thread in clients:
+        thread.start()
+    while len(answered) < 16:
+        time.sleep(0.01)
+    try:
+        view.stop()  # SIGTERM, then waits 10 s at most for the process to end
+    finally:
+        done.set()
+        for thread in clients:
+            thread.join()
+        view.process.kill()
+    assert view.process.returncode == 0
+    assert set(answered) == {200}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
