@@ -46,6 +46,21 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINKER_TELEMETRY", "0")
 
 
+REPO = Path(__file__).resolve().parents[2]
+CRASH = """
+import asyncio, os, sys
+from arthex.adapters.tinker import TinkerBackend
+from arthex.core.identity import ModelSpec, RunRef
+from tests.e2e.test_tinker_restart import KEY, TIMEOUT_S, train_steps
+
+url, tiny, base = sys.argv[1:4]
+spec = ModelSpec(RunRef("restart", "agent"), base_model=tiny, base_path=base)
+backend = TinkerBackend(base_url=url, api_key=KEY, timeout_s=TIMEOUT_S)
+print(f"trained to step {asyncio.run(train_steps(backend, spec, 2))}", flush=True)
+os._exit(0)
+"""
+
+
 def preference() -> list[TrajectoryGroup]:
     trajectories = [
         Trajectory(
@@ -97,13 +112,17 @@ def test_a_new_backend_and_a_restarted_service_resume_from_the_newest_state(
     spec = ModelSpec(RunRef("restart", "agent"), base_model=tiny, base_path=str(tmp_path / "art"))
 
     with TinkerEmulator(tiny, api_key=KEY, state_dir=state_dir, torch_threads=1) as first:
-        backend = TinkerBackend(base_url=first.base_url, api_key=KEY, timeout_s=TIMEOUT_S)
-
-        async def before_crash() -> int:
-            # No close(): the process "dies" with its Tinker session still open.
-            return await train_steps(backend, spec, 2)
-
-        assert asyncio.run(before_crash()) == 2
+        # A process that dies with its Tinker session open (no close, no exit hooks): a real
+        # one, so nothing of it (its session's heartbeat) lives on in this one.
+        done = subprocess.run(
+            [sys.executable, "-c", CRASH, first.base_url, tiny, spec.base_path],
+            cwd=REPO,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.stdout.strip() == "trained to step 2", done.stderr[-3000:]
     before = record(spec)
     paths = {c["step"]: c for c in before["checkpoints"]}
     assert sorted(paths) == [0, 1, 2] and all(c["state_path"] for c in paths.values())

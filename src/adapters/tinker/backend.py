@@ -243,6 +243,10 @@ class TinkerBackend(BackendTrainEntry):
         run = _Run(
             spec=spec, model_dir=model_dir, record=record, training=training, serving=serving
         )
+        try:  # a deletion a crash interrupted; else the next deletion finishes it
+            await self._finish_deleting(run)
+        except ArthexError as exc:
+            logger.warning("%s: could not finish deleting %s: %s", model_dir, record.deleting, exc)
         try:
             await self._serve_step(run, record.step)
         except BaseException:
@@ -576,34 +580,58 @@ class TinkerBackend(BackendTrainEntry):
         self, run: RunRef, steps_to_keep: Collection[int]
     ) -> list[int]:
         """Delete the sampler weights and states of every step not kept, except the latest
-        step and the newest saved state (needed to resume). Returns the steps deleted."""
+        step and the newest saved state (needed to resume). Returns the steps deleted.
+
+        The record drops them first, naming their paths as `deleting`; the service deletes
+        them; the record then forgets the paths. A crash in between leaves a record that no
+        longer serves those steps and finishes their deletion at the next register or
+        deletion, so the service and the record agree again."""
         state = self._require(run)
         async with state.lock:
+            await self._finish_deleting(state)
             record = state.record
             protected = {*steps_to_keep, record.step}
             resume = record.resume_point()
-            updated = list(record.checkpoints)
+            updated: list[Checkpoint] = []
+            doomed: list[str] = []
             deleted: list[int] = []
-            try:
-                for index, checkpoint in enumerate(record.checkpoints):
-                    if checkpoint.step in protected:
-                        continue
-                    sampler, full = checkpoint.sampler_path, checkpoint.state_path
-                    if sampler is not None:
-                        await self._delete_path(sampler)
-                        state.references.pop(sampler, None)
-                        deleted.append(checkpoint.step)
-                        sampler = None
-                    if full is not None and checkpoint != resume:
-                        await self._delete_path(full)
-                        full = None
-                    updated[index] = Checkpoint(checkpoint.step, sampler, full)
-            finally:
-                state.record = record.replacing(updated)
-                await asyncio.to_thread(write_record, state.model_dir, state.record)
-                if state.serving is not None:
-                    await self._pool.unserve_steps(state.serving, run, deleted)
+            for checkpoint in record.checkpoints:
+                if checkpoint.step in protected:
+                    updated.append(checkpoint)
+                    continue
+                sampler, full = checkpoint.sampler_path, checkpoint.state_path
+                if sampler is not None:
+                    doomed.append(sampler)
+                    state.references.pop(sampler, None)
+                    deleted.append(checkpoint.step)
+                    sampler = None
+                if full is not None and checkpoint != resume:
+                    doomed.append(full)
+                    full = None
+                updated.append(Checkpoint(checkpoint.step, sampler, full))
+            if not doomed:
+                return []
+            state.record = attrs.evolve(record.replacing(updated), deleting=tuple(doomed))
+            await asyncio.to_thread(write_record, state.model_dir, state.record)
+            if state.serving is not None:
+                await self._pool.unserve_steps(state.serving, run, deleted)
+            await self._finish_deleting(state)
             return sorted(deleted)
+
+    async def _finish_deleting(self, state: _Run) -> None:
+        """Delete on the service what the record names as `deleting`, then clear it."""
+        pending = state.record.deleting
+        if not pending:
+            return
+        for index, path in enumerate(pending):
+            try:
+                await self._delete_path(path)
+            except BaseException:
+                state.record = attrs.evolve(state.record, deleting=pending[index:])
+                await asyncio.to_thread(write_record, state.model_dir, state.record)
+                raise
+        state.record = attrs.evolve(state.record, deleting=())
+        await asyncio.to_thread(write_record, state.model_dir, state.record)
 
     async def _delete_path(self, path: str) -> None:
         try:

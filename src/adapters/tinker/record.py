@@ -47,6 +47,9 @@ class RunRecord:
     training_run_id: str
     step: int
     checkpoints: tuple[Checkpoint, ...] = ()
+    # Paths dropped from `checkpoints` but maybe still on the service: written before they
+    # are deleted there, cleared after, so a crash between the two is finished next time.
+    deleting: tuple[str, ...] = ()
 
     def checkpoint(self, step: int) -> Checkpoint | None:
         return next((c for c in self.checkpoints if c.step == step), None)
@@ -79,6 +82,7 @@ class RunRecord:
             "training_run_id": self.training_run_id,
             "step": self.step,
             "checkpoints": [attrs.asdict(c) for c in self.checkpoints],
+            "deleting": list(self.deleting),
         }
 
     @classmethod
@@ -102,6 +106,7 @@ class RunRecord:
                     )
                     for c in data["checkpoints"]
                 ),
+                deleting=tuple(str(p) for p in data.get("deleting", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptDataError(f"{source} is not a Tinker run record: {exc!r}") from exc
