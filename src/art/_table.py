@@ -86,9 +86,6 @@ _TRAIN_RESULT = (
     "{run}/checkpoints/{step:04d}"
 )
 _METRICS = "arthex has no metric registry; " + _HISTORY
-_SFT_FILE = (
-    "use await model.train_sft(arthex.load_sft_dataset(path), config=arthex.TrainSFTConfig(...))"
-)
 _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do this themselves"
 
 
@@ -613,13 +610,18 @@ MODULES: dict[str, dict[str, Entry]] = {
         "write_trajectory_groups_parquet": Use(_FILES, "write_trajectory_groups_parquet"),
     },
     "art.utils.sft": {
-        "SFTChunk": Refuse(_SFT_FILE),
+        **{
+            name: Use("arthex.utils.sft", name)
+            for name in (
+                "SFTChunk",
+                "create_sft_dataset_iterator",
+                "get_file_row_count",
+                "iterate_file",
+                "resolve_sft_batch_size",
+                "train_sft_from_file",
+            )
+        },
         "create_lr_schedule": Use("arthex.core.sft", "create_lr_schedule"),
-        "create_sft_dataset_iterator": Refuse(_SFT_FILE),
-        "get_file_row_count": Refuse(_SFT_FILE),
-        "iterate_file": Refuse("arthex.load_sft_dataset(path) reads a JSONL or parquet file"),
-        "resolve_sft_batch_size": Refuse("set arthex.TrainSFTConfig(batch_size=...)"),
-        "train_sft_from_file": Refuse(_SFT_FILE),
     },
     "art.yield_trajectory": {
         name: Use(_YIELDING, name)
