@@ -191,7 +191,6 @@ REFUSED_MODULES: dict[str, str] = {
         "rewards are equal)"
     ),
     "art.utils.lifecycle": _INTERNAL,
-    "art.utils.litellm": "arthex does not use LiteLLM; it works with the OpenAI SDK's Choice",
     "art.utils.log_http_errors": _INTERNAL,
     "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
@@ -598,6 +597,11 @@ MODULES: dict[str, dict[str, Entry]] = {
         "log_http_errors": Refuse(_INTERNAL),
         "record_provenance": Refuse(REFUSED_MODULES["art.utils.record_provenance"]),
         "retry": _RETRY,
+    },
+    "art.utils.litellm": {
+        "convert_litellm_choice_to_openai": Use(
+            "arthex.utils.litellm_choices", "convert_litellm_choice_to_openai"
+        )
     },
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},

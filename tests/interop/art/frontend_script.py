@@ -442,9 +442,38 @@ def sft(out: dict[str, Any]) -> None:
     out["sft schedule"] = rounded(sft.create_lr_schedule(6, 1.0, "linear", warmup_steps=2))
 
 
+def litellm_choice(out: dict[str, Any]) -> None:
+    from litellm.types.utils import ChoiceLogprobs, Choices, Message
+
+    convert = module("utils.litellm").convert_litellm_choice_to_openai
+    tool = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    token = {
+        "token": "a",
+        "bytes": [97],
+        "logprob": -0.1,
+        "top_logprobs": [
+            {"token": "a", "bytes": [97], "logprob": -0.1},
+            {"token": "b", "bytes": [98], "logprob": -2.5},
+        ],
+    }
+    choice = Choices(
+        finish_reason="tool_calls",
+        index=1,
+        message=Message(content="hi", role="assistant", tool_calls=[tool]),
+        logprobs=ChoiceLogprobs(content=[token]),
+    )
+    converted = convert(choice)
+    out["litellm choice"] = [type(converted).__name__, converted.model_dump(mode="json")]
+    plain = convert(
+        Choices(finish_reason="stop", index=0, message=Message(content="x", role="assistant"))
+    )
+    out["litellm plain"] = plain.model_dump(mode="json")
+
+
 def main() -> None:
     out: dict[str, Any] = {}
-    for part in sys.argv[4:] or ["trajectory_files", "small_helpers", "costs", "sft"]:
+    parts = ["trajectory_files", "small_helpers", "costs", "sft", "litellm_choice"]
+    for part in sys.argv[4:] or parts:
         globals()[part](out)
     OUT.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
 
