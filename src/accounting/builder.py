@@ -248,6 +248,10 @@ class MetricsBuilder:
             buffer.scenario_ids.clear()
             return result
 
+    def pending(self) -> dict[str, float]:
+        """The step's raw metrics so far (a copy; the buffer keeps them)."""
+        return dict(self._buffer().values)
+
     async def drain_pending(self) -> dict[str, float]:
         """The step's raw metrics, without roll-ups or totals; the buffer empties."""
         async with self._shared.lock:

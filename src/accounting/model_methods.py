@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import InvalidInputError
 from .builder import MetricsBuilder, rollups
 from .pricing import CostCalculator
 
@@ -87,11 +88,12 @@ class ArtModelMethods:
     ) -> dict[str, Any] | None:
         """The caller's metrics with the split builder's pending values and the cost roll-ups
         (None: nothing to add, the caller's metrics go on as they are)."""
+        builder = None
         pending: dict[str, float] = {}
         if self._art_builder is not None:
             context = {"train": "train", "val": "eval", "test": "eval"}.get(split, split)
             builder = self._art_builder.for_cost_context(context, buffer_scope=context)
-            pending = await builder.drain_pending()
+            pending = builder.pending()
         given = dict(metrics or {})
         costs = {
             k: float(v)
@@ -100,6 +102,16 @@ class ArtModelMethods:
         }
         if not pending and not costs:
             return None
+        for key in costs:  # a leaf cannot also be a parent: its roll-up would replace it
+            below = next((other for other in costs if other.startswith(f"{key}/")), None)
+            if below is not None or key == "costs/all":
+                raise InvalidInputError(
+                    f"cannot log {key!r} as a cost: "
+                    + (f"it is a parent of {below!r}" if below else "it is the row's total")
+                    + "; its value is the sum of the costs below it"
+                )
+        if builder is not None:  # taken only once the row is sure to be written
+            await builder.drain_pending()
         return {**pending, **given, **rollups(costs)}
 
 

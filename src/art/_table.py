@@ -86,9 +86,6 @@ _TRAIN_RESULT = (
     "{run}/checkpoints/{step:04d}"
 )
 _METRICS = "arthex has no metric registry; " + _HISTORY
-_SFT_FILE = (
-    "use await model.train_sft(arthex.load_sft_dataset(path), config=arthex.TrainSFTConfig(...))"
-)
 _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do this themselves"
 
 
@@ -194,7 +191,6 @@ REFUSED_MODULES: dict[str, str] = {
         "rewards are equal)"
     ),
     "art.utils.lifecycle": _INTERNAL,
-    "art.utils.litellm": "arthex does not use LiteLLM; it works with the OpenAI SDK's Choice",
     "art.utils.log_http_errors": _INTERNAL,
     "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
@@ -602,6 +598,11 @@ MODULES: dict[str, dict[str, Entry]] = {
         "record_provenance": Refuse(REFUSED_MODULES["art.utils.record_provenance"]),
         "retry": _RETRY,
     },
+    "art.utils.litellm": {
+        "convert_litellm_choice_to_openai": Use(
+            "arthex.utils.litellm_choices", "convert_litellm_choice_to_openai"
+        )
+    },
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
@@ -613,13 +614,18 @@ MODULES: dict[str, dict[str, Entry]] = {
         "write_trajectory_groups_parquet": Use(_FILES, "write_trajectory_groups_parquet"),
     },
     "art.utils.sft": {
-        "SFTChunk": Refuse(_SFT_FILE),
+        **{
+            name: Use("arthex.utils.sft", name)
+            for name in (
+                "SFTChunk",
+                "create_sft_dataset_iterator",
+                "get_file_row_count",
+                "iterate_file",
+                "resolve_sft_batch_size",
+                "train_sft_from_file",
+            )
+        },
         "create_lr_schedule": Use("arthex.core.sft", "create_lr_schedule"),
-        "create_sft_dataset_iterator": Refuse(_SFT_FILE),
-        "get_file_row_count": Refuse(_SFT_FILE),
-        "iterate_file": Refuse("arthex.load_sft_dataset(path) reads a JSONL or parquet file"),
-        "resolve_sft_batch_size": Refuse("set arthex.TrainSFTConfig(batch_size=...)"),
-        "train_sft_from_file": Refuse(_SFT_FILE),
     },
     "art.yield_trajectory": {
         name: Use(_YIELDING, name)

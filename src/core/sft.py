@@ -88,14 +88,17 @@ def _batch_size(value: int | Literal["auto"]) -> int | Literal["auto"]:
     return "auto" if value == "auto" else lax_int(value)
 
 
-def _check_rate(value: object, what: str) -> None:
+def _check_rate(value: object, what: str, low: str = ">") -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not math.isfinite(value)
-        or value <= 0
+        or value < 0
+        or (low == ">" and value == 0)
     ):
-        raise InvalidInputError(f"TrainSFTConfig.{what} must be a finite number > 0, got {value!r}")
+        raise InvalidInputError(
+            f"TrainSFTConfig.{what} must be a finite number {low} 0, got {value!r}"
+        )
 
 
 def _int_at_least(low: int) -> Any:
@@ -157,7 +160,8 @@ class TrainSFTConfig:
             if not self.learning_rate:
                 raise InvalidInputError("TrainSFTConfig.learning_rate: the list of rates is empty")
             for index, rate in enumerate(self.learning_rate):
-                _check_rate(rate, f"learning_rate[{index}]")
+                # a schedule decaying to zero ends there (create_lr_schedule's last rate)
+                _check_rate(rate, f"learning_rate[{index}]", low=">=")
             if self.lr_schedule != "constant" or self.warmup_ratio:
                 raise InvalidInputError(
                     "TrainSFTConfig: a list of learning rates is already a schedule; leave "

@@ -3,7 +3,9 @@
 checkout), and what each saw must be equal: the trajectory files each writes and reads
 (including the other's, ART's v1 layout and broken files), `strip_logprobs`,
 `yield_trajectory`, and the cost and metric utilities (`art.costs`, `art.api_costs` with
-LiteLLM's prices, `MetricsBuilder`'s roll-ups and running totals, `art.metrics_taxonomy`)."""
+LiteLLM's prices, `MetricsBuilder`'s roll-ups and running totals, `art.metrics_taxonomy`), and
+`art.utils.sft`'s chunking, schedules and file streaming, and `art.utils.litellm` on a real
+LiteLLM choice."""
 
 from __future__ import annotations
 
@@ -184,3 +186,5 @@ def test_frontend_utilities_match_art(tmp_path: Path) -> None:
     assert isinstance(art["api litellm"], float) and art["api litellm"] > 0
     assert art["flush 1"]["costs/all"] == 1.7518 and art["flush 2"]["costs/cum/all"] == 2.7518
     assert art["api unknown model"].startswith("ValueError: No pricing configured")
+    assert art["litellm choice"][0] == "Choice"
+    assert len(art["sft chunks"]) == 3 and art["sft rows"] == 9 and len(art["sft stream"]) == 15

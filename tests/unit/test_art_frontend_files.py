@@ -173,3 +173,29 @@ def test_round_trip_keeps_text_json_exactly(tmp_path: Path) -> None:
     write_trajectory_groups_parquet([group], tmp_path / "g.parquet")
     cell = pq.read_table(tmp_path / "g.parquet").column("trajectory_json")[0].as_py()
     assert json.loads(cell)["messages_and_choices"][0]["content"] == "naïve ✓"
+
+
+def test_a_litellm_choice_read_by_its_fields_becomes_an_openai_choice() -> None:
+    from types import SimpleNamespace
+
+    from arthex.art.utils.litellm import convert_litellm_choice_to_openai
+
+    call = SimpleNamespace(
+        id="c", type="function", function=SimpleNamespace(name="f", arguments="{}")
+    )
+    message = SimpleNamespace(role="assistant", content=None, tool_calls=[call])
+    token = {"token": "a", "bytes": [97], "logprob": -0.5, "top_logprobs": []}
+    choice = SimpleNamespace(
+        message=message,
+        finish_reason="tool_calls",
+        index=2,
+        logprobs=SimpleNamespace(content=[token]),
+    )
+    converted = convert_litellm_choice_to_openai(choice)
+    assert converted.index == 2 and converted.finish_reason == "tool_calls"
+    assert converted.message.tool_calls is not None
+    assert converted.message.tool_calls[0].id == "c"
+    assert converted.logprobs is not None and converted.logprobs.content is not None
+    assert converted.logprobs.content[0].logprob == -0.5
+    with pytest.raises(InvalidInputError, match="non-streaming"):
+        convert_litellm_choice_to_openai(SimpleNamespace(delta={}, finish_reason=None, index=0))

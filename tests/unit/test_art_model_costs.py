@@ -49,6 +49,18 @@ def test_costs_land_in_the_history_rolled_up_and_totalled(tmp_path: Path) -> Non
     assert "costs/train/judge" not in second
 
 
+def test_a_cost_that_is_also_a_parent_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    model = arthex.Model(name="m", project="p", base_path=str(tmp_path), report_metrics=[])
+    model.metrics_builder("train").add_cost("train/judge", 0.5)
+    for metrics in ({"costs/train": 1.0, "costs/train/api": 1.0}, {"costs/all": 2.0}):
+        with pytest.raises(arthex.InvalidInputError, match="cannot log 'costs/"):
+            asyncio.run(model.log(metrics=metrics, split="train", step=1))
+    assert not (tmp_path / "p" / "models" / "m" / "history.jsonl").exists()
+    assert model.metrics_builder("train").pending() == {"costs/train/judge": 0.5}  # kept
+
+
 def test_a_cost_calculator_prices_each_completion_while_a_builder_is_active() -> None:
     script = ChatScript(lambda request: ("ok", []))
     client = AsyncOpenAI(

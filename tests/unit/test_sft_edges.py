@@ -80,9 +80,9 @@ def test_a_wrong_rate_list_names_the_counts_that_decide_the_batches() -> None:
             "lr_schedule='constant' and warmup_ratio=0, or pass one peak rate",
         ),
         ({"learning_rate": -1}, "TrainSFTConfig.learning_rate must be a finite number > 0, got -1"),
-        (
-            {"learning_rate": [1e-3, 0]},
-            "TrainSFTConfig.learning_rate[1] must be a finite number > 0, got 0",
+        (  # a rate of 0 in a list is a schedule's end (ART's linear and cosine end there)
+            {"learning_rate": [1e-3, -1e-3]},
+            "TrainSFTConfig.learning_rate[1] must be a finite number >= 0, got -0.001",
         ),
         ({"max_grad_norm": 0}, "TrainSFTConfig.max_grad_norm must be a finite number > 0, got 0"),
         ({"batch_size": 0}, "TrainSFTConfig.batch_size must be an integer >= 1, got 0"),

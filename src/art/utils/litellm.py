@@ -1,7 +1,21 @@
-"""ART's module `art.utils.litellm`, not in arthex.
+"""ART's `art.utils.litellm`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.utils.litellm_choices import (
+        convert_litellm_choice_to_openai as convert_litellm_choice_to_openai,
+    )
+
+    __all__ = [
+        "convert_litellm_choice_to_openai",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -379,9 +379,101 @@ def costs(out: dict[str, Any]) -> None:
     )
 
 
+def sft(out: dict[str, Any]) -> None:
+    sft = module("utils.sft")
+
+    def said(t: Any) -> str:
+        return t.messages_and_choices[0]["content"]
+
+    items = [
+        art.Trajectory(messages_and_choices=[{"role": "user", "content": f"q{i}"}])
+        for i in range(7)
+    ]
+    chunks = [
+        [
+            [said(t) for t in c.trajectories],
+            [float(f"{r:.12g}") for r in c.config.learning_rate],
+            c.config.batch_size,
+            c.step,
+            c.epoch,
+            c.epoch_step,
+        ]
+        for c in sft.create_sft_dataset_iterator(
+            items,
+            chunk_size=2,
+            epochs=2,
+            batch_size=2,
+            peak_lr=1e-4,
+            schedule_type="cosine",
+            warmup_ratio=0.2,
+            initial_step=2,
+            show_progress=False,
+        )
+    ]
+    out["sft chunks"] = chunks
+    out["sft chunks plain"] = [
+        [[said(t) for t in c.trajectories], c.step]
+        for c in sft.create_sft_dataset_iterator(
+            items, chunk_size=3, shuffle=False, show_progress=False
+        )
+    ]
+    path = DIR / "sft.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": f"l{i}"}],
+                **({"tools": TOOLS} if i == 2 else {}),
+            }
+        )
+        for i in range(9)
+    ]
+    path.write_text("\n".join(lines[:4]) + "\n\n" + "\n".join(lines[4:]) + "\n")
+    out["sft rows"] = sft.get_file_row_count(str(path))
+    out["sft not jsonl"] = outcome(lambda: sft.get_file_row_count(str(DIR / "x.txt")))
+    streamed = list(
+        sft.iterate_file(str(path), epochs=2, shuffle_buffer_size=4, seed=3, initial_skip=3)
+    )
+    out["sft stream"] = [said(t) for t in streamed]
+    out["sft tools"] = [t.tools for t in streamed if said(t) == "l2"][:1]
+    out["sft batch"] = [
+        sft.resolve_sft_batch_size(batch_size="auto", default_batch_size=4),
+        sft.resolve_sft_batch_size(batch_size=3, default_batch_size=4),
+    ]
+    out["sft schedule"] = rounded(sft.create_lr_schedule(6, 1.0, "linear", warmup_steps=2))
+
+
+def litellm_choice(out: dict[str, Any]) -> None:
+    from litellm.types.utils import ChoiceLogprobs, Choices, Message
+
+    convert = module("utils.litellm").convert_litellm_choice_to_openai
+    tool = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    token = {
+        "token": "a",
+        "bytes": [97],
+        "logprob": -0.1,
+        "top_logprobs": [
+            {"token": "a", "bytes": [97], "logprob": -0.1},
+            {"token": "b", "bytes": [98], "logprob": -2.5},
+        ],
+    }
+    choice = Choices(
+        finish_reason="tool_calls",
+        index=1,
+        message=Message(content="hi", role="assistant", tool_calls=[tool]),
+        logprobs=ChoiceLogprobs(content=[token]),
+    )
+    converted = convert(choice)
+    out["litellm choice"] = [type(converted).__name__, converted.model_dump(mode="json")]
+    plain = convert(
+        Choices(finish_reason="stop", index=0, message=Message(content="x", role="assistant"))
+    )
+    out["litellm plain"] = plain.model_dump(mode="json")
+
+
 def main() -> None:
     out: dict[str, Any] = {}
-    for part in sys.argv[4:] or ["trajectory_files", "small_helpers", "costs"]:
+    parts = ["trajectory_files", "small_helpers", "costs", "sft", "litellm_choice"]
+    for part in sys.argv[4:] or parts:
         globals()[part](out)
     OUT.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
 
