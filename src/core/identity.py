@@ -55,8 +55,13 @@ class RunRef:
         return f"{self.project}/{self.name}"
 
     def inference_name(self, step: int | None = None) -> str:
-        """The served model name: `{name}` for the latest step, `{name}@{step}` for one step."""
-        return self.name if step is None else f"{self.name}@{step}"
+        """`{name}` for the latest step, `{name}@{step}` for one step (`step_name`)."""
+        return step_name(self.name, step)
+
+
+def step_name(served: str, step: int | None = None) -> str:
+    """How a served model is named: `served` for its latest step, `{served}@{step}` for one."""
+    return served if step is None else f"{served}@{step}"
 
 
 @attrs.frozen
@@ -70,6 +75,14 @@ class ModelSpec:
     config: Mapping[str, Any] = attrs.field(factory=dict)
     # where a backend that trains elsewhere keeps the run (a training server and its model id)
     remote: Mapping[str, str] | None = None
+    # The name inference serves the run under (`{served_as}@{step}`), when it is not the
+    # run's own: a model's `name` is its alias, while `run.name` keeps its files apart, so
+    # two runs of one name are one name served by two endpoints.
+    served_as: str | None = attrs.field(default=None, kw_only=True)
+
+    @property
+    def served_name(self) -> str:
+        return self.served_as if self.served_as is not None else self.run.name
 
     def to_json(self) -> dict[str, Any]:
         data = {

@@ -36,7 +36,7 @@ from .errors import (
     NotRegisteredError,
     RunBusyError,
 )
-from .identity import ModelSpec
+from .identity import ModelSpec, step_name, validate_name
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
 from .metrics import (
     MetricsRow,
@@ -94,6 +94,8 @@ class TrainableModel(Model):
                 f"base_model must be a model id or directory, got {base_model!r}"
             )
         self.base_model = base_model
+        if self.name != self.run.name:  # the name is served (`{name}@{step}`): one segment
+            validate_name(self.name, "name")
         self._backend: TrainingBackend | None = None
         self._endpoint: InferenceEndpoint | None = None
         self._step: int | None = None
@@ -127,6 +129,7 @@ class TrainableModel(Model):
             trainable=True,
             base_path=self.base_path,
             config=config_json(self.config),
+            served_as=self.name,
         )
 
     @property
@@ -326,10 +329,17 @@ class TrainableModel(Model):
         return self._step
 
     def get_inference_name(self, step: int | None = None) -> str:
-        """`{run_name}@{step}`; with no step, the latest step this model knows of."""
+        """The name to send for `step`: registered, the endpoint's name of the model (its
+        `name`) at the step, `{name}@{step}` (the endpoint may name steps its own way), the
+        latest step this model knows of when none is given; unregistered, `name`, or
+        `{name}@{step}`. The run's files go by `run_name`; `name` is what inference calls it."""
+        if self._backend is None:
+            return super().get_inference_name(step)
         if step is None:
             step = self._step if self._step is not None else 0
-        return self.run.inference_name(step)
+        if self._endpoint is None:
+            return step_name(self.name, step)
+        return self._endpoint.name_at(step)
 
     def _served_name(self) -> str | None:
         return self.get_inference_name() if self._endpoint is not None else None
@@ -474,7 +484,9 @@ class TrainableModel(Model):
         except Exception as exc:  # a diagnostic never fails the update
             logger.debug("could not list the models served at %s: %s", endpoint.base_url, exc)
             return {}
-        served = diagnostics.served_step(names, self.run.name)
+        steps = ((name, endpoint.step_of(name)) for name in names)
+        names = [name if at is None else step_name(endpoint.model_name, at) for name, at in steps]
+        served = diagnostics.served_step(names, endpoint.model_name)
         if served is None:
             return {}  # the endpoint names this run's steps otherwise: nothing to compare
         lag, findings = self._diagnostics.served(step, served, endpoint.base_url)

@@ -89,7 +89,8 @@ ALL_CAPABILITIES = BackendCapabilities(set(Capability))
 
 @attrs.frozen
 class InferenceEndpoint:
-    """An OpenAI-compatible endpoint serving `{name}` (latest) and `{name}@{step}`.
+    """An OpenAI-compatible endpoint serving `{name}` (latest) and `{name}@{step}` (or the
+    endpoint's own `step_format`).
 
     `follow_loop`, for a server that runs in this process on an event loop: called by the
     model on every `openai_client()`, it moves the server onto the running loop when the loop
@@ -101,6 +102,22 @@ class InferenceEndpoint:
     follow_loop: Callable[[], None] | None = attrs.field(
         default=None, kw_only=True, eq=False, repr=False
     )
+    # How one step is named from `model_name` (`{name}` and `{step}`): a service may name
+    # steps its own way (the hosted serverless API: `{name}:step{step}`).
+    step_format: str = attrs.field(default="{name}@{step}", kw_only=True)
+
+    def name_at(self, step: int) -> str:
+        """The served name of `step`."""
+        return self.step_format.format(name=self.model_name, step=step)
+
+    def step_of(self, served: str) -> int | None:
+        """The step a served name of this model names, None for any other name."""
+        before, _, after = self.step_format.partition("{step}")
+        prefix, suffix = before.format(name=self.model_name), after.format(name=self.model_name)
+        if not served.startswith(prefix) or not served.endswith(suffix):
+            return None
+        digits = served[len(prefix) : len(served) - len(suffix)]
+        return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 class CheckpointFiles(Protocol):

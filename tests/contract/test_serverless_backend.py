@@ -83,17 +83,23 @@ class TestServerlessOverInMemory(ServerlessContract):
         monkeypatch.setenv("ARTHEX_SERVERLESS_URL", inmemory_server.url + "/v1/")
         monkeypatch.setenv("ARTHEX_API_KEY", key)
         backend = ServerlessBackend()
-        assert backend.base_url == inmemory_server.url
+        assert backend.base_url == inmemory_server.url + "/v1"
         assert backend.api_key == key
         assert "train" in backend.capabilities
+        # a server's root without /v1 (arthex's older form) is the same API
+        assert ServerlessBackend(inmemory_server.url, key).base_url == backend.base_url
 
-    def test_missing_url_or_key_is_a_clear_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.delenv("ARTHEX_SERVERLESS_URL", raising=False)
-        monkeypatch.delenv("ARTHEX_API_KEY", raising=False)
-        with pytest.raises(InvalidInputError, match="ARTHEX_SERVERLESS_URL"):
-            ServerlessBackend(api_key="k" * 20)
+    def test_without_a_url_it_is_the_hosted_service_and_a_key_is_required(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        for name in ("ARTHEX_SERVERLESS_URL", "ARTHEX_API_KEY", "WANDB_API_KEY"):
+            monkeypatch.delenv(name, raising=False)
+        hosted = ServerlessBackend(api_key="k" * 20)
+        assert hosted.base_url == "https://api.training.wandb.ai/v1"  # ART's client's default
         with pytest.raises(InvalidInputError, match="ARTHEX_API_KEY"):
             ServerlessBackend("http://127.0.0.1:1")
+        monkeypatch.setenv("WANDB_API_KEY", "w" * 20)  # the hosted service's key, as ART reads it
+        assert ServerlessBackend().api_key == "w" * 20
 
 
 class TestServerlessOverInMemoryWithoutPpo(ServerlessContract):

@@ -104,8 +104,9 @@ def test_trainable_model_rolls_out_through_the_proxy_and_trains_three_steps(
 
     steps, served, listed = asyncio.run(main())
     assert steps == [1, 2, 3]
-    assert served[:8] == ["agent@0"] * 8 and served[-8:] == ["agent@2"] * 8
-    assert {"agent", "agent@3"} <= listed
+    named = f"wandb-artifact:///{tenant}/flow/agent"  # the hosted service's names
+    assert served[:8] == [f"{named}:step0"] * 8 and served[-8:] == [f"{named}:step2"] * 8
+    assert {"agent", "agent@3", named, f"{named}:step3"} <= listed
 
     local = base_path / "flow" / "models" / "agent"
     rows = [json.loads(line) for line in (local / "history.jsonl").read_text().splitlines()]

@@ -52,12 +52,15 @@ def groups() -> list[art.TrajectoryGroup]:
 # -- run_name ---------------------------------------------------------------------------------
 
 
-def test_run_name_names_the_run_directory_and_the_served_model(tmp_path: Path) -> None:
+def test_run_name_names_the_run_directory_and_name_the_inference_alias(tmp_path: Path) -> None:
     async def main() -> None:
         model = trainable(tmp_path, run_name="agent-run-2")
+        assert model.get_inference_name() == "agent"  # unregistered: the name, as in ART
         await model.register(InMemoryBackend())
         assert model.name == "agent" and model.run_name == "agent-run-2"
-        assert model.get_inference_name() == "agent-run-2@0"
+        assert model.get_inference_name() == "agent@0"
+        assert model.get_inference_name(2) == "agent@2"
+        assert model.spec().served_name == "agent"
         await model.log(groups(), split="val")
 
     asyncio.run(main())

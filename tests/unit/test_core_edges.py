@@ -228,7 +228,7 @@ def test_the_client_and_inference_names_follow_the_endpoint_and_the_step(tmp_pat
         )
         with pytest.raises(arthex.NotRegisteredError, match="register it with a backend"):
             model.openai_client()
-        assert model.get_inference_name() == "m@0"
+        assert model.get_inference_name() == "m"  # unregistered: the name, as in ART
         await model.register(ServingBackend())
         client = model.openai_client()
         assert str(client.base_url) == "http://127.0.0.1:9/v1/"

@@ -337,9 +337,10 @@ def backend_with(handler: Handler, *, retries: int = 3) -> tuple[ServerlessBacke
 
 
 def registered(request: httpx.Request) -> httpx.Response | None:
-    if request.method == "POST" and request.url.path == "/preview/models":
+    if request.method == "POST" and request.url.path == "/v1/preview/models":
         return httpx.Response(
-            201, json={"id": "m" + "0" * 24, "capabilities": ["train", "loss:cispo"]}
+            201,
+            json={"id": "m" + "0" * 24, "entity": "t", "capabilities": ["train", "loss:cispo"]},
         )
     return None
 
@@ -366,7 +367,8 @@ def test_gets_are_retried_on_5xx_429_and_connection_errors() -> None:
             raise httpx.ConnectError("refused", request=request)
         if n in (3, 4):
             return httpx.Response(503 if n == 3 else 429, json={})
-        return httpx.Response(200, json={"data": [{"step": 0}, {"step": 1}], "step": 1})
+        assert request.url.params["order"] == "desc" and request.url.params["limit"] == "1"
+        return httpx.Response(200, json={"data": [{"id": "c1", "step": 1}], "has_more": True})
 
     backend, log = backend_with(handler)
     assert use(backend, lambda: backend.get_step(RUN)) == 1
@@ -401,8 +403,8 @@ def test_posts_are_never_retried(failure: str) -> None:
     with pytest.raises(BackendError, match="overloaded" if failure == "status" else "not retried"):
         use(backend, train)
     assert [line.split("?")[0] for line in log] == [
-        "POST /preview/models",
-        "POST /preview/training-jobs",
+        "POST /v1/preview/models",
+        "POST /v1/preview/training-jobs",
     ]
 
 
@@ -411,9 +413,9 @@ def test_the_event_cursor_advances_past_every_event(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(client, "EMPTY_POLL_PAUSE_S", 0.0)
     pages: list[list[tuple[str, str, dict[str, Any]]]] = [
-        [("1", "training_started", {}), ("2", "gradient_step", {"metrics": {"loss": 0.5}})],
+        [("1", "training_started", {}), ("2", "gradient_step", {"loss": 0.5})],
         [],
-        [("3", "gradient_step", {"metrics": {"loss": None}}), ("4", "training_ended", {"step": 1})],
+        [("3", "gradient_step", {"loss": "NaN"}), ("4", "training_ended", {"step": 1})],
     ]
 
     def handler(request: httpx.Request, n: int) -> httpx.Response:
@@ -442,7 +444,7 @@ def test_a_failed_job_raises_with_the_servers_message() -> None:
             return reply
         if request.method == "POST":
             return httpx.Response(201, json={"id": "j" + "0" * 24})
-        data = [{"id": "1", "type": "training_failed", "data": {"message": "out of memory"}}]
+        data = [{"id": "1", "type": "training_failed", "data": {"error_message": "out of memory"}}]
         return httpx.Response(200, json={"data": data, "has_more": False})
 
     backend, _ = backend_with(handler)

@@ -2,10 +2,11 @@
 the OpenAI-compatible server in front of it, and the table of runs a backend has open.
 
 A pool keys its engines by what they are built for (the base model, or the tokenizer a Tinker
-engine renders with). Runs of one key share an engine and a server, unless a run's name is
-already taken on it (names are the engine's keys): that run gets a second one. Each step is
-served as `{name}@{step}`, and `{name}` is moved to the newest step once it is loaded, so a
-request for the plain name never sees a gap.
+engine renders with). Runs of one key share an engine and a server, unless a run's served
+name (its model's `name`; ModelSpec.served_name) is already taken on it (names are the
+engine's keys): that run gets a second one, so two runs of one name are served under the same
+names by two endpoints. Each step is served as `{name}@{step}`, and `{name}` is moved to the
+newest step once it is loaded, so a request for the plain name never sees a gap.
 
 One loopback API key guards every server of a backend: a server on 127.0.0.1 is still
 reachable by every local user, so it is never left open (a random key when none is given).
@@ -22,7 +23,7 @@ from typing import Generic, TypeVar
 import attrs
 
 from ...core.errors import BackendError, MissingExtraError, NotRegisteredError
-from ...core.identity import RunRef
+from ...core.identity import RunRef, step_name
 from ...ports.training_backend import InferenceEndpoint
 from .engine import ServingEngine
 
@@ -92,35 +93,43 @@ class ServingPool:
         """Give `name` back on `serving` (its run failed to open), so a retry lands there."""
         serving.names.discard(name)
 
-    def endpoint(self, serving: Serving, run: RunRef) -> InferenceEndpoint:
+    def endpoint(self, serving: Serving, served: str) -> InferenceEndpoint:
+        """The endpoint of a run served as `served` (its ModelSpec's `served_name`)."""
         return InferenceEndpoint(
             base_url=serving.base_url,
             api_key=self.api_key,
-            model_name=run.name,
+            model_name=served,
             follow_loop=serving.follow_loop,
         )
 
     async def serve_step(
-        self, serving: Serving, run: RunRef, step: int, source: str, *, latest: bool = True
+        self,
+        serving: Serving,
+        run: RunRef,
+        served: str,
+        step: int,
+        source: str,
+        *,
+        latest: bool = True,
     ) -> None:
         """Serve `{name}@{step}` from `source` (a checkpoint directory, a sampler path), then
         point `{name}` at it (unless `latest=False`: an older step served on request). A step
         that is saved but cannot be served is a BackendError that says so (the checkpoint
         stays)."""
-        name = run.inference_name(step)
+        name = step_name(served, step)
         try:
             await serving.engine.load(name, source)
             if latest:
-                serving.engine.alias(run.name, name)
+                serving.engine.alias(served, name)
         except Exception as exc:
             raise BackendError(
                 f"checkpoint {step} of {run} is saved but could not be served: {exc}"
             ) from exc
 
-    async def unserve_steps(self, serving: Serving, run: RunRef, steps: Iterable[int]) -> None:
+    async def unserve_steps(self, serving: Serving, served: str, steps: Iterable[int]) -> None:
         """Stop serving deleted steps (requests already accepted still finish)."""
         for step in steps:
-            name = run.inference_name(step)
+            name = step_name(served, step)
             if serving.engine.is_served(name):
                 await serving.engine.unload(name)
 

@@ -37,7 +37,7 @@ from ...core.errors import (
     MissingExtraError,
     require_extra,
 )
-from ...core.identity import ModelSpec, RunRef
+from ...core.identity import ModelSpec, RunRef, step_name
 from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
@@ -240,7 +240,7 @@ class LocalBackend(BackendTrainEntry):
                 f"{run.spec.base_model!r}, not {model.base_model!r}; close the backend before "
                 "re-pointing the run, or start a new run under another name"
             )
-        return self._pool.endpoint(run.serving, model.run)
+        return self._pool.endpoint(run.serving, run.spec.served_name)
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
         from . import checkpoints as ckpt
@@ -292,7 +292,7 @@ class LocalBackend(BackendTrainEntry):
             await self._serve(run, latest)
         except BaseException:
             if serving is not None:  # a retried register may take the name on it again
-                self._pool.release(serving, spec.run.name)
+                self._pool.release(serving, spec.served_name)
             await asyncio.to_thread(trainer.close)
             raise
         return run
@@ -310,7 +310,7 @@ class LocalBackend(BackendTrainEntry):
                 raise MissingExtraError(exc.name or "torch", "local") from exc
             return TorchEngine(base_model, device=self._device)
 
-        return await self._pool.serving_for(base_model, spec.run.name, make_engine)
+        return await self._pool.serving_for(base_model, spec.served_name, make_engine)
 
     def _resolved_engine(self) -> Literal["torch", "vllm"]:
         """The engine serving this backend's runs: "auto" is vLLM when it is installed with
@@ -571,7 +571,7 @@ class LocalBackend(BackendTrainEntry):
         async with state.lock:
             protected = set(steps_to_keep) | set(self.pinned_steps(run))
             doomed = ckpt.unkept(state.model_dir, protected)
-            await self._pool.unserve_steps(state.serving, run, doomed)
+            await self._pool.unserve_steps(state.serving, state.spec.served_name, doomed)
             return await asyncio.to_thread(ckpt.delete_steps, state.model_dir, doomed)
 
     async def export(
@@ -619,12 +619,13 @@ class LocalBackend(BackendTrainEntry):
             )
         async with self.pin(run, chosen):
             serving = opened.serving if opened is not None else await self._reader(model)
-            name = run.inference_name(chosen)
+            served = opened.spec.served_name if opened is not None else model.served_name
+            name = step_name(served, chosen)
             if not serving.engine.is_served(name):
                 source = str(ckpt.step_dir(model_dir, chosen))
-                await self._pool.serve_step(serving, run, chosen, source, latest=False)
+                await self._pool.serve_step(serving, run, served, chosen, source, latest=False)
             yield ServedCheckpoint(
-                endpoint=self._pool.endpoint(serving, run), step=chosen, model_name=name
+                endpoint=self._pool.endpoint(serving, served), step=chosen, model_name=name
             )
 
     async def _reader(self, model: ModelSpec) -> Serving:
@@ -638,7 +639,7 @@ class LocalBackend(BackendTrainEntry):
                 "base model it was trained from"
             )
         if serving is not None:  # the same run on another base model: a separate engine
-            self._pool.release(serving, model.run.name)
+            self._pool.release(serving, model.served_name)
         serving = self._readers[model.run] = await self._serving_for(model)
         return serving
 
@@ -697,7 +698,7 @@ class LocalBackend(BackendTrainEntry):
         from . import checkpoints as ckpt
 
         source = str(ckpt.step_dir(run.model_dir, step))
-        await self._pool.serve_step(run.serving, run.spec.run, step, source)
+        await self._pool.serve_step(run.serving, run.spec.run, run.spec.served_name, step, source)
 
     def _require(self, run: RunRef) -> _Run:
         return self._runs.require(run)

@@ -1,11 +1,15 @@
 """ServerlessBackend: a TrainingBackend that trains on a remote training server over HTTP.
 
-    backend = ServerlessBackend("http://gpu-box:8000", api_key="ak-...")
+    backend = ServerlessBackend("http://gpu-box:8000/v1", api_key="ak-...")
 
-`base_url` and `api_key` come from the arguments, else from `ARTHEX_SERVERLESS_URL` and
-`ARTHEX_API_KEY`. The base URL is the server's root (a trailing `/v1` is tolerated). Only the
-trajectory groups and the config travel; the history and the parquet files stay with the
-frontend, and the checkpoints stay on the server.
+It speaks the hosted serverless training API's wire (wire.py), as ART's own ServerlessBackend
+does, so `arthex serve` serves both clients. `base_url` and `api_key` come from the
+arguments, else from `ARTHEX_SERVERLESS_URL` and `ARTHEX_API_KEY` (then `WANDB_API_KEY`);
+with no URL at all it is the hosted service's, `https://api.training.wandb.ai/v1`. The base
+URL ends in `/v1` (a server root without it gets it added). Only the trajectory groups and
+the config travel; the history and the parquet files stay with the frontend, and the
+checkpoints stay on the server. Models are served at the same base URL as
+`wandb-artifact:///{entity}/{project}/{name}:step{N}`.
 
 Retries: GET, PUT and DELETE are retried with exponential backoff on connection errors, 429
 and 500/502/503/504; a POST is retried only on a 429 `rate_limit_exceeded` (refused before the
@@ -80,9 +84,40 @@ if TYPE_CHECKING:
 
 URL_ENV = "ARTHEX_SERVERLESS_URL"
 KEY_ENV = export.KEY_ENV
+HOSTED_KEY_ENV = "WANDB_API_KEY"  # the hosted service's keys, as ART's client reads them
 MAX_BACKOFF_S = 8.0
 EMPTY_POLL_PAUSE_S = 1.0
 LEASE_HEADER = "X-Arthex-Lease"
+HOLDER_HEADER = "X-Arthex-Lease-Holder"
+# ART's ServerlessBackend sends every train option it has in `experimental_config`; these
+# are what arthex's TrainConfig says of them (its own fields travel too, when not default).
+_FIXED_OPTIONS: dict[str, Any] = {
+    "advantage_balance": 0.0,
+    "importance_sampling_level": "token",
+    "kimi_k2_tau": None,
+    "kl_penalty_step_lag": None,
+    "kl_ref_adapter_path": None,
+    "logprob_calculation_chunk_size": 1024,
+    "mask_prob_ratio": False,
+    "max_negative_advantage_importance_sampling_weight": None,
+    "num_trajectories_learning_rate_multiplier_power": 0.0,
+    "plot_tensors": False,
+    "precalculate_logprobs": False,
+    "truncated_importance_sampling": None,
+}
+_SHARED_FIELDS = (
+    "allow_training_without_logprobs",
+    "epsilon",
+    "epsilon_high",
+    "kl_penalty_coef",
+    "kl_penalty_reference_step",
+    "kl_penalty_source",
+    "learning_rate",
+    "loss_fn",
+    "packed_sequence_length",
+    "scale_learning_rate_by_reward_std_dev",
+    "scale_rewards",
+)
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -118,21 +153,20 @@ class ServerlessBackend(BackendTrainEntry):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         url = base_url if base_url is not None else os.environ.get(URL_ENV)
+        url = url or wire.DEFAULT_BASE_URL
         key = api_key if api_key is not None else os.environ.get(KEY_ENV)
-        if not url:
-            raise InvalidInputError(
-                f"ServerlessBackend needs the server's URL: pass base_url= or set {URL_ENV}"
-            )
+        key = key or os.environ.get(HOSTED_KEY_ENV)
         if not key:
             raise InvalidInputError(
-                f"ServerlessBackend needs an API key: pass api_key= or set {KEY_ENV}"
+                f"ServerlessBackend needs an API key: pass api_key= or set {KEY_ENV} (or "
+                f"{HOSTED_KEY_ENV} for the hosted service)"
             )
         if retries < 0 or timeout <= 0 or backoff_s < 0 or not 0 <= poll_wait_s <= 30:
             raise InvalidInputError(
                 "timeout must be > 0, retries and backoff_s >= 0, poll_wait_s in [0, 30]"
             )
         url = url.rstrip("/")
-        self.base_url = url[: -len("/v1")] if url.endswith("/v1") else url
+        self.base_url = url if url.endswith(wire.API_PREFIX) else url + wire.API_PREFIX
         self.api_key = key
         self.timeout = timeout
         self.retries = retries
@@ -176,14 +210,17 @@ class ServerlessBackend(BackendTrainEntry):
         names a model the server can load (a hub id, or a directory on the server)."""
         if not model.trainable:
             return None
-        body = {
+        body: dict[str, Any] = {
+            "entity": None,  # the key's own
             "project": model.run.project,
             "name": model.run.name,
             "base_model": model.base_model,
-            "config": dict(model.config),
-            "lease": {"id": self.lease_id, "holder": self.holder},
+            "return_existing": True,
         }
-        payload = (await self._request("POST", wire.MODELS_PATH, json=body)).json()
+        if model.config:
+            body["config"] = dict(model.config)
+        holder = {HOLDER_HEADER: self.holder}  # with the lease header: take the lease
+        payload = (await self._request("POST", wire.MODELS_PATH, json=body, headers=holder)).json()
         self._model_ids[model.run] = str(payload["id"])
         lease = payload.get("lease")
         beating = self._heartbeats.get(model.run)
@@ -198,13 +235,18 @@ class ServerlessBackend(BackendTrainEntry):
         if not payload.get("inference"):
             return None
         return InferenceEndpoint(
-            base_url=f"{self.base_url}/v1/projects/{model.run.project}",
+            base_url=self.base_url,
             api_key=self.api_key,
-            model_name=model.run.name,
+            model_name=wire.artifact_name(
+                str(payload["entity"]), model.run.project, model.run.name
+            ),
+            step_format="{name}:step{step}",
         )
 
     async def get_step(self, run: RunRef) -> int:
-        return int((await self._checkpoints(run))["step"])
+        """The newest checkpoint's step (the first of the list in descending order)."""
+        page = await self._checkpoint_page(run, {"limit": "1", "order": "desc"})
+        return int(page["data"][0]["step"]) if page["data"] else 0
 
     def remote_of(self, run: RunRef) -> dict[str, str]:
         """Where the run lives, for the client's model.json: the server and its model id."""
@@ -227,7 +269,14 @@ class ServerlessBackend(BackendTrainEntry):
         return str(path)
 
     async def checkpoint_steps(self, run: RunRef) -> list[int]:
-        return sorted(int(item["step"]) for item in (await self._checkpoints(run))["data"])
+        steps: list[int] = []
+        params: dict[str, str] = {}
+        while True:
+            page = await self._checkpoint_page(run, params)
+            steps += [int(item["step"]) for item in page["data"]]
+            if not page.get("has_more") or not page["data"]:
+                return sorted(steps)
+            params = {"after": str(page["data"][-1]["id"])}
 
     async def delete_checkpoint_files(
         self, run: RunRef, steps_to_keep: Collection[int]
@@ -261,7 +310,7 @@ class ServerlessBackend(BackendTrainEntry):
     async def _gradient_steps(self, job_id: str) -> AsyncIterator[dict[str, float]]:
         async for event in self.job_events(job_id):
             if event.type == wire.GRADIENT_STEP:
-                yield wire.decode_metrics(event.data.get("metrics"))
+                yield wire.decode_event_metrics(event.data)
 
     async def close(self) -> None:
         """Stop renewing and give back every lease this trainer holds that no other open
@@ -323,8 +372,8 @@ class ServerlessBackend(BackendTrainEntry):
         caps.check(config, "ServerlessBackend (the server's backend)")
         body = {
             "model_id": model_id,
-            "trajectory_groups": [group.model_dump(mode="json") for group in groups],
-            "config": config.to_json(),
+            "trajectory_groups": [_group_json(group) for group in groups],
+            "experimental_config": experimental_config(config),
         }
         return str((await self._request("POST", wire.JOBS_PATH, json=body)).json()["id"])
 
@@ -371,7 +420,11 @@ class ServerlessBackend(BackendTrainEntry):
                 if event.type == wire.TRAINING_FAILED:
                     raise TrainingJobFailed(
                         job_id,
-                        str(event.data.get("message") or "no message"),
+                        str(
+                            event.data.get("error_message")
+                            or event.data.get("message")
+                            or "no message"
+                        ),
                         str(event.data.get("type") or ""),
                     )
                 if event.type == wire.TRAINING_ENDED:
@@ -388,9 +441,9 @@ class ServerlessBackend(BackendTrainEntry):
             )
         return model_id
 
-    async def _checkpoints(self, run: RunRef) -> dict[str, Any]:
+    async def _checkpoint_page(self, run: RunRef, params: Mapping[str, str]) -> dict[str, Any]:
         path = f"{wire.MODELS_PATH}/{self._model_id(run)}/checkpoints"
-        payload: dict[str, Any] = (await self._request("GET", path)).json()
+        payload: dict[str, Any] = (await self._request("GET", path, params=dict(params))).json()
         return payload
 
     def _http(self) -> httpx.AsyncClient:
@@ -460,6 +513,28 @@ class ServerlessBackend(BackendTrainEntry):
                 return min(float(retry_after), MAX_BACKOFF_S)
         base = min(self.backoff_s * (2**attempt), MAX_BACKOFF_S)
         return float(base * (0.5 + random.random() / 2))  # jitter: retrying clients do not stampede
+
+
+def _group_json(group: TrajectoryGroup) -> dict[str, Any]:
+    """A group as the hosted API takes it: its empty fields left out, as ART's client does."""
+    dumped = group.model_dump(mode="json")
+    return {key: value for key, value in dumped.items() if value or key == "trajectories"}
+
+
+def experimental_config(config: TrainConfig) -> dict[str, Any]:
+    """A TrainConfig as the hosted API's `experimental_config`: every option ART's client
+    sends, by ART's names, and arthex's own fields where they are not at their defaults."""
+    options: dict[str, Any] = dict(_FIXED_OPTIONS)
+    for name in _SHARED_FIELDS:
+        options[name] = getattr(config, name)
+    options["normalize_advantages"] = config.scale_rewards
+    options["ppo"] = config.loss_fn == "ppo"
+    defaults = TrainConfig()
+    for field in attrs.fields(TrainConfig):
+        value = getattr(config, field.name)
+        if field.name not in options and value != getattr(defaults, field.name):
+            options[field.name] = value
+    return dict(sorted(options.items()))
 
 
 def _offered(names: list[str]) -> BackendCapabilities:

@@ -1,6 +1,10 @@
 """What client and server agree on: paths, event names, the error body, metric encoding.
 
-Both ends import this module and nothing heavier, so the wire format has one definition.
+Both ends import this module and nothing heavier, so the wire format has one definition. It
+is the hosted serverless training API's, as ART 0.5.23's `ServerlessBackend` client speaks
+it: a base URL ending in `/v1`, the `/preview/...` paths below it, models named for
+inference `wandb-artifact:///{entity}/{project}/{name}[:step{N}]` at the same base URL, and
+training events whose `data` is flat (a gradient step's metrics are its data).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+API_PREFIX = "/v1"  # a base URL ends here; the paths below are under it
+DEFAULT_BASE_URL = "https://api.training.wandb.ai/v1"  # the hosted service ART's client uses
 MODELS_PATH = "/preview/models"
 JOBS_PATH = "/preview/training-jobs"
 SFT_JOBS_PATH = "/preview/sft-training-jobs"  # its jobs' events are read under JOBS_PATH
@@ -42,6 +48,11 @@ JOB_ID = re.compile(r"j[0-9a-f]{24}")
 # Numbers in URLs and headers are ASCII digits: str.isdigit() also says yes to '١٢' and '²',
 # and int() refuses the second.
 COUNT = re.compile(r"[0-9]{1,18}")
+
+
+def checkpoint_id(model_id: str, step: int) -> str:
+    """A checkpoint's id, the cursor of a checkpoint page."""
+    return f"{model_id}-step{step}"
 
 
 def parse_count(text: str) -> int | None:
@@ -90,6 +101,53 @@ def decode_metrics(payload: object) -> dict[str, float]:
         for key, value in payload.items()
         if value is None or (isinstance(value, int | float) and not isinstance(value, bool))
     }
+
+
+# Inference names: the hosted service serves a model's latest step as
+# `wandb-artifact:///{entity}/{project}/{name}` and one step with `:step{N}` appended.
+ARTIFACT_SCHEME = "wandb-artifact:///"
+_ARTIFACT = re.compile(r"wandb-artifact:///([^/]+)/([^/]+)/([^/:]+)(?::step([0-9]{1,18}))?")
+
+
+def artifact_name(entity: str, project: str, name: str, step: int | None = None) -> str:
+    base = f"{ARTIFACT_SCHEME}{entity}/{project}/{name}"
+    return base if step is None else f"{base}:step{step}"
+
+
+def parse_artifact_name(text: str) -> tuple[str, str, str, int | None] | None:
+    """(entity, project, name, step or None) of an inference name in the service's form."""
+    found = _ARTIFACT.fullmatch(text)
+    if found is None:
+        return None
+    entity, project, name, step = found.groups()
+    return entity, project, name, int(step) if step is not None else None
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def encode_event_metrics(metrics: Mapping[str, Any]) -> dict[str, float | str]:
+    """A gradient step's event data: its metrics, flat. JSON has no NaN or infinity, so
+    those travel as the strings "NaN", "Infinity", "-Infinity", which `float()` reads back
+    (what ART's client does with each value)."""
+    encoded: dict[str, float | str] = {}
+    for key, value in metrics.items():
+        number = float(value)
+        encoded[str(key)] = number if math.isfinite(number) else _NON_FINITE[repr(number)]
+    return encoded
+
+
+def decode_event_metrics(payload: object) -> dict[str, float]:
+    """The inverse of `encode_event_metrics`; values that are not numbers are left out."""
+    if not isinstance(payload, Mapping):
+        return {}
+    decoded: dict[str, float] = {}
+    for key, value in payload.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float) or value in _NON_FINITE.values():
+            decoded[str(key)] = float(value)
+    return decoded
 
 
 def now_iso() -> str:

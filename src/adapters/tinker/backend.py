@@ -51,6 +51,7 @@ from ...core.errors import (
     UnsupportedCapability,
 )
 from ...core.identity import ModelSpec, RunRef
+from ...core.identity import step_name as served_step_name
 from ...core.lease_book import release_leases
 from ...core.sft import TrainSFTConfig
 from ...core.trajectories import TrajectoryGroup
@@ -211,7 +212,9 @@ class TinkerBackend(BackendTrainEntry):
             )
         backend_run_dir(model, self._path, "TinkerBackend")  # refused before anything starts
         run = await self._runs.open(model.run, lambda: self._open_run(model))
-        return None if run.serving is None else self._pool.endpoint(run.serving, model.run)
+        if run.serving is None:
+            return None
+        return self._pool.endpoint(run.serving, run.spec.served_name)
 
     async def _open_run(self, spec: ModelSpec) -> _Run:
         assert spec.base_model is not None
@@ -251,7 +254,7 @@ class TinkerBackend(BackendTrainEntry):
             await self._serve_step(run, record.step)
         except BaseException:
             if serving is not None:  # a retried register may take the name on it again
-                self._pool.release(serving, spec.run.name)
+                self._pool.release(serving, spec.served_name)
             raise
         return run
 
@@ -507,7 +510,8 @@ class TinkerBackend(BackendTrainEntry):
             if state.serving is not None:  # a rewind drops the later steps
                 for name in state.serving.engine.served_models():
                     step = name.rpartition("@")[2]
-                    if name.startswith(f"{state.spec.run.name}@") and int(step) > state.record.step:
+                    mine = name.startswith(f"{state.spec.served_name}@")
+                    if mine and int(step) > state.record.step:
                         await state.serving.engine.unload(name)
                 await self._serve_step(state, state.record.step)
         return state.training
@@ -614,7 +618,7 @@ class TinkerBackend(BackendTrainEntry):
             state.record = attrs.evolve(record.replacing(updated), deleting=tuple(doomed))
             await asyncio.to_thread(write_record, state.model_dir, state.record)
             if state.serving is not None:
-                await self._pool.unserve_steps(state.serving, run, deleted)
+                await self._pool.unserve_steps(state.serving, state.spec.served_name, deleted)
             await self._finish_deleting(state)
             return sorted(deleted)
 
@@ -659,7 +663,7 @@ class TinkerBackend(BackendTrainEntry):
                 tokenizer, timeout_s=self._timeout_s, open_sampler=self._open_sampler
             )
 
-        return await self._pool.serving_for(tokenizer, spec.run.name, make_engine)
+        return await self._pool.serving_for(tokenizer, spec.served_name, make_engine)
 
     async def _open_sampler(self, path: str) -> SamplingClientLike:
         return await call(
@@ -708,11 +712,14 @@ class TinkerBackend(BackendTrainEntry):
             )
         serving = opened.serving if opened is not None else await self._reader(model)
         assert serving is not None  # serve=True
-        name = run.inference_name(chosen)
+        served = opened.spec.served_name if opened is not None else model.served_name
+        name = served_step_name(served, chosen)
         if not serving.engine.is_served(name):
-            await self._pool.serve_step(serving, run, chosen, checkpoint.sampler_path, latest=False)
+            await self._pool.serve_step(
+                serving, run, served, chosen, checkpoint.sampler_path, latest=False
+            )
         yield ServedCheckpoint(
-            endpoint=self._pool.endpoint(serving, run), step=chosen, model_name=name
+            endpoint=self._pool.endpoint(serving, served), step=chosen, model_name=name
         )
 
     async def _reader(self, model: ModelSpec) -> Serving:
@@ -726,7 +733,9 @@ class TinkerBackend(BackendTrainEntry):
             return
         checkpoint = state.record.checkpoint(step)
         assert checkpoint is not None and checkpoint.sampler_path is not None
-        await self._pool.serve_step(state.serving, state.spec.run, step, checkpoint.sampler_path)
+        await self._pool.serve_step(
+            state.serving, state.spec.run, state.spec.served_name, step, checkpoint.sampler_path
+        )
 
     # --- internals ----------------------------------------------------------------------
 

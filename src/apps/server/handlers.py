@@ -20,7 +20,7 @@ from . import proxy
 from .bodies import json_object
 from .guard import AUDIT_SCOPE_KEY, TENANT_SCOPE_KEY
 from .jobs import JobLog
-from .leases import LEASE_HEADER, Lease, parse_claim
+from .leases import HOLDER_HEADER, LEASE_HEADER, Lease, parse_claim
 from .registry import ModelRecord
 from .service import TrainingService
 from .sft_jobs import start_sft_job
@@ -48,22 +48,26 @@ class Handlers:
         self.http = http
 
     def routes(self) -> list[tuple[str, str, Handler]]:
-        models, jobs = wire.MODELS_PATH, wire.JOBS_PATH
-        table: list[tuple[str, str, Handler]] = [
-            ("GET", wire.BACKEND_PATH, self.backend_info),
-            ("POST", models, self.register),
-            ("GET", models, self.list_models),
-            ("GET", models + "/{model_id}", self.get_model),
-            ("PUT", models + "/{model_id}/lease", self.renew_lease),
-            ("DELETE", models + "/{model_id}/lease", self.release_lease),
-            ("GET", models + "/{model_id}/checkpoints", self.checkpoints),
-            ("DELETE", models + "/{model_id}/checkpoints", self.delete_checkpoints),
-            ("GET", models + "/{model_id}/checkpoints/{step}/files", self.checkpoint_files),
-            ("POST", jobs, self.create_job),
-            ("POST", wire.SFT_JOBS_PATH, self.create_sft_job),
-            ("GET", jobs + "/{job_id}", self.get_job),
-            ("GET", jobs + "/{job_id}/events", self.events),
-        ]
+        table: list[tuple[str, str, Handler]] = []
+        # The API is under /v1 (the base URL ART's client is given ends there); the same
+        # routes at the root serve arthex clients of before.
+        for root in (wire.API_PREFIX, ""):
+            models, jobs = root + wire.MODELS_PATH, root + wire.JOBS_PATH
+            table += [
+                ("GET", root + wire.BACKEND_PATH, self.backend_info),
+                ("POST", models, self.register),
+                ("GET", models, self.list_models),
+                ("GET", models + "/{model_id}", self.get_model),
+                ("PUT", models + "/{model_id}/lease", self.renew_lease),
+                ("DELETE", models + "/{model_id}/lease", self.release_lease),
+                ("GET", models + "/{model_id}/checkpoints", self.checkpoints),
+                ("DELETE", models + "/{model_id}/checkpoints", self.delete_checkpoints),
+                ("GET", models + "/{model_id}/checkpoints/{step}/files", self.checkpoint_files),
+                ("POST", jobs, self.create_job),
+                ("POST", root + wire.SFT_JOBS_PATH, self.create_sft_job),
+                ("GET", jobs + "/{job_id}", self.get_job),
+                ("GET", jobs + "/{job_id}/events", self.events),
+            ]
         for prefix in ("/v1", "/v1/projects/{project}"):
             table.append(("GET", prefix + "/models", self.models_v1))
             table.append(("POST", prefix + "/chat/completions", self.chat_v1))
@@ -127,15 +131,26 @@ class Handlers:
         from starlette.responses import JSONResponse
 
         body = json_object(request.scope)
+        tenant = self.tenant(request)
+        entity = body.get("entity")
+        if entity is not None and entity != tenant:
+            raise NotRegisteredError(
+                f"entity {entity!r:.80} is not this API key's; leave it unset or give {tenant!r}"
+            )
         record, created, lease = await self.service.register(
-            self.tenant(request),
+            tenant,
             body.get("project"),
             body.get("name"),
             body.get("base_model"),
             body.get("config"),
-            body.get("lease"),
+            self._claim_of(request, body.get("lease")),
         )
         self.audit(request, model_id=record.id)
+        if not created and body.get("return_existing") is False:
+            raise InvalidInputError(
+                f"model {record.label} is registered already; pass return_existing=true to "
+                "use it, or register another name"
+            )
         payload = {
             **record.public(),
             "inference": self.service.endpoint_of(record) is not None,
@@ -143,6 +158,14 @@ class Handlers:
             "lease": self._lease_json(lease),
         }
         return JSONResponse(payload, status_code=201 if created else 200)
+
+    def _claim_of(self, request: Request, in_body: object) -> object:
+        """A register's lease claim: the body's "lease", else the lease and holder headers."""
+        holder = request.headers.get(HOLDER_HEADER)
+        lease_id = self.lease_of(request)
+        if in_body is None and holder is not None and lease_id is not None:
+            return {"id": lease_id, "holder": holder}
+        return in_body
 
     def _lease_json(self, lease: Lease | None) -> dict[str, Any] | None:
         if lease is None:
@@ -171,9 +194,32 @@ class Handlers:
         return self.model_of(request).public()
 
     async def checkpoints(self, request: Request) -> dict[str, Any]:
-        steps, latest = await self.service.checkpoints(self.model_of(request))
-        data = [{"object": "checkpoint", "step": step} for step in steps]
-        return {"object": "list", "data": data, "has_more": False, "step": latest}
+        """A cursor page of the model's checkpoints (`order` asc or desc by step, `limit`,
+        `after` a checkpoint id), and `step`, the latest."""
+        record = self.model_of(request)
+        steps, latest = await self.service.checkpoints(record)
+        query = request.query_params
+        order = query.get("order") or "asc"
+        if order not in ("asc", "desc"):
+            raise InvalidInputError(
+                f"query parameter 'order' must be asc or desc, got {order!r:.20}"
+            )
+        limit = int_param(query.get("limit"), "limit", MAX_EVENTS_PER_PAGE, 1, MAX_EVENTS_PER_PAGE)
+        ids = [wire.checkpoint_id(record.id, step) for step in steps]
+        listed = list(zip(ids, steps, strict=True))
+        if order == "desc":
+            listed.reverse()
+        after = query.get("after")
+        if after:
+            position = [item[0] for item in listed].index(after) if after in ids else None
+            if position is None:
+                raise InvalidInputError(f"'after' {after!r:.80} is no checkpoint of this model")
+            listed = listed[position + 1 :]
+        page = listed[:limit]
+        data = [
+            {"id": cid, "object": "checkpoint", "step": step, "metrics": {}} for cid, step in page
+        ]
+        return {"object": "list", "data": data, "has_more": len(listed) > limit, "step": latest}
 
     async def checkpoint_files(self, request: Request) -> Response:
         """The files of one checkpoint, as a tar: what a client needs to export the step."""
@@ -212,6 +258,7 @@ class Handlers:
             body.get("trajectory_groups"),
             body.get("config"),
             self.lease_of(request),
+            experimental=body.get("experimental_config"),
         )
         self.audit(request, model_id=job.model_id, job_id=job.id)
         return JSONResponse(job.public(), status_code=201)

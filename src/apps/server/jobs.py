@@ -158,7 +158,10 @@ class JobStore:
                 continue
             self._jobs[job.id] = job
             if not job.finished:
-                job.append(TRAINING_FAILED, {"message": INTERRUPTED, "type": "Interrupted"})
+                job.append(
+                    TRAINING_FAILED,
+                    {"error_message": INTERRUPTED, "message": INTERRUPTED, "type": "Interrupted"},
+                )
                 interrupted.append(job)
         self.prune()
         return interrupted

@@ -40,6 +40,9 @@ from ...core.errors import CorruptDataError, InvalidInputError, RunBusyError
 __all__ = ["LEASE_HEADER", "Lease", "LeaseTable"]
 
 LEASE_HEADER = "x-arthex-lease"
+# Sent with the lease header on register, it asks for the lease (as a body's "lease" does),
+# so a register's JSON is the hosted API's own.
+HOLDER_HEADER = "x-arthex-lease-holder"
 LEASE_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 MAX_HOLDER_LENGTH = 200
 

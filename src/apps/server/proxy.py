@@ -188,13 +188,16 @@ async def list_models(
             for name in served:
                 base, at, step = name.partition("@")
                 if base == record.id:
-                    data.append(
-                        {
-                            "id": public + (f"@{step}" if at else ""),
-                            "object": "model",
-                            "owned_by": "arthex",
-                            "project": record.project,
-                        }
-                    )
+                    number = int(step) if at and step.isdigit() else None
+                    artifact = wire.artifact_name(tenant, record.project, record.name, number)
+                    for shown in (public + (f"@{step}" if at else ""), artifact):
+                        data.append(
+                            {
+                                "id": shown,
+                                "object": "model",
+                                "owned_by": "arthex",
+                                "project": record.project,
+                            }
+                        )
     data.sort(key=lambda item: item["id"])
     return {"object": "list", "data": data}

@@ -116,15 +116,18 @@ class ModelRecord:
         return {
             "id": self.id,
             "object": "model",
+            "entity": self.tenant,
             "project": self.project,
             "name": self.name,
             "base_model": self.base_model,
             "config": dict(self.config),
             "created_at": self.created_at,
+            "run_id": self.id,
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.public(), "tenant": self.tenant}
+        kept = {k: v for k, v in self.public().items() if k not in ("entity", "run_id")}
+        return {**kept, "tenant": self.tenant}
 
 
 class ModelRegistry:

@@ -15,13 +15,16 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import attrs
+
 from ...adapters.serverless.wire import (
     GRADIENT_STEP,
     TRAINING_ENDED,
     TRAINING_FAILED,
     TRAINING_STARTED,
-    encode_metrics,
+    encode_event_metrics,
 )
+from ...core.backend_train import train_config_from_options
 from ...core.config import TrainConfig
 from ...core.errors import ArthexError, InvalidInputError
 from ...core.trajectories import TrajectoryGroup
@@ -88,23 +91,20 @@ class JobRunner:
                 count = 0
                 async for metrics in updates():
                     count += 1
-                    job.append(GRADIENT_STEP, {"index": count, "metrics": encode_metrics(metrics)})
+                    job.append(GRADIENT_STEP, encode_event_metrics(metrics))
                 new_step = await self.backend.get_step(run)
                 job.append(TRAINING_ENDED, {"step": new_step, "num_gradient_steps": count})
             except asyncio.CancelledError:
                 job.append(
                     TRAINING_FAILED,
-                    {
-                        "message": "the training server shut down during this job",
-                        "type": "Interrupted",
-                    },
+                    failure("the training server shut down during this job", "Interrupted"),
                 )
                 raise
             except Exception as exc:
                 if not isinstance(exc, ArthexError):
                     logger.exception("job %s failed", job.id)
                 message = self.scrub(str(exc))
-                job.append(TRAINING_FAILED, {"message": message, "type": type(exc).__name__})
+                job.append(TRAINING_FAILED, failure(message, type(exc).__name__))
             finally:
                 if slot and self._slots is not None:
                     self._slots.release()
@@ -125,6 +125,11 @@ class JobRunner:
                 await task
 
 
+def failure(message: str, kind: str) -> dict[str, str]:
+    """A training_failed event's data: `error_message` is what clients show."""
+    return {"error_message": message, "message": message, "type": kind}
+
+
 def parse_config(payload: object) -> TrainConfig:
     if payload is None:
         return TrainConfig()
@@ -134,6 +139,27 @@ def parse_config(payload: object) -> TrainConfig:
         return TrainConfig(**{str(k): v for k, v in payload.items()})
     except (TypeError, OverflowError) as exc:
         raise InvalidInputError(f"config: {exc}; see TrainConfig for the fields") from None
+
+
+# TrainConfig fields of arthex's own that ART's train options do not name; arthex's client
+# sends them in `experimental_config` when they are set away from their defaults.
+_OWN_FIELDS = ("train_incomplete_trajectories",)
+
+
+def experimental_config(payload: object) -> TrainConfig:
+    """The config of a job sent as the hosted API's `experimental_config`: ART's train
+    options by their names (a null is an option not set), and arthex's own fields."""
+    if not isinstance(payload, Mapping):
+        raise InvalidInputError(
+            f"experimental_config must be a JSON object, got {type(payload).__name__}"
+        )
+    options = {str(k): v for k, v in payload.items() if v is not None}
+    own = {key: options.pop(key) for key in _OWN_FIELDS if key in options}
+    try:
+        config = train_config_from_options(options)
+        return attrs.evolve(config, **own) if own else config
+    except (TypeError, OverflowError) as exc:
+        raise InvalidInputError(f"experimental_config: {exc}") from None
 
 
 def parse_groups(payload: object) -> list[TrajectoryGroup]:

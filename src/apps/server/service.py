@@ -23,9 +23,7 @@ from typing import Any
 
 from ...adapters.layout import CHECKPOINTS, RunLayout, step_name
 from ...adapters.serverless.errors import ModelBusyError
-from ...adapters.serverless.wire import (
-    parse_count,
-)
+from ...adapters.serverless.wire import parse_artifact_name, parse_count
 from ...core.backend_train import checked_train_steps
 from ...core.errors import (
     InvalidInputError,
@@ -39,7 +37,7 @@ from .leases import Lease, LeaseTable, parse_claim
 from .limits import ServerLimits
 from .quotas import TenantQuotas
 from .registry import ModelRecord, ModelRegistry
-from .runner import JobRunner, parse_config, parse_groups
+from .runner import JobRunner, experimental_config, parse_config, parse_groups
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -300,18 +298,26 @@ class TrainingService:
         groups_json: object,
         config_json: object,
         lease: str | None = None,
+        experimental: object = None,
     ) -> JobLog:
-        """Check everything, then start the job; nothing is written when a check fails."""
+        """Check everything, then start the job; nothing is written when a check fails. The
+        config comes as the hosted API's `experimental_config` (ART's option names), or as
+        arthex's older `config` (TrainConfig's fields)."""
         if not isinstance(model_id_value, str):
             raise InvalidInputError("model_id must be the id returned by POST /preview/models")
         record = self.model(tenant, model_id_value)
-        config = parse_config(config_json)
+        if experimental is not None:
+            config = experimental_config(experimental)
+        else:
+            config = parse_config(config_json)
         groups = parse_groups(groups_json)
         # the core's checks, before the job starts (they raise here, nothing written)
         updates = checked_train_steps(self.backend, record.run, groups, config)
+        trajectories = sum(len(g.trajectories) for g in groups)
         started = {
             "num_groups": len(groups),
-            "num_trajectories": sum(len(g.trajectories) for g in groups),
+            "num_trajectories": trajectories,
+            "num_sequences": trajectories,
         }
         return await self.launch(
             tenant,
@@ -360,9 +366,14 @@ class TrainingService:
     async def resolve_served(
         self, tenant: str, requested: object, project: str | None
     ) -> tuple[ModelRecord, InferenceEndpoint, str]:
-        """`[project/]name[@step]` -> (record, the backend's endpoint, the backend's name)."""
+        """`[project/]name[@step]`, or the service's `wandb-artifact:///{entity}/{project}/
+        {name}[:step{N}]` (the entity is the key's tenant) -> (record, the backend's endpoint,
+        the backend's name)."""
         if not isinstance(requested, str) or not requested:
             raise InvalidInputError("'model' must be a served name such as 'my-model@3'")
+        artifact = parse_artifact_name(requested)
+        if artifact is not None:
+            return await self._resolve_artifact(tenant, requested, artifact, project)
         base, at, step = requested.partition("@")
         if at and parse_count(step) is None:
             raise InvalidInputError(f"model {requested!r}: the step after '@' must be a number")
@@ -388,6 +399,24 @@ class TrainingService:
             )
         served = record.run.inference_name(int(step)) if at else record.run.name
         return record, endpoint, served
+
+    async def _resolve_artifact(
+        self,
+        tenant: str,
+        requested: str,
+        artifact: tuple[str, str, str, int | None],
+        project: str | None,
+    ) -> tuple[ModelRecord, InferenceEndpoint, str]:
+        entity, in_project, name, step = artifact
+        record = self.registry.find(tenant, in_project, name) if entity == tenant else None
+        if record is None or (project is not None and in_project != project):
+            raise NotRegisteredError(f"model {requested!r} is not registered for this API key")
+        endpoint = await self.ensure_registered(record)
+        if endpoint is None:
+            raise NotRegisteredError(
+                f"this server's backend ({type(self.backend).__name__}) serves no inference"
+            )
+        return record, endpoint, record.run.inference_name(step)
 
     def served_records(self, tenant: str, project: str | None) -> list[ModelRecord]:
         """The tenant's models that are registered with the backend in this process."""

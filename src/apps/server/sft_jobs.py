@@ -34,9 +34,9 @@ async def start_sft_job(
     record = service.model(tenant, model_id)
     parsed_config = TrainSFTConfig.from_json(config)
     parsed = parse_conversations(conversations)
-    parsed_config.plan(len(parsed))
+    batches = parsed_config.plan(len(parsed))
     trainer = supervised(service.backend)
-    started = {"kind": "sft", "num_conversations": len(parsed)}
+    started = {"kind": "sft", "num_conversations": len(parsed), "num_sequences": len(batches)}
     return await service.launch(
         tenant, record, started, lambda: trainer.train_sft(record.run, parsed, parsed_config), lease
     )
