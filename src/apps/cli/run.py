@@ -114,7 +114,7 @@ def export(
     project: str | None = PROJECT_OPT,
     name: str | None = NAME_OPT,
 ) -> None:
-    """Export a step of a LocalBackend, training-server or Tinker run in a standard format.
+    """Export a step of a run (any backend's) in a standard format.
 
     The merged folder loads with plain transformers (AutoModelForCausalLM.from_pretrained) and
     holds the base model's tokenizer files, byte for byte, chat template included."""
