@@ -68,6 +68,10 @@ def test_demo_through_the_pipeline_improves_the_reward(
         result = asyncio.run(run_demo(str(tmp_path), steps=12, seed=0, stream=out, pipeline=True))
     assert warnings_of(caplog) == []  # nor is it told to lower its own max_steps_off_policy
     assert len(result.rewards) >= 6, "the stream holds twice the scenarios of 12 steps"
+    bars = [line for line in out.getvalue().splitlines() if line.startswith("[")]
+    assert bars[-1].startswith("[" + "#" * 20 + "]")  # the progress bar ends at its total
+    if len(result.rewards) < 12:  # and says why it ended early
+        assert f"done after {len(result.rewards)} of 12 steps" in bars[-1]
     assert result.first_reward < 0.2
     assert max(result.rewards[-3:]) >= result.first_reward + 0.2, result.rewards
     model_dir = Path(result.model_dir)
