@@ -274,6 +274,11 @@ class RunDiagnostics:
     stale_steps: int = 0
     discarded_equal: int = 0  # equal-reward groups dropped before the next batch (a pipeline)
 
+    def expect(self, *causes: str) -> None:
+        """Causes the caller chose knowingly (the demo's replies cut at a few tokens): their
+        values are still recorded, but they are never warned about."""
+        self.warned.update(causes)
+
     def first_time(self, cause: str) -> bool:
         """True the first time `cause` is seen in this run (then it is warned about)."""
         if cause in self.warned:

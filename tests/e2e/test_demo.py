@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -27,15 +28,21 @@ def printed_steps(text: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in found]
 
 
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_digit_share_counts_visible_characters() -> None:
     assert digit_share("12 ab") == 0.5
     assert digit_share("   ") == 0.0
     assert digit_share("") == 0.0
 
 
-def test_demo_improves_the_reward(tmp_path: Path) -> None:
+def test_demo_improves_the_reward(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out = io.StringIO()
-    result: DemoResult = asyncio.run(run_demo(str(tmp_path), steps=15, seed=0, stream=out))
+    with caplog.at_level(logging.WARNING):
+        result: DemoResult = asyncio.run(run_demo(str(tmp_path), steps=15, seed=0, stream=out))
+    assert warnings_of(caplog) == []  # its replies are cut at 8 tokens by its own choice
     assert len(result.rewards) == 15
     assert result.first_reward < 0.2, "a random model should rarely earn the reward"
     assert result.last3_mean > 2 * result.first_reward
@@ -53,10 +60,18 @@ def test_demo_improves_the_reward(tmp_path: Path) -> None:
     assert "0015" in kept and len(kept) <= 2
 
 
-def test_demo_through_the_pipeline_improves_the_reward(tmp_path: Path) -> None:
+def test_demo_through_the_pipeline_improves_the_reward(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     out = io.StringIO()
-    result = asyncio.run(run_demo(str(tmp_path), steps=12, seed=0, stream=out, pipeline=True))
+    with caplog.at_level(logging.WARNING):
+        result = asyncio.run(run_demo(str(tmp_path), steps=12, seed=0, stream=out, pipeline=True))
+    assert warnings_of(caplog) == []  # nor is it told to lower its own max_steps_off_policy
     assert len(result.rewards) >= 6, "the stream holds twice the scenarios of 12 steps"
+    bars = [line for line in out.getvalue().splitlines() if line.startswith("[")]
+    assert bars[-1].startswith("[" + "#" * 20 + "]")  # the progress bar ends at its total
+    if len(result.rewards) < 12:  # and says why it ended early
+        assert f"done after {len(result.rewards)} of 12 steps" in bars[-1]
     assert result.first_reward < 0.2
     assert max(result.rewards[-3:]) >= result.first_reward + 0.2, result.rewards
     model_dir = Path(result.model_dir)
@@ -76,8 +91,12 @@ def test_demo_through_the_pipeline_improves_the_reward(tmp_path: Path) -> None:
     assert len(ages) == len(result.rewards) and max(ages) <= 1.0
 
 
-def test_the_sft_demo_warm_starts_trains_exports_and_loads_without_arthex(tmp_path: Path) -> None:
-    result: LifeResult = asyncio.run(run_sft_demo(str(tmp_path), rl_steps=2, quiet=True))
+def test_the_sft_demo_warm_starts_trains_exports_and_loads_without_arthex(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        result: LifeResult = asyncio.run(run_sft_demo(str(tmp_path), rl_steps=2, quiet=True))
+    assert warnings_of(caplog) == []
     assert result.base_reward < 0.2, "the random base model rarely answers in digits"
     assert result.sft_reward >= result.base_reward + 0.4, result
     assert result.exported_reply == result.served_reply

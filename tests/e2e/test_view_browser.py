@@ -235,3 +235,40 @@ def test_a_damaged_file_is_named_on_the_page_and_the_rest_shows(
         page.click("#tab-metrics")
         page.locator("#chart canvas").first.wait_for(state="visible")
         expect(page.locator(".error-line", has_text=f"line 4 of {history}")).to_have_count(1)
+
+
+def test_four_groups_fit_a_1280_pixel_window(page: Any, tmp_path: Path, shots: Path) -> None:
+    """A step of four groups, one with an unbroken 400-character exception: nothing on the
+    trajectories page reaches past the window's right edge, and nothing scrolls sideways."""
+    import asyncio
+    import concurrent.futures
+
+    import arthex
+    from arthex.testing.builders import make_exception
+    from tests._view_runs import val_groups
+
+    groups = [*val_groups(0), *val_groups(1)]
+    groups[3] = arthex.TrajectoryGroup([*groups[3].trajectories, make_exception("x" * 400)])
+    model = arthex.Model(name="wide", project="proj", base_path=str(tmp_path), report_metrics=[])
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # playwright's loop runs here
+        pool.submit(asyncio.run, model.log(groups, split="val", step=0)).result()
+    page.set_viewport_size({"width": 1280, "height": 900})
+    try:
+        with viewer([str(tmp_path)]) as other:
+            page.goto(f"{other.base}/#/run/proj/wide/trajectories?split=val&step=0")
+            expect(page.locator(".group")).to_have_count(4)
+            page.locator(".group .exc").last.wait_for(state="visible")
+            page.screenshot(path=str(shots / "trajectories-1280.png"), full_page=True)
+            widths = page.evaluate(
+                "() => ({page: document.documentElement.scrollWidth,"
+                " window: document.documentElement.clientWidth,"
+                " groups: [...document.querySelectorAll('.groups')].map("
+                "   g => g.scrollWidth - g.clientWidth),"
+                " right: Math.max(...[...document.querySelectorAll('.group, .group *')].map("
+                "   e => e.getBoundingClientRect().right))})"
+            )
+    finally:
+        page.set_viewport_size({"width": 1440, "height": 900})
+    assert widths["page"] <= widths["window"], widths
+    assert all(extra == 0 for extra in widths["groups"]), widths
+    assert widths["right"] <= widths["window"], widths

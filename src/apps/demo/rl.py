@@ -38,6 +38,7 @@ from .task import (
 
 DEFAULT_STEPS = 20
 PIPELINE_STEPS_OFF_POLICY = 1
+PIPELINE_STREAM_FACTOR = 2  # the pipeline demo's stream: scenarios for twice its steps
 
 
 @attrs.frozen
@@ -99,6 +100,12 @@ async def run_demo(
         client = model.openai_client()
         if pipeline:
             await _pipeline(model, backend, client, steps, seed, report)
+            if show and 0 < len(rewards) < steps:  # the bar ends at its total, saying why
+                out.write(
+                    f"{_bar(steps, steps)} done after {len(rewards)} of {steps} steps: the "
+                    "model answers in digits, so its groups' rewards tie and teach nothing "
+                    "more (they are discarded), and the stream is used up\n"
+                )
             return _finish(rewards, started, base_path, model, out, show)
         config = TrainConfig(learning_rate=LEARNING_RATE)
         for step in range(steps):
@@ -156,7 +163,8 @@ async def _pipeline(
 
     Groups whose rollouts all earned the same reward teach nothing and are discarded (as in
     ART), so once the model answers in digits most groups are; the stream holds twice the
-    scenarios of `steps` steps, and the run ends early when they are used up."""
+    scenarios of `steps` steps, and the run ends early when they are used up (the last line
+    of the progress bar says so)."""
     from ...core.pipeline import PipelineTrainer, make_group_rollout_fn
 
     counter = itertools.count()
@@ -181,7 +189,7 @@ async def _pipeline(
         model,
         backend,
         make_group_rollout_fn(single, ROLLOUTS_PER_PROMPT),
-        range(steps * len(PROMPTS) * 2),
+        range(steps * len(PROMPTS) * PIPELINE_STREAM_FACTOR),
         None,
         num_rollout_workers=2 * len(PROMPTS),
         min_batch_size=len(PROMPTS),

@@ -60,6 +60,11 @@ def demo_run(base_path: str, prefix: str, seed: int) -> tuple[TrainableModel, Lo
         base_path=base_path,
         report_metrics=[],
     )
+    # The demos' own choices, not the user's: replies cut at MAX_TOKENS (digits need no
+    # more), a tiny model whose early turns may be empty, a pipeline that runs as far ahead
+    # as it is allowed, a task made to be solved within the run (its groups then tie). The
+    # values stay in the history; no warning blames the user for them.
+    model.run_diagnostics.expect("truncated", "empty", "staleness", "equal_rewards")
     return model, LocalBackend(engine="torch", full_finetune=True, seed=seed)
 
 
