@@ -153,7 +153,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.pipeline_trainer.binary_prefix_tool_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
     ),
-    "art.pipeline_trainer.checkpoint_retention": _RETENTION,
     "art.pipeline_trainer.state": (
         "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
     ),
@@ -277,6 +276,21 @@ _api_costs = _accounting(
     "normalize_model_name",
     "normalize_provider",
 )
+_KEPT = "arthex.core.pipeline.retention_strategy"
+_RETENTION_NAMES: dict[str, Entry] = {
+    **{
+        name: Use(_KEPT, name)
+        for name in (
+            "CHECKPOINT_CREATED_AT_METRIC",
+            "CHECKPOINT_EVAL_COMPLETED_METRIC",
+            "CHECKPOINT_SAVED_METRIC",
+            "CheckpointInfo",
+            "keep_recent_and_top",
+        )
+    },
+    "CheckpointRetentionContext": Use(_KEPT, "RetentionContext"),
+    "CheckpointRetentionStrategy": Use(_KEPT, "RetentionStrategy"),
+}
 _ROLLOUT_TYPES = {
     "RolloutFn": Use("arthex.core.pipeline.rollouts", "RolloutFn"),
     "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
@@ -475,21 +489,16 @@ MODULES: dict[str, dict[str, Entry]] = {
         "WANDB_CANONICAL_METRIC_PREFIXES": _METRICS_NAME,
     },
     "art.pipeline_trainer": {
-        "CHECKPOINT_CREATED_AT_METRIC": Refuse(_RETENTION),
-        "CHECKPOINT_EVAL_COMPLETED_METRIC": Refuse(_RETENTION),
-        "CHECKPOINT_SAVED_METRIC": Refuse(_RETENTION),
-        "CheckpointInfo": Refuse(_RETENTION),
-        "CheckpointRetentionContext": Refuse(_RETENTION),
-        "CheckpointRetentionStrategy": Refuse(_RETENTION),
+        **_RETENTION_NAMES,
         **_ROLLOUT_TYPES,
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
         "PipelineRuntimeConfig": _AUTOTUNE_NAME,
         "PipelineTrainer": _PIPELINE,
         "ScenarioT": Use("arthex.core.pipeline.rollouts", "ScenarioT"),
         "StatusReporter": Refuse("arthex.PipelineTrainer prints its own progress"),
-        "keep_recent_and_top": Refuse(_RETENTION),
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },
+    "art.pipeline_trainer.checkpoint_retention": _RETENTION_NAMES,
     "art.pipeline_trainer.trainer": {
         "PIPELINE_STATE_KEY": Refuse(
             "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"

@@ -470,9 +470,38 @@ def litellm_choice(out: dict[str, Any]) -> None:
     out["litellm plain"] = plain.model_dump(mode="json")
 
 
+def retention(out: dict[str, Any]) -> None:
+    from datetime import UTC, datetime
+
+    kept = module("pipeline_trainer.checkpoint_retention")
+    scores = {1: 0.9, 2: 0.1, 3: 0.9, 4: 0.5, 6: 0.2, 9: 0.95}
+    context = kept.CheckpointRetentionContext(
+        current_step=10,
+        checkpoints=[
+            kept.CheckpointInfo(
+                step=s,
+                path=f"/c/{s}",
+                created_at=datetime(2026, 1, 1, tzinfo=UTC),
+                metrics={"reward/val": scores[s]} if s in scores else {},
+            )
+            for s in (7, 1, 2, 3, 4, 5, 6, 9)
+        ],
+    )
+    out["retention"] = [
+        sorted(kept.keep_recent_and_top(recent=r, top=t)(context))
+        for r, t in ((5, 2), (2, 2), (0, 3), (0, 0), (20, 0))
+    ]
+    out["retention names"] = [
+        kept.CHECKPOINT_CREATED_AT_METRIC,
+        kept.CHECKPOINT_EVAL_COMPLETED_METRIC,
+        kept.CHECKPOINT_SAVED_METRIC,
+    ]
+    out["retention bad"] = outcome(lambda: kept.keep_recent_and_top(top=-1))[:28]
+
+
 def main() -> None:
     out: dict[str, Any] = {}
-    parts = ["trajectory_files", "small_helpers", "costs", "sft", "litellm_choice"]
+    parts = ["trajectory_files", "small_helpers", "costs", "sft", "litellm_choice", "retention"]
     for part in sys.argv[4:] or parts:
         globals()[part](out)
     OUT.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
