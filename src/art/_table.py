@@ -276,6 +276,7 @@ _api_costs = _accounting(
     "normalize_model_name",
     "normalize_provider",
 )
+_RUNTIME_CONFIG = Use("arthex.core.pipeline.runtime_config", "PipelineRuntimeConfig")
 _KEPT = "arthex.core.pipeline.retention_strategy"
 _RETENTION_NAMES: dict[str, Entry] = {
     **{
@@ -336,7 +337,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
         "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
-        "PipelineRuntimeConfig": _AUTOTUNE_NAME,
+        "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "ServerlessBackend": _SERVERLESS,
         "ServerlessTrainResult": _TRAIN_RESULT_NAME,
         "Tools": _TOOLS,
@@ -492,7 +493,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         **_RETENTION_NAMES,
         **_ROLLOUT_TYPES,
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
-        "PipelineRuntimeConfig": _AUTOTUNE_NAME,
+        "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "PipelineTrainer": _PIPELINE,
         "ScenarioT": Use("arthex.core.pipeline.rollouts", "ScenarioT"),
         "StatusReporter": Refuse("arthex.PipelineTrainer prints its own progress"),

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from arthex.core.pipeline.rollouts import RolloutFn as RolloutFn
     from arthex.core.pipeline.rollouts import ScenarioT as ScenarioT
     from arthex.core.pipeline.rollouts import SingleRolloutFn as SingleRolloutFn
+    from arthex.core.pipeline.runtime_config import PipelineRuntimeConfig as PipelineRuntimeConfig
 
     __all__ = [
         "CHECKPOINT_CREATED_AT_METRIC",
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         "CheckpointRetentionContext",
         "CheckpointRetentionStrategy",
         "EvalFn",
+        "PipelineRuntimeConfig",
         "PipelineTrainer",
         "RolloutFn",
         "ScenarioT",

@@ -60,6 +60,7 @@ from .measures import (
 from .resume import settle
 from .retention_strategy import RetentionContext, RetentionStrategy, checkpoint_infos
 from .rollouts import ConfigT, EvalFn, ModelT, RolloutFn, ScenarioT
+from .runtime_config import PipelineRuntimeConfig, runtime_settings
 from .status import PipelineStatus, check_interval
 from .stream import ScenarioStream
 from .workers import RolloutWorkers, StepGate
@@ -96,7 +97,8 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
     `pipeline_state.json` in the run directory). `on_step(step, metrics)` is called after
     each durable update. While it trains it shows each update: a progress line on a
     terminal, else one log line (logger "arthex", INFO) per update, at most one every
-    `log_interval_seconds` (see status.py).
+    `log_interval_seconds` (see status.py). `pipeline=PipelineRuntimeConfig(...)` gives the
+    workers, batch bounds and queue size as one value instead (runtime_config.py).
 
     The scenario stream must be the same on resume (a list, a seeded generator); see stream.py.
     """
@@ -132,7 +134,24 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         resume: bool = True,
         log_interval_seconds: float = 60.0,
         on_step: StepCallback | None = None,
+        pipeline: PipelineRuntimeConfig | None = None,
     ) -> None:
+        try:
+            settings = runtime_settings(
+                pipeline,
+                {
+                    "num_rollout_workers": num_rollout_workers,
+                    "min_batch_size": min_batch_size,
+                    "max_batch_size": max_batch_size,
+                    "queue_maxsize": queue_maxsize,
+                },
+            )
+        except ValueError as error:
+            raise InvalidInputError(str(error)) from error
+        num_rollout_workers = settings["num_rollout_workers"]
+        min_batch_size, max_batch_size = settings["min_batch_size"], settings["max_batch_size"]
+        queue_maxsize = settings["queue_maxsize"]
+        self.pipeline = pipeline
         _positive("num_rollout_workers", num_rollout_workers)
         _positive("min_batch_size", min_batch_size)
         _positive("max_batch_size", max_batch_size, allow_none=True, least=min_batch_size)
