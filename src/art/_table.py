@@ -211,9 +211,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.suppress_litellm_serialization_warnings": (
         "arthex does not use LiteLLM; nothing to suppress"
     ),
-    "art.utils.trajectory_migration": (
-        "arthex reads ART's trajectory files as they are; nothing to migrate"
-    ),
     "art.utils.wandb_sdk": (
         "use Model(report_metrics=['wandb']); arthex.WandbReporter mirrors the history"
     ),
@@ -618,6 +615,27 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.retry": {"retry": _RETRY},
     "art.utils.strip_logprobs": {
         "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")
+    },
+    "art.utils.trajectory_migration": {
+        name: Use("arthex.adapters.parquet.migration", name)
+        for name in (
+            "MigrationResult",
+            "auto_migrate_on_register",
+            "deserialize_trajectory_groups",
+            "dict_to_history",
+            "dict_to_message_or_choice",
+            "dict_to_trajectory",
+            "dict_to_trajectory_group",
+            "history_to_dict",
+            "message_or_choice_to_dict",
+            "migrate_all_models",
+            "migrate_jsonl_to_parquet",
+            "migrate_model_dir",
+            "migrate_trajectories_dir",
+            "serialize_trajectory_groups",
+            "trajectory_group_to_dict",
+            "trajectory_to_dict",
+        )
     },
     "art.utils.trajectory_logging": {
         "read_trajectory_groups_parquet": Use(_FILES, "read_trajectory_groups_parquet"),

@@ -499,9 +499,48 @@ def retention(out: dict[str, Any]) -> None:
     out["retention bad"] = outcome(lambda: kept.keep_recent_and_top(top=-1))[:28]
 
 
+def migration(out: dict[str, Any]) -> None:
+    import shutil
+
+    migrate = module("utils.trajectory_migration")
+    files = module("utils.trajectory_logging")
+    name = "art" if LIB == "art" else "arthex"
+    shutil.rmtree(DIR / f"migrated-by-{name}", ignore_errors=True)  # a second run's
+    written = [g for g in groups() if g.trajectories]  # JSONL kept no failed-only group
+    (DIR / f"{name}-groups.jsonl").write_text(migrate.serialize_trajectory_groups(written))
+    for path in sorted(DIR.glob("*-groups.jsonl")):
+        read = migrate.deserialize_trajectory_groups(path.read_text())
+        out[f"jsonl {path.name}"] = [group(g) for g in read]
+        run = DIR / f"migrated-by-{name}" / path.stem / "models" / "m"
+        split = run / "trajectories" / "train"
+        split.mkdir(parents=True)
+        shutil.copy(path, split / "0001.jsonl")
+        (split / "0002.jsonl").write_text("not json\n")
+        result = migrate.migrate_all_models(run.parents[2], path.stem)
+        out[f"migrated {path.name}"] = [
+            result.files_migrated,
+            result.files_skipped,
+            len(result.errors),
+            sorted(p.name for p in split.iterdir()),
+            [group(g) for g in files.read_trajectory_groups_parquet(split / "0001.parquet")],
+        ]
+    out["migration dicts"] = [
+        type(migrate.dict_to_message_or_choice({"message": {"role": "user"}})).__name__,
+        migrate.message_or_choice_to_dict(choice("x"))["message"]["content"],
+    ]
+
+
 def main() -> None:
     out: dict[str, Any] = {}
-    parts = ["trajectory_files", "small_helpers", "costs", "sft", "litellm_choice", "retention"]
+    parts = [
+        "trajectory_files",
+        "small_helpers",
+        "costs",
+        "sft",
+        "litellm_choice",
+        "retention",
+        "migration",
+    ]
     for part in sys.argv[4:] or parts:
         globals()[part](out)
     OUT.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
