@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from arthex.core.gather import gather_trajectories as gather_trajectories
     from arthex.core.gather import gather_trajectory_groups as gather_trajectory_groups
     from arthex.core.model import TrainResult as TrainResult
+    from arthex.core.pipeline.runtime_config import PipelineRuntimeConfig as PipelineRuntimeConfig
     from arthex.core.sft import TrainSFTConfig as TrainSFTConfig
     from arthex.core.trajectories import Trajectory as Trajectory
     from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         "MessagesAndChoices",
         "MetricDefinition",
         "Model",
+        "PipelineRuntimeConfig",
         "ServerlessBackend",
         "Tools",
         "TrainConfig",

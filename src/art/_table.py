@@ -153,7 +153,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.pipeline_trainer.binary_prefix_tool_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
     ),
-    "art.pipeline_trainer.checkpoint_retention": _RETENTION,
     "art.pipeline_trainer.state": (
         "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
     ),
@@ -211,9 +210,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.safetensors": _INTERNAL,
     "art.utils.suppress_litellm_serialization_warnings": (
         "arthex does not use LiteLLM; nothing to suppress"
-    ),
-    "art.utils.trajectory_migration": (
-        "arthex reads ART's trajectory files as they are; nothing to migrate"
     ),
     "art.utils.wandb_sdk": (
         "use Model(report_metrics=['wandb']); arthex.WandbReporter mirrors the history"
@@ -277,6 +273,22 @@ _api_costs = _accounting(
     "normalize_model_name",
     "normalize_provider",
 )
+_RUNTIME_CONFIG = Use("arthex.core.pipeline.runtime_config", "PipelineRuntimeConfig")
+_KEPT = "arthex.core.pipeline.retention_strategy"
+_RETENTION_NAMES: dict[str, Entry] = {
+    **{
+        name: Use(_KEPT, name)
+        for name in (
+            "CHECKPOINT_CREATED_AT_METRIC",
+            "CHECKPOINT_EVAL_COMPLETED_METRIC",
+            "CHECKPOINT_SAVED_METRIC",
+            "CheckpointInfo",
+            "keep_recent_and_top",
+        )
+    },
+    "CheckpointRetentionContext": Use(_KEPT, "RetentionContext"),
+    "CheckpointRetentionStrategy": Use(_KEPT, "RetentionStrategy"),
+}
 _ROLLOUT_TYPES = {
     "RolloutFn": Use("arthex.core.pipeline.rollouts", "RolloutFn"),
     "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
@@ -322,7 +334,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
         "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
-        "PipelineRuntimeConfig": _AUTOTUNE_NAME,
+        "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "ServerlessBackend": _SERVERLESS,
         "ServerlessTrainResult": _TRAIN_RESULT_NAME,
         "Tools": _TOOLS,
@@ -475,21 +487,16 @@ MODULES: dict[str, dict[str, Entry]] = {
         "WANDB_CANONICAL_METRIC_PREFIXES": _METRICS_NAME,
     },
     "art.pipeline_trainer": {
-        "CHECKPOINT_CREATED_AT_METRIC": Refuse(_RETENTION),
-        "CHECKPOINT_EVAL_COMPLETED_METRIC": Refuse(_RETENTION),
-        "CHECKPOINT_SAVED_METRIC": Refuse(_RETENTION),
-        "CheckpointInfo": Refuse(_RETENTION),
-        "CheckpointRetentionContext": Refuse(_RETENTION),
-        "CheckpointRetentionStrategy": Refuse(_RETENTION),
+        **_RETENTION_NAMES,
         **_ROLLOUT_TYPES,
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
-        "PipelineRuntimeConfig": _AUTOTUNE_NAME,
+        "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "PipelineTrainer": _PIPELINE,
         "ScenarioT": Use("arthex.core.pipeline.rollouts", "ScenarioT"),
         "StatusReporter": Refuse("arthex.PipelineTrainer prints its own progress"),
-        "keep_recent_and_top": Refuse(_RETENTION),
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },
+    "art.pipeline_trainer.checkpoint_retention": _RETENTION_NAMES,
     "art.pipeline_trainer.trainer": {
         "PIPELINE_STATE_KEY": Refuse(
             "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
@@ -608,6 +615,27 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.retry": {"retry": _RETRY},
     "art.utils.strip_logprobs": {
         "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")
+    },
+    "art.utils.trajectory_migration": {
+        name: Use("arthex.adapters.parquet.migration", name)
+        for name in (
+            "MigrationResult",
+            "auto_migrate_on_register",
+            "deserialize_trajectory_groups",
+            "dict_to_history",
+            "dict_to_message_or_choice",
+            "dict_to_trajectory",
+            "dict_to_trajectory_group",
+            "history_to_dict",
+            "message_or_choice_to_dict",
+            "migrate_all_models",
+            "migrate_jsonl_to_parquet",
+            "migrate_model_dir",
+            "migrate_trajectories_dir",
+            "serialize_trajectory_groups",
+            "trajectory_group_to_dict",
+            "trajectory_to_dict",
+        )
     },
     "art.utils.trajectory_logging": {
         "read_trajectory_groups_parquet": Use(_FILES, "read_trajectory_groups_parquet"),

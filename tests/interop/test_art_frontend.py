@@ -4,8 +4,9 @@ checkout), and what each saw must be equal: the trajectory files each writes and
 (including the other's, ART's v1 layout and broken files), `strip_logprobs`,
 `yield_trajectory`, and the cost and metric utilities (`art.costs`, `art.api_costs` with
 LiteLLM's prices, `MetricsBuilder`'s roll-ups and running totals, `art.metrics_taxonomy`), and
-`art.utils.sft`'s chunking, schedules and file streaming, and `art.utils.litellm` on a real
-LiteLLM choice."""
+`art.utils.sft`'s chunking, schedules and file streaming, `art.utils.litellm` on a real
+LiteLLM choice, `keep_recent_and_top` on ART's checkpoint retention context, and
+`art.utils.trajectory_migration` (each library reads the other's JSONL and migrates it)."""
 
 from __future__ import annotations
 
@@ -187,4 +188,7 @@ def test_frontend_utilities_match_art(tmp_path: Path) -> None:
     assert art["flush 1"]["costs/all"] == 1.7518 and art["flush 2"]["costs/cum/all"] == 2.7518
     assert art["api unknown model"].startswith("ValueError: No pricing configured")
     assert art["litellm choice"][0] == "Choice"
+    assert art["retention"][1] == [3, 7, 9]
+    # ART reads arthex's JSONL and migrates it; a file that is not JSONL is an error, no part
+    assert art["migrated arthex-groups.jsonl"][:4] == [1, 0, 1, ["0001.parquet", "0002.jsonl"]]
     assert len(art["sft chunks"]) == 3 and art["sft rows"] == 9 and len(art["sft stream"]) == 15

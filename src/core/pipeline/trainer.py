@@ -58,7 +58,9 @@ from .measures import (
     stream_index,
 )
 from .resume import settle
+from .retention_strategy import RetentionContext, RetentionStrategy, checkpoint_infos
 from .rollouts import ConfigT, EvalFn, ModelT, RolloutFn, ScenarioT
+from .runtime_config import PipelineRuntimeConfig, runtime_settings
 from .status import PipelineStatus, check_interval
 from .stream import ScenarioStream
 from .workers import RolloutWorkers, StepGate
@@ -88,12 +90,15 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
     crash continues toward the same last step); `eval_every_n_steps`, `eval_at_start`;
     `checkpoint_retention` keeps that many newest checkpoints (plus the best evaluated one and
     every step still in use) and deletes the rest as the run goes, None keeps all, and
-    `save_checkpoint=False` means keep none but those; `resume` continues from the run's
+    `save_checkpoint=False` means keep none but those; `checkpoint_retention_strategy` instead
+    decides, every `checkpoint_retention_interval` steps, which of the checkpoints nothing uses
+    to keep (retention_strategy.py: `keep_recent_and_top`); `resume` continues from the run's
     pipeline record, kept by `state_store` (default: the model's ports' `pipeline_state`,
     `pipeline_state.json` in the run directory). `on_step(step, metrics)` is called after
     each durable update. While it trains it shows each update: a progress line on a
     terminal, else one log line (logger "arthex", INFO) per update, at most one every
-    `log_interval_seconds` (see status.py).
+    `log_interval_seconds` (see status.py). `pipeline=PipelineRuntimeConfig(...)` gives the
+    workers, batch bounds and queue size as one value instead (runtime_config.py).
 
     The scenario stream must be the same on resume (a list, a seeded generator); see stream.py.
     """
@@ -124,10 +129,29 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         eval_at_start: bool = True,
         save_checkpoint: bool = True,
         checkpoint_retention: int | None = None,
+        checkpoint_retention_strategy: RetentionStrategy | None = None,
+        checkpoint_retention_interval: int = 1,
         resume: bool = True,
         log_interval_seconds: float = 60.0,
         on_step: StepCallback | None = None,
+        pipeline: PipelineRuntimeConfig | None = None,
     ) -> None:
+        try:
+            settings = runtime_settings(
+                pipeline,
+                {
+                    "num_rollout_workers": num_rollout_workers,
+                    "min_batch_size": min_batch_size,
+                    "max_batch_size": max_batch_size,
+                    "queue_maxsize": queue_maxsize,
+                },
+            )
+        except ValueError as error:
+            raise InvalidInputError(str(error)) from error
+        num_rollout_workers = settings["num_rollout_workers"]
+        min_batch_size, max_batch_size = settings["min_batch_size"], settings["max_batch_size"]
+        queue_maxsize = settings["queue_maxsize"]
+        self.pipeline = pipeline
         _positive("num_rollout_workers", num_rollout_workers)
         _positive("min_batch_size", min_batch_size)
         _positive("max_batch_size", max_batch_size, allow_none=True, least=min_batch_size)
@@ -137,6 +161,14 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         _positive("eval_every_n_steps", eval_every_n_steps, least=0)
         _positive("kl_penalty_step_lag", kl_penalty_step_lag, allow_none=True)
         _positive("checkpoint_retention", checkpoint_retention, allow_none=True, least=0)
+        _positive("checkpoint_retention_interval", checkpoint_retention_interval)
+        if checkpoint_retention_strategy is not None and (
+            checkpoint_retention is not None or not callable(checkpoint_retention_strategy)
+        ):
+            raise InvalidInputError(
+                "checkpoint_retention_strategy must be a callable, given without "
+                "checkpoint_retention (the strategy decides which checkpoints to keep)"
+            )
         if loss_fn not in LOSSES:
             raise InvalidInputError(f"loss_fn must be one of {LOSSES}, got {loss_fn!r}")
         if not callable(rollout_fn):
@@ -157,6 +189,8 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         self.eval_every_n_steps = eval_every_n_steps
         self.eval_at_start = eval_at_start
         self.keep_last = 0 if not save_checkpoint else checkpoint_retention
+        self.retention_strategy = checkpoint_retention_strategy
+        self.retention_interval = checkpoint_retention_interval
         self.resume = resume
         self.log_interval_seconds = check_interval(log_interval_seconds)
         self.on_step = on_step
@@ -451,8 +485,12 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         self._in_flight = None
 
     async def _retain(self) -> None:
-        """Delete checkpoints beyond `checkpoint_retention`, never one still in use."""
-        if self.keep_last is None:
+        """Delete checkpoints beyond `checkpoint_retention`, or those the retention strategy
+        does not keep, never one still in use."""
+        strategy = self.retention_strategy
+        if strategy is not None and self._gate.step % self.retention_interval:
+            return
+        if self.keep_last is None and strategy is None:
             return
         steps = await self.backend.checkpoint_steps(self.model.run)
         keep = set(steps[-self.keep_last :]) if self.keep_last else set()
@@ -465,6 +503,12 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
             keep |= {first} if self._kl_lag is None else set(range(first, step + 1))
         if self._evaluator is not None:
             keep |= self._evaluator.steps_in_use()
+        if strategy is not None:
+            shown = checkpoint_infos(
+                set(steps) - keep, await self.model.history(), self.model.get_inference_name
+            )
+            context = RetentionContext(current_step=self._gate.step, checkpoints=shown)
+            keep |= set(strategy(context)) & {c.step for c in shown}
         if set(steps) - keep:
             await self.backend.delete_checkpoint_files(self.model.run, sorted(keep))
 

@@ -470,9 +470,77 @@ def litellm_choice(out: dict[str, Any]) -> None:
     out["litellm plain"] = plain.model_dump(mode="json")
 
 
+def retention(out: dict[str, Any]) -> None:
+    from datetime import UTC, datetime
+
+    kept = module("pipeline_trainer.checkpoint_retention")
+    scores = {1: 0.9, 2: 0.1, 3: 0.9, 4: 0.5, 6: 0.2, 9: 0.95}
+    context = kept.CheckpointRetentionContext(
+        current_step=10,
+        checkpoints=[
+            kept.CheckpointInfo(
+                step=s,
+                path=f"/c/{s}",
+                created_at=datetime(2026, 1, 1, tzinfo=UTC),
+                metrics={"reward/val": scores[s]} if s in scores else {},
+            )
+            for s in (7, 1, 2, 3, 4, 5, 6, 9)
+        ],
+    )
+    out["retention"] = [
+        sorted(kept.keep_recent_and_top(recent=r, top=t)(context))
+        for r, t in ((5, 2), (2, 2), (0, 3), (0, 0), (20, 0))
+    ]
+    out["retention names"] = [
+        kept.CHECKPOINT_CREATED_AT_METRIC,
+        kept.CHECKPOINT_EVAL_COMPLETED_METRIC,
+        kept.CHECKPOINT_SAVED_METRIC,
+    ]
+    out["retention bad"] = outcome(lambda: kept.keep_recent_and_top(top=-1))[:28]
+
+
+def migration(out: dict[str, Any]) -> None:
+    import shutil
+
+    migrate = module("utils.trajectory_migration")
+    files = module("utils.trajectory_logging")
+    name = "art" if LIB == "art" else "arthex"
+    shutil.rmtree(DIR / f"migrated-by-{name}", ignore_errors=True)  # a second run's
+    written = [g for g in groups() if g.trajectories]  # JSONL kept no failed-only group
+    (DIR / f"{name}-groups.jsonl").write_text(migrate.serialize_trajectory_groups(written))
+    for path in sorted(DIR.glob("*-groups.jsonl")):
+        read = migrate.deserialize_trajectory_groups(path.read_text())
+        out[f"jsonl {path.name}"] = [group(g) for g in read]
+        run = DIR / f"migrated-by-{name}" / path.stem / "models" / "m"
+        split = run / "trajectories" / "train"
+        split.mkdir(parents=True)
+        shutil.copy(path, split / "0001.jsonl")
+        (split / "0002.jsonl").write_text("not json\n")
+        result = migrate.migrate_all_models(run.parents[2], path.stem)
+        out[f"migrated {path.name}"] = [
+            result.files_migrated,
+            result.files_skipped,
+            len(result.errors),
+            sorted(p.name for p in split.iterdir()),
+            [group(g) for g in files.read_trajectory_groups_parquet(split / "0001.parquet")],
+        ]
+    out["migration dicts"] = [
+        type(migrate.dict_to_message_or_choice({"message": {"role": "user"}})).__name__,
+        migrate.message_or_choice_to_dict(choice("x"))["message"]["content"],
+    ]
+
+
 def main() -> None:
     out: dict[str, Any] = {}
-    parts = ["trajectory_files", "small_helpers", "costs", "sft", "litellm_choice"]
+    parts = [
+        "trajectory_files",
+        "small_helpers",
+        "costs",
+        "sft",
+        "litellm_choice",
+        "retention",
+        "migration",
+    ]
     for part in sys.argv[4:] or parts:
         globals()[part](out)
     OUT.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))

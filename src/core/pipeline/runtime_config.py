@@ -1,0 +1,58 @@
+"""The pipeline's runtime settings as one value (`PipelineTrainer(pipeline=...)`, the form ART
+0.5.23 prefers to the separate keywords): rollout workers, batch bounds and queue size.
+
+The two score references weigh a throughput score of ART's trainer, which arthex's pipeline
+does not compute: they are checked and kept, and change nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+
+__all__ = ["PipelineRuntimeConfig", "runtime_settings"]
+
+DEFAULTS: dict[str, Any] = {
+    "num_rollout_workers": 16,
+    "min_batch_size": 4,
+    "max_batch_size": None,
+    "queue_maxsize": None,
+}
+
+
+class PipelineRuntimeConfig(pydantic.BaseModel):
+    """Rollout workers, batch bounds and queue size of a PipelineTrainer (see its docstring)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    num_rollout_workers: int = pydantic.Field(default=16, ge=1)
+    min_batch_size: int = pydantic.Field(default=4, ge=1)
+    max_batch_size: int | None = pydantic.Field(default=None, ge=1)
+    queue_maxsize: int | None = pydantic.Field(default=None, ge=1)
+    score_reference_groups_per_step: float | None = pydantic.Field(default=8.0, gt=0.0)
+    score_reference_rollouts_per_group: float | None = pydantic.Field(default=None, gt=0.0)
+
+    @pydantic.model_validator(mode="after")
+    def _bounds(self) -> PipelineRuntimeConfig:
+        if self.max_batch_size is not None and self.max_batch_size < self.min_batch_size:
+            raise ValueError("max_batch_size must be >= min_batch_size")
+        return self
+
+
+def runtime_settings(
+    pipeline: PipelineRuntimeConfig | None, given: dict[str, Any]
+) -> dict[str, Any]:
+    """The four settings: from `pipeline` when given (then the separate keywords must be left
+    at their defaults, or ValueError says to use one form), else the keywords."""
+    if pipeline is None:
+        return given
+    if not isinstance(pipeline, PipelineRuntimeConfig):
+        raise ValueError(f"pipeline must be a PipelineRuntimeConfig, got {type(pipeline).__name__}")
+    changed = sorted(name for name, value in given.items() if value != DEFAULTS[name])
+    if changed:
+        raise ValueError(
+            "use either pipeline=PipelineRuntimeConfig(...) or the separate settings "
+            f"({', '.join(changed)}), not both"
+        )
+    return {name: getattr(pipeline, name) for name in DEFAULTS}
