@@ -534,6 +534,7 @@ def experimental_config(config: TrainConfig) -> dict[str, Any]:
         value = getattr(config, field.name)
         if field.name not in options and value != getattr(defaults, field.name):
             options[field.name] = value
+    assert set(options) >= wire.TRAIN_OPTIONS
     return dict(sorted(options.items()))
 
 

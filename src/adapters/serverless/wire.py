@@ -103,6 +103,22 @@ def decode_metrics(payload: object) -> dict[str, float]:
     }
 
 
+# The train options a job's `experimental_config` carries by name (every one of them, null for
+# "not set", as ART's client sends them); any other key is a TrainConfig field of arthex's,
+# where null is a value.
+TRAIN_OPTIONS = frozenset(
+    {
+        "advantage_balance", "allow_training_without_logprobs", "epsilon", "epsilon_high",
+        "importance_sampling_level", "kimi_k2_tau", "kl_penalty_coef",
+        "kl_penalty_reference_step", "kl_penalty_source", "kl_penalty_step_lag",
+        "kl_ref_adapter_path", "learning_rate", "logprob_calculation_chunk_size", "loss_fn",
+        "mask_prob_ratio", "max_negative_advantage_importance_sampling_weight",
+        "normalize_advantages", "num_trajectories_learning_rate_multiplier_power",
+        "packed_sequence_length", "plot_tensors", "ppo", "precalculate_logprobs",
+        "scale_learning_rate_by_reward_std_dev", "scale_rewards", "truncated_importance_sampling",
+    }
+)  # fmt: skip
+
 # Inference names: the hosted service serves a model's latest step as
 # `wandb-artifact:///{entity}/{project}/{name}` and one step with `:step{N}` appended.
 ARTIFACT_SCHEME = "wandb-artifact:///"
