@@ -165,8 +165,7 @@ class ServerlessBackend(BackendTrainEntry):
             raise InvalidInputError(
                 "timeout must be > 0, retries and backoff_s >= 0, poll_wait_s in [0, 30]"
             )
-        url = url.rstrip("/")
-        self.base_url = url if url.endswith(wire.API_PREFIX) else url + wire.API_PREFIX
+        self.base_url = wire.api_base(url)
         self.api_key = key
         self.timeout = timeout
         self.retries = retries

@@ -50,6 +50,12 @@ JOB_ID = re.compile(r"j[0-9a-f]{24}")
 COUNT = re.compile(r"[0-9]{1,18}")
 
 
+def api_base(url: str) -> str:
+    """A server's base URL as clients use it: ending in `/v1` (added to a bare root)."""
+    url = url.rstrip("/")
+    return url if url.endswith(API_PREFIX) else url + API_PREFIX
+
+
 def checkpoint_id(model_id: str, step: int) -> str:
     """A checkpoint's id, the cursor of a checkpoint page."""
     return f"{model_id}-step{step}"
