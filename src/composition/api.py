@@ -172,9 +172,10 @@ class TrainableModel(ArtTrainableMethods, trainable.TrainableModel, Model):
     ports already built, so nothing is built twice).
 
     `run_name` (required by ART 0.5.23, optional here) names the run: its directory
-    `{base_path}/{project}/models/{run_name}/`, its history and wandb run, and the names it is
-    served under (`{run_name}@{step}`, which `get_inference_name()` returns). `name` is kept
-    as `model.name`. Without `run_name` the run is called `name`, as before ART 0.5.23.
+    `{base_path}/{project}/models/{run_name}/`, its history and wandb run. `name` is what
+    inference calls it, as in ART 0.5.23: served as `{name}@{step}` (what
+    `get_inference_name()` returns; ServerlessBackend names steps the hosted service's way).
+    Without `run_name` the run is called `name`, as before ART 0.5.23.
     """
 
     def __init__(

@@ -98,8 +98,8 @@ def test_the_art_skill_template_loop_runs_with_its_imports_changed(
 
     base_path = str(tmp_path / ".art")
     served = asyncio.run(skill_minimal_loop.main(base_model, base_path))
-    assert served == "digits-run-1@2"
-    assert "final model: digits-run-1@2" in capsys.readouterr().out
+    assert served == "digits@2"  # served under its name, stored under its run_name (ART 0.5.23)
+    assert "final model: digits@2" in capsys.readouterr().out
     run_dir = tmp_path / ".art" / "skill-template" / "models" / "digits-run-1"
     rows = assert_two_step_art_run(run_dir)
     # the judge's scores replaced the rewards, and its metrics were kept
@@ -140,7 +140,7 @@ def test_register_fills_arts_inference_fields_with_the_run_in_one_directory(
             assert model.inference_base_url is not None
             assert model.inference_base_url.startswith("http://127.0.0.1:")
             assert model.inference_api_key
-            assert model.inference_model_name == model.get_inference_name() == "agent-run-1@0"
+            assert model.inference_model_name == model.get_inference_name() == "agent@0"
             client = model.openai_client()
             assert str(client.base_url).rstrip("/") == model.inference_base_url.rstrip("/")
             reply = await client.chat.completions.create(

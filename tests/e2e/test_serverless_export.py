@@ -75,7 +75,7 @@ def test_a_served_run_exports_from_the_client_as_on_the_server(
     (record,) = [m for m in listing["data"] if (m["project"], m["name"]) == ("exported", "agent")]
     run_dir = base_path / "exported" / "models" / "agent"
     spec = json.loads((run_dir / "model.json").read_text())
-    assert spec["remote"] == {"server": server.url, "model_id": record["id"]}
+    assert spec["remote"] == {"server": server.url + "/v1", "model_id": record["id"]}
     assert Path(written) == tmp_path / "from-model"
 
     # the client's run, with the key it trained with

@@ -103,7 +103,8 @@ def test_a_missing_step_of_ones_own_model_names_no_other_tenants_model(
     local_server: tuple[ServerProcess, str],
 ) -> None:
     server, tiny = local_server
-    alice, bob = http(server, server.fresh_key()), http(server, server.fresh_key())
+    alice_tenant, alice_key = server.fresh_tenant()
+    alice, bob = http(server, alice_key), http(server, server.fresh_key())
     mine = alice.post("/preview/models", json={"project": "p", "name": "agent", "base_model": tiny})
     theirs = bob.post(
         "/preview/models", json={"project": "hidden", "name": "bobs-agent", "base_model": tiny}
@@ -120,7 +121,8 @@ def test_a_missing_step_of_ones_own_model_names_no_other_tenants_model(
         assert bobs_id not in answer.text and "bobs-agent" not in answer.text
         assert ANY_MODEL_ID.search(answer.text) is None, answer.text
     listed = alice.get("/v1/models").json()["data"]
-    assert sorted(m["id"] for m in listed) == ["agent", "agent@0"]
+    named = f"wandb-artifact:///{alice_tenant}/p/agent"
+    assert sorted(m["id"] for m in listed) == ["agent", "agent@0", named, f"{named}:step0"]
 
 
 # --- 2. ids are not computable elsewhere -----------------------------------------------------

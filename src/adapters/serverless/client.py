@@ -165,8 +165,7 @@ class ServerlessBackend(BackendTrainEntry):
             raise InvalidInputError(
                 "timeout must be > 0, retries and backoff_s >= 0, poll_wait_s in [0, 30]"
             )
-        url = url.rstrip("/")
-        self.base_url = url if url.endswith(wire.API_PREFIX) else url + wire.API_PREFIX
+        self.base_url = wire.api_base(url)
         self.api_key = key
         self.timeout = timeout
         self.retries = retries
@@ -534,6 +533,7 @@ def experimental_config(config: TrainConfig) -> dict[str, Any]:
         value = getattr(config, field.name)
         if field.name not in options and value != getattr(defaults, field.name):
             options[field.name] = value
+    assert set(options) >= wire.TRAIN_OPTIONS
     return dict(sorted(options.items()))
 
 

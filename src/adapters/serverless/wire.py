@@ -50,6 +50,12 @@ JOB_ID = re.compile(r"j[0-9a-f]{24}")
 COUNT = re.compile(r"[0-9]{1,18}")
 
 
+def api_base(url: str) -> str:
+    """A server's base URL as clients use it: ending in `/v1` (added to a bare root)."""
+    url = url.rstrip("/")
+    return url if url.endswith(API_PREFIX) else url + API_PREFIX
+
+
 def checkpoint_id(model_id: str, step: int) -> str:
     """A checkpoint's id, the cursor of a checkpoint page."""
     return f"{model_id}-step{step}"
@@ -102,6 +108,22 @@ def decode_metrics(payload: object) -> dict[str, float]:
         if value is None or (isinstance(value, int | float) and not isinstance(value, bool))
     }
 
+
+# The train options a job's `experimental_config` carries by name (every one of them, null for
+# "not set", as ART's client sends them); any other key is a TrainConfig field of arthex's,
+# where null is a value.
+TRAIN_OPTIONS = frozenset(
+    {
+        "advantage_balance", "allow_training_without_logprobs", "epsilon", "epsilon_high",
+        "importance_sampling_level", "kimi_k2_tau", "kl_penalty_coef",
+        "kl_penalty_reference_step", "kl_penalty_source", "kl_penalty_step_lag",
+        "kl_ref_adapter_path", "learning_rate", "logprob_calculation_chunk_size", "loss_fn",
+        "mask_prob_ratio", "max_negative_advantage_importance_sampling_weight",
+        "normalize_advantages", "num_trajectories_learning_rate_multiplier_power",
+        "packed_sequence_length", "plot_tensors", "ppo", "precalculate_logprobs",
+        "scale_learning_rate_by_reward_std_dev", "scale_rewards", "truncated_importance_sampling",
+    }
+)  # fmt: skip
 
 # Inference names: the hosted service serves a model's latest step as
 # `wandb-artifact:///{entity}/{project}/{name}` and one step with `:step{N}` appended.

@@ -178,10 +178,11 @@ def _export_from_server(
 ) -> tuple[Path, int]:
     from ...adapters.serverless.client import URL_ENV
     from ...adapters.serverless.export import export_remote, latest_step
+    from ...adapters.serverless.wire import api_base
 
     # The key goes only to the server the user configured, never to one a run folder names.
     configured = os.environ.get(URL_ENV, "").rstrip("/")
-    if configured != remote["server"].rstrip("/"):
+    if not configured or api_base(configured) != api_base(remote["server"]):
         raise UsageError(
             f"this run was trained on the server {remote['server']!r}; to send your API key "
             f"there to fetch its checkpoint, set {URL_ENV} to that URL (it is now "

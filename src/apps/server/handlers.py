@@ -267,6 +267,12 @@ class Handlers:
         from starlette.responses import JSONResponse
 
         body = json_object(request.scope)
+        if body.get("conversations") is None and body.get("training_data_url") is not None:
+            raise InvalidInputError(
+                "this server reads no training_data_url (a W&B artifact needs the hosted "
+                "service): send the records as 'conversations' (arthex's ServerlessBackend "
+                "does), or fine-tune through arthex's client"
+            )
         job = await start_sft_job(
             self.service,
             self.tenant(request),

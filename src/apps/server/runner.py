@@ -19,6 +19,7 @@ import attrs
 
 from ...adapters.serverless.wire import (
     GRADIENT_STEP,
+    TRAIN_OPTIONS,
     TRAINING_ENDED,
     TRAINING_FAILED,
     TRAINING_STARTED,
@@ -153,7 +154,7 @@ def experimental_config(payload: object) -> TrainConfig:
         raise InvalidInputError(
             f"experimental_config must be a JSON object, got {type(payload).__name__}"
         )
-    options = {str(k): v for k, v in payload.items() if v is not None}
+    options = {str(k): v for k, v in payload.items() if v is not None or k not in TRAIN_OPTIONS}
     own = {key: options.pop(key) for key in _OWN_FIELDS if key in options}
     try:
         config = train_config_from_options(options)
