@@ -91,7 +91,7 @@ _ONLY_DEFAULT: dict[str, tuple[object, str]] = {
 }
 # ART tuning knobs with no effect on what is learned; arthex decides these itself.
 _IGNORED = {
-    "logprob_calculation_chunk_size",  # memory only: arthex packs and chunks on its own
+    "logprob_calculation_chunk_size",  # memory only: LocalBackend(logprob_calculation_chunk_size=)
     "optimizer_save_interval",  # arthex keeps the optimizer state at every checkpoint
     "final_training_step",  # only decides when ART saves optimizer state
 }
