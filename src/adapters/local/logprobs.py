@@ -47,16 +47,31 @@ class _ChunkedSelected(torch.autograd.Function):
         chosen = torch.empty(n, dtype=torch.float32, device=hidden.device)
         entropy = torch.empty_like(chosen)
         lse = torch.empty_like(chosen)
+        want_h, want_w, want_b = ctx.needs_input_grad[:3]
+        # A frozen head (LoRA) needs only d chosen / d hidden = W[t] - softmax(z) @ W, H values
+        # a row: taken here, from the probabilities at hand, backward needs no second
+        # projection. A trained head needs the whole `softmax - onehot` for its own gradient,
+        # so backward projects each chunk again instead.
+        direct = want_h and not (want_w or want_b)
+        jacobian = torch.empty(hidden.shape if direct else (0,), device=hidden.device)
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             z = _project(hidden[start:end], weight, bias)
             lse[start:end] = torch.logsumexp(z, dim=-1)
             chosen[start:end] = z.gather(-1, targets[start:end, None]).squeeze(-1) - lse[start:end]
             logp = z.sub_(lse[start:end, None])  # in place: the chunk's log-softmax
-            entropy[start:end] = -logp.exp().mul_(logp).sum(-1)
-            del z, logp
-        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+            p = logp.exp()
+            if direct:
+                expected = (p.to(weight.dtype) @ weight).float()
+                jacobian[start:end] = weight[targets[start:end]].float() - expected
+            entropy[start:end] = -p.mul_(logp).sum(-1)
+            del z, logp, p
+        if direct:  # nothing else is needed: the chunk's inputs go as soon as forward ends
+            ctx.save_for_backward(None, None, None, None, None, jacobian)
+        else:
+            ctx.save_for_backward(hidden, weight, bias, targets, lse, None)
         ctx.chunk = chunk
+        ctx.dtype = hidden.dtype
         ctx.mark_non_differentiable(entropy)
         return chosen, entropy
 
@@ -64,7 +79,10 @@ class _ChunkedSelected(torch.autograd.Function):
     def backward(  # type: ignore[override]
         ctx: Any, grad_chosen: torch.Tensor, _grad_entropy: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
-        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, jacobian = ctx.saved_tensors
+        if jacobian is not None:
+            grad_h = (grad_chosen.float()[:, None] * jacobian).to(ctx.dtype)
+            return grad_h, None, None, None, None
         want_h, want_w, want_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if want_h else None
         acc = torch.float32 if weight.dtype != torch.float64 else torch.float64
