@@ -6,8 +6,9 @@ backward (the float copy, the log-softmax, their gradients). Training only ever 
 per position (the next token's log-probability) plus the entropy for a metric, so this module
 runs the model with its output projection (`lm_head`) swapped for one that keeps the last hidden
 state of the positions the loss reads and projects them `chunk` rows at a time: each chunk's
-logits exist only while its log-sum-exp, chosen logit and entropy are taken, and backward
-computes them again, chunk by chunk, for the gradient (`softmax - onehot`, never stored whole).
+logits exist only while its log-sum-exp, chosen logit and entropy are taken. For the gradient a
+frozen head (LoRA's) keeps H values a position, taken in the same pass; a trained head's chunks
+are computed again in backward (`softmax - onehot`, never stored whole).
 
 The numbers are the plain path's: logits in the model's dtype, cast to float32 before the
 reduction, exactly as `log_softmax(logits.float())`. Only the positions the loss reads are
