@@ -17,6 +17,7 @@ BENCHMARKS = (
     "distributed",
     "view",
     "diagnostics",
+    "memory",
 )
 
 

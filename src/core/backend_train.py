@@ -90,7 +90,7 @@ _ONLY_DEFAULT: dict[str, tuple[object, str]] = {
 }
 # ART tuning knobs with no effect on what is learned; arthex decides these itself.
 _IGNORED = {
-    "logprob_calculation_chunk_size",  # memory only: arthex packs and chunks on its own
+    "logprob_calculation_chunk_size",  # memory only: LocalBackend(logprob_calculation_chunk_size=)
 }
 
 

@@ -6,8 +6,9 @@ backward (the float copy, the log-softmax, their gradients). Training only ever 
 per position (the next token's log-probability) plus the entropy for a metric, so this module
 runs the model with its output projection (`lm_head`) swapped for one that keeps the last hidden
 state of the positions the loss reads and projects them `chunk` rows at a time: each chunk's
-logits exist only while its log-sum-exp, chosen logit and entropy are taken, and backward
-computes them again, chunk by chunk, for the gradient (`softmax - onehot`, never stored whole).
+logits exist only while its log-sum-exp, chosen logit and entropy are taken. For the gradient a
+frozen head (LoRA's) keeps H values a position, taken in the same pass; a trained head's chunks
+are computed again in backward (`softmax - onehot`, never stored whole).
 
 The numbers are the plain path's: logits in the model's dtype, cast to float32 before the
 reduction, exactly as `log_softmax(logits.float())`. Only the positions the loss reads are
@@ -23,8 +24,9 @@ from typing import Any
 import torch
 
 DEFAULT_CHUNK_TOKENS = 256
-"""Rows of logits per chunk: at a 151,936-word vocabulary a float32 chunk is 156 MB, and a
-chunk holds about three at once; larger chunks were no faster (docs/performance.md)."""
+"""Rows of logits per chunk: at a 151,936-word vocabulary a float32 chunk is 156 MB and about
+two are held at once. Measured on the CPU (docs/performance.md): 1024 rows take 17% less time
+for 3.7x the memory, 64 rows 26% more time for a third of it."""
 
 # Configs that transform the logits after the projection: those models take the plain path.
 _AFTER_PROJECTION = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -46,16 +48,31 @@ class _ChunkedSelected(torch.autograd.Function):
         chosen = torch.empty(n, dtype=torch.float32, device=hidden.device)
         entropy = torch.empty_like(chosen)
         lse = torch.empty_like(chosen)
+        want_h, want_w, want_b = ctx.needs_input_grad[:3]
+        # A frozen head (LoRA) needs only d chosen / d hidden = W[t] - softmax(z) @ W, H values
+        # a row: taken here, from the probabilities at hand, backward needs no second
+        # projection. A trained head needs the whole `softmax - onehot` for its own gradient,
+        # so backward projects each chunk again instead.
+        direct = want_h and not (want_w or want_b)
+        jacobian = torch.empty(hidden.shape if direct else (0,), device=hidden.device)
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             z = _project(hidden[start:end], weight, bias)
             lse[start:end] = torch.logsumexp(z, dim=-1)
             chosen[start:end] = z.gather(-1, targets[start:end, None]).squeeze(-1) - lse[start:end]
             logp = z.sub_(lse[start:end, None])  # in place: the chunk's log-softmax
-            entropy[start:end] = -logp.exp().mul_(logp).sum(-1)
-            del z, logp
-        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+            p = logp.exp()
+            if direct:
+                expected = (p.to(weight.dtype) @ weight).float()
+                jacobian[start:end] = weight[targets[start:end]].float() - expected
+            entropy[start:end] = -p.mul_(logp).sum(-1)
+            del z, logp, p
+        if direct:  # nothing else is needed: the chunk's inputs go as soon as forward ends
+            ctx.save_for_backward(None, None, None, None, None, jacobian)
+        else:
+            ctx.save_for_backward(hidden, weight, bias, targets, lse, None)
         ctx.chunk = chunk
+        ctx.dtype = hidden.dtype
         ctx.mark_non_differentiable(entropy)
         return chosen, entropy
 
@@ -63,7 +80,10 @@ class _ChunkedSelected(torch.autograd.Function):
     def backward(  # type: ignore[override]
         ctx: Any, grad_chosen: torch.Tensor, _grad_entropy: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
-        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, jacobian = ctx.saved_tensors
+        if jacobian is not None:
+            grad_h = (grad_chosen.float()[:, None] * jacobian).to(ctx.dtype)
+            return grad_h, None, None, None, None
         want_h, want_w, want_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if want_h else None
         acc = torch.float32 if weight.dtype != torch.float64 else torch.float64
