@@ -69,8 +69,9 @@ def within_budget(what: str, call: Callable[[int], R], budget: float) -> R:
             if left <= 0:
                 raise StoreUnavailableError(
                     f"{what} failed: the object store kept failing for the whole "
-                    f"{budget:g} s retry budget ({attempt} attempts, last: {last}); call "
-                    "again once it answers, or give the store a larger retry_budget="
+                    f"{budget:g} s retry budget ({attempt} attempt{'s' * (attempt != 1)}, "
+                    f"last: {last}); call again once it answers, or give the store a larger "
+                    "retry_budget="
                 ) from error
             logger.warning("object store busy or down, trying %s again: %s", what, last)
             time.sleep(min(wait, left))
