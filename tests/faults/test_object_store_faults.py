@@ -157,6 +157,7 @@ def test_a_write_whose_reply_was_lost_is_stored_once(
     assert stack.keys(store) == ["proj/models/run-1/trajectories/train/0003.parquet"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lost", ["UploadPart", "CompleteMultipartUpload"])
 def test_lost_replies_of_a_multipart_upload_store_the_groups_once(
     stack: Stack, faults: Faults, lost: str
