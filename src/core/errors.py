@@ -139,3 +139,9 @@ class DiskFullError(ArthexError, OSError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.errno = errno.ENOSPC  # str() stays the message: no strerror is set
+
+
+class StoreUnavailableError(ArthexError, OSError):
+    """An object store kept failing (5xx, SlowDown, resets, no answer) for longer than the
+    store's retry budget. The one-line message names the operation, the bucket/key and the
+    budget; the call can be made again once the store answers."""

@@ -35,7 +35,7 @@ from .step_file import (
     write_tokens,
 )
 
-__all__ = ["PREFIX_ONLY", "make_remote_dirs", "write_remote"]
+__all__ = ["PREFIX_ONLY", "make_remote_dirs", "new_token", "write_remote"]
 
 # Filesystems where a directory is only a key prefix: nothing to create before writing.
 PREFIX_ONLY = ("s3", "gcs", "abfs")
@@ -78,9 +78,17 @@ def write_remote(
     step: int,
     first: Batch,
     rest: Iterator[Batch],
+    token: str | None = None,
+    retried: bool = False,
 ) -> str:
+    """Add the groups to the step file; returns its path. A write tried again passes the
+    `token` of its first attempt and `retried`: when that attempt's groups are already in the
+    step file (it landed, but its reply was lost) nothing is added a second time."""
     make_remote_dirs(filesystem, directory)
-    token = secrets.token_hex(8)
+    target = f"{directory}/{part_name(step)}"
+    token = token or new_token()
+    if retried and token in _remote_writes(filesystem, target):
+        return target
     temp = _temp_name(directory, step)
     try:
         with filesystem.open_output_stream(temp) as out:  # appears whole or not at all
@@ -90,6 +98,10 @@ def write_remote(
     finally:
         with contextlib.suppress(FileNotFoundError, OSError):
             filesystem.delete_file(temp)
+
+
+def new_token() -> str:
+    return secrets.token_hex(8)
 
 
 def _temp_name(directory: str, step: int) -> str:
@@ -150,5 +162,8 @@ def _merge_remote(
 
 
 def _remote_writes(filesystem: pafs.FileSystem, path: str) -> list[str]:
-    with filesystem.open_input_file(path) as handle, pq.ParquetFile(handle) as file:
-        return write_tokens(file)
+    try:
+        with filesystem.open_input_file(path) as handle, pq.ParquetFile(handle) as file:
+            return write_tokens(file)
+    except FileNotFoundError:
+        return []

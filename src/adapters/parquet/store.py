@@ -22,6 +22,12 @@ AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPO
 ~/.aws) and URI options (`s3://bucket/prefix?endpoint_override=host:9000&scheme=http`); pass
 `filesystem=` to configure it in code. With `filesystem=`, the root is a path within it
 (`bucket/prefix`); a URI root there only has its scheme dropped.
+
+On an object store every write, read and listing is tried again, with doubling waits, while
+the store answers 5xx/SlowDown/429 or the connection fails, for `retry_budget` seconds (60 by
+default; on top of the filesystem's own `retry_strategy`); then it fails with one
+StoreUnavailableError line naming the key and the budget (retrying.py). A write tried again
+never adds its groups twice, even when an earlier attempt landed and only its reply was lost.
 """
 
 from __future__ import annotations
@@ -31,9 +37,9 @@ import functools
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -44,10 +50,11 @@ from ...core.trajectories import TrajectoryGroup
 from ..files import atomic_write_bytes
 from ..layout import RunLayout
 from .decoding import json_object, read_part
-from .encoding import BATCH_BYTES, encode_batches
+from .encoding import BATCH_BYTES, Batch, encode_batches
 from .local_disk import make_dirs, write_local
-from .object_store import PREFIX_ONLY, make_remote_dirs, read_file, write_remote
-from .parts import PartFile, list_parts, parse_part_name, read_step
+from .object_store import PREFIX_ONLY, make_remote_dirs, new_token, read_file, write_remote
+from .parts import PartFile, list_parts, parse_part_name, part_name, read_step
+from .retrying import DEFAULT_RETRY_BUDGET, check_budget, within_budget
 from .schema import FORMAT_VERSION, SCHEMA, VERSION_KEY
 
 if TYPE_CHECKING:
@@ -65,6 +72,8 @@ __all__ = [
     "resolve_root",
 ]
 
+R = TypeVar("R")
+
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _KNOWN_SCHEMES = frozenset({"file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss"})
 
@@ -75,8 +84,13 @@ class ParquetTrajectoryStore:
     batch_bytes = BATCH_BYTES  # JSON per row group; a part larger than this is streamed
 
     def __init__(
-        self, root: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
+        self,
+        root: str | os.PathLike[str],
+        *,
+        filesystem: pafs.FileSystem | None = None,
+        retry_budget: float = DEFAULT_RETRY_BUDGET,
     ) -> None:
+        self.retry_budget = check_budget(retry_budget)
         self._root = root
         self._given_filesystem = filesystem
         text = os.fspath(root) if isinstance(root, str | os.PathLike) else root
@@ -159,7 +173,11 @@ class ParquetTrajectoryStore:
         """The part files of the run (or of the given splits and steps), sorted by (split,
         step, part): the step files, and legacy `-N` parts not yet folded into theirs. Paths
         are within `self.filesystem`; read one with `read_part(part.path, store.filesystem)`."""
-        return list_parts(self.filesystem, f"{self.model_dir(run)}/trajectories", split, steps)
+        where = f"{self.model_dir(run)}/trajectories"
+        return self._remote(
+            f"listing {self.location(where)}",
+            lambda _: list_parts(self.filesystem, where, split, steps),
+        )
 
     def part_paths(self, run: RunRef, split: str, step: int) -> list[Path]:
         """The local files of (split, step): the step file, and legacy parts not yet folded
@@ -187,28 +205,55 @@ class ParquetTrajectoryStore:
         directory = self.split_dir(run, split)
         if self.local:
             return str(write_local(Path(directory), split, step, first, batches))
-        where = write_remote(self.filesystem, directory, split, step, first, batches)
-        return self.location(where)
+        token = new_token()  # the same for every attempt: one that landed is not repeated
+
+        def attempt(n: int) -> str:
+            parts = (first, batches) if n == 1 else _split(encode_batches(groups, self.batch_bytes))
+            return write_remote(self.filesystem, directory, split, step, *parts, token, n > 1)
+
+        target = f"{directory}/{part_name(step)}"
+        return self.location(self._remote(f"writing {self.location(target)}", attempt))
 
     def _write_spec(self, path: str, data: bytes) -> None:
         if self.local:
             make_dirs(Path(path).parent)
             atomic_write_bytes(Path(path), data)
             return
-        make_remote_dirs(self.filesystem, str(PurePosixPath(path).parent))
-        with self.filesystem.open_output_stream(path) as out:  # one PUT: whole or nothing
-            out.write(data)
+
+        def put(_: int) -> None:  # one PUT of the same bytes under one key: whole, and repeatable
+            make_remote_dirs(self.filesystem, str(PurePosixPath(path).parent))
+            with self.filesystem.open_output_stream(path) as out:
+                out.write(data)
+
+        self._remote(f"writing {self.location(path)}", put)
 
     def _read_spec(self, path: str) -> bytes | None:
-        return read_file(self.filesystem, path, local=self.local)
+        return self._remote(
+            f"reading {self.location(path)}",
+            lambda _: read_file(self.filesystem, path, local=self.local),
+        )
+
+    def _remote(self, what: str, call: Callable[[int], R]) -> R:
+        """`call` tried again while an object store is busy or down, for `retry_budget` s."""
+        if self.local:
+            return call(1)
+        return within_budget(what, call, self.retry_budget)
 
     # --- reading ------------------------------------------------------------------------------
 
     def _read(self, run: RunRef, split: str, step: int) -> list[TrajectoryGroup]:
-        return read_step(self.filesystem, self.split_dir(run, split), split, step)
+        directory = self.split_dir(run, split)
+        return self._remote(  # each attempt reads a fresh, consistent snapshot of the step
+            f"reading {self.location(f'{directory}/{part_name(step)}')}",
+            lambda _: read_step(self.filesystem, directory, split, step),
+        )
 
     def _steps(self, run: RunRef, split: str) -> list[int]:
         return sorted({part.step for part in self.parts(run, split)})
+
+
+def _split(batches: Iterator[Batch]) -> tuple[Batch, Iterator[Batch]]:
+    return next(batches), batches
 
 
 def resolve_root(
