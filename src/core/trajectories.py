@@ -26,9 +26,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    SerializerFunctionWrapHandler,
     field_validator,
-    model_serializer,
     model_validator,
 )
 from pydantic.functional_validators import BeforeValidator
@@ -95,6 +93,10 @@ INCOMPLETE_KEY = "capture_incomplete"
 """Metadata flag of a captured trajectory whose agent raised before the scope ended."""
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class Trajectory(BaseModel):
     """One rollout: the conversation (dict messages and the model's Choices), tools, a reward.
 
@@ -111,25 +113,17 @@ class Trajectory(BaseModel):
     additional_histories: list[History] = Field(default_factory=list)
     reward: float = 0.0
     # The training step of the policy that sampled the rollout's first and last completion
-    # (set by the pipeline trainer when left None; None means unknown).
-    initial_policy_version: int | None = Field(default=None, ge=0)
-    final_policy_version: int | None = Field(default=None, ge=0)
+    # (set by the pipeline trainer when left None; None means unknown). An unknown version is
+    # left out rather than written as null, so files and requests of trajectories that never
+    # set one are what they were before the fields (a field-level exclusion: a wrapping model
+    # serializer would turn NaN metrics into null in JSON mode).
+    initial_policy_version: int | None = Field(default=None, ge=0, exclude_if=_is_none)
+    final_policy_version: int | None = Field(default=None, ge=0, exclude_if=_is_none)
     metrics: dict[str, MetricValue] = Field(default_factory=dict)
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
     # When the rollout began, for `finish()`'s duration; process-local, so never serialized.
     start_time: datetime = Field(default_factory=lambda: datetime.now(UTC), exclude=True)
-
-    @model_serializer(mode="wrap")
-    def _without_unknown_versions(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # An unknown policy version is left out rather than written as null, so files and
-        # requests of trajectories that never set one are what they were before the fields.
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in ("initial_policy_version", "final_policy_version"):
-                if key in data and data[key] is None:
-                    del data[key]
-        return data
 
     def __eq__(self, other: object) -> bool:
         # `start_time` is when this process built the object, not part of the rollout: a
