@@ -17,13 +17,12 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import pyarrow.fs as pafs
 
 from ...adapters.layout import (
-    HISTORY,
     MARKERS,
     MODELS,
     RunLayout,
@@ -32,10 +31,6 @@ from ...adapters.parquet.object_store import read_file
 from ...adapters.parquet.store import resolve_root
 from ...core.errors import ArthexError, InvalidInputError
 from ...core.identity import RunRef
-
-if TYPE_CHECKING:
-    from .history import HistoryCache
-
 
 DEFAULT_METRICS = ("val/reward", "train/reward")
 MAX_PAGE = 200
@@ -179,8 +174,9 @@ class Catalog:
         if not paths:
             raise InvalidInputError("give at least one PATH")
         self.roots = [Root.of(os.fspath(p)) for p in paths]
-        self._history: dict[str, HistoryCache] = {}
-        self._lock = threading.Lock()
+        # each run's parsed ledger, by its file (history.py's `history_of` keeps them)
+        self.histories: dict[str, Any] = {}
+        self.lock = threading.Lock()
 
     def runs(self) -> list[Run]:
         found: dict[RunRef, Run] = {}
@@ -200,21 +196,6 @@ class Catalog:
                 if candidate == ref:
                     return Run(ref, root, base)
         raise NotFound(f"no run {project}/{name} under the viewed paths")
-
-    # --- history --------------------------------------------------------------------------
-
-    def history(self, run: Run) -> HistoryCache:
-        """The run's parsed ledger, brought up to date with the rows appended since."""
-        from .history import HistoryCache
-
-        key = run.file(HISTORY)
-        with self._lock:
-            cache = self._history.get(key)
-            if cache is None:
-                cache = self._history[key] = HistoryCache(run)
-        with cache.lock:
-            cache.refresh()
-        return cache
 
 
 def encode(value: Any) -> bytes:

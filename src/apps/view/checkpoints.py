@@ -19,6 +19,7 @@ from ...core.errors import ArthexError
 from ...core.pipeline_record import DISCARD_REASONS, PipelineRecord
 from ...core.retention import decide
 from .catalog import DEFAULT_METRICS, BadRequest, Catalog, Run, json_file
+from .history import history_of
 
 
 def checkpoint_steps(run: Run, errors: list[str]) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def checkpoints(
         raise BadRequest(f"keep_last must be >= 1, got {keep_last}")
     errors: list[str] = []
     found = checkpoint_steps(run, errors)
-    cache = catalog.history(run)
+    cache = history_of(catalog, run)
     with cache.lock:
         errors.extend(cache.errors)
         chosen, best = metric, None

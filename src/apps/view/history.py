@@ -25,6 +25,18 @@ from ...core.retention import BestStep
 from .catalog import BadRequest, Catalog, Run, encode
 
 
+def history_of(catalog: Catalog, run: Run) -> HistoryCache:
+    """The run's parsed ledger, brought up to date with the rows appended since."""
+    key = run.file(HISTORY)
+    with catalog.lock:
+        cache = catalog.histories.get(key)
+        if not isinstance(cache, HistoryCache):
+            cache = catalog.histories[key] = HistoryCache(run)
+    with cache.lock:
+        cache.refresh()
+    return cache
+
+
 class HistoryCache:
     """The rows of one ledger, read once and then only from where the last read stopped."""
 
@@ -148,7 +160,7 @@ def history_rows(catalog: Catalog, run: Run, keys: str | None, since: int | None
     """The answer of the history endpoint, as JSON bytes."""
     if since is not None and since < 0:
         raise BadRequest(f"since must be a cursor >= 0 returned as 'next', got {since}")
-    cache = catalog.history(run)
+    cache = history_of(catalog, run)
     patterns = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
     with cache.lock:
         start = cache.start(since or 0)

@@ -17,11 +17,12 @@ from ...adapters.parquet.store import list_parts
 from ...core.errors import ArthexError
 from .catalog import DEFAULT_METRICS, Catalog, Run, json_file
 from .checkpoints import checkpoint_steps
+from .history import history_of
 
 
 def run_summary(catalog: Catalog, run: Run, metric: str | None, direction: str) -> dict[str, Any]:
     errors: list[str] = []
-    cache = catalog.history(run)
+    cache = history_of(catalog, run)
     with cache.lock:
         errors.extend(cache.errors)
         last_step, updated, keys, rows = (
