@@ -363,6 +363,24 @@ def async_llm_has_the_methods_the_adapter_calls(workdir: Path) -> Any:
     return shapes
 
 
+@check
+def the_loop_bound_parts_follow_runs_rely_on_are_vllms(workdir: Path) -> Any:
+    """vllm_loop.follow_running_loop replaces, by name, what AsyncLLM and its multiprocess
+    core client bind to the loop that first used them; those names must still be vLLM's,
+    started lazily only when unset (else a second asyncio.run would still wait forever)."""
+    import inspect
+
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.engine.core_client import AsyncMPClient
+
+    handler = inspect.getsource(AsyncLLM._run_output_handler)
+    assert "self.output_handler" in handler and "create_task" in handler, handler[:300]
+    reader = inspect.getsource(AsyncMPClient._ensure_output_queue_task)
+    assert "output_queue_task" in reader and "outputs_queue" in reader, reader[:300]
+    assert "outputs_queue" in inspect.getsource(AsyncMPClient.__init__)
+    return "output_handler, resources.output_queue_task and outputs_queue as the adapter uses"
+
+
 def _engine(workdir: Path, sleep_level: int) -> tuple[Any, RecordingEngine]:
     import attrs as attrs_
 

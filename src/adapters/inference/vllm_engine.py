@@ -43,6 +43,7 @@ from .chat import ChatTokenizer
 from .engine import FinishReason, Sample, SamplingParams, ServingEngine, UnknownModelError
 from .served_names import ServedNames
 from .vllm_args import VllmSettings, engine_arguments
+from .vllm_loop import follow_running_loop
 
 __all__ = ["VllmEngine", "lora_request", "to_sample", "vllm_request"]
 
@@ -102,6 +103,7 @@ class VllmEngine(ServedNames[Any]):
         self._sleepers = 0
         self._asleep: asyncio.Future[None] | None = None  # set once the first sleep is done
         self._start_lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it last served on
         self._closed = False
 
     # lifecycle ---------------------------------------------------------------------------
@@ -124,6 +126,7 @@ class VllmEngine(ServedNames[Any]):
     async def start(self) -> None:
         if self._closed:
             raise BackendError("this VllmEngine is closed; create a new one")
+        self._follow_loop()
         if self._started():
             return
         if self._start_lock is None:
@@ -150,6 +153,27 @@ class VllmEngine(ServedNames[Any]):
     def _started(self) -> bool:
         return self._engine is not None
 
+    def _follow_loop(self) -> None:
+        """Serve from the running loop once the loop this engine last served on has ended (a
+        script's second `asyncio.run`), as the torch engine moves its batching: vLLM's
+        pieces bound to the ended loop are dropped so vLLM makes them again on this one
+        (`follow_running_loop`), and so are this engine's own waiting primitives. A loop
+        still open (another thread's) is left alone."""
+        loop = asyncio.get_running_loop()
+        old, self._loop = self._loop, loop
+        if old is None or old is loop or not old.is_closed():
+            return
+        self._start_lock = None
+        if self._awake is not None:
+            awake, self._awake = self._awake, asyncio.Event()
+            if awake.is_set():
+                self._awake.set()
+        self._drained.clear()  # their waiters ended with the old loop
+        if self._asleep is not None and self._asleep.get_loop() is old:
+            self._asleep = None
+        if self._engine is not None:
+            follow_running_loop(self._engine, old)
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -175,6 +199,7 @@ class VllmEngine(ServedNames[Any]):
         level = self.settings.sleep_level
         if not level or self._engine is None or self._awake is None:
             return
+        self._follow_loop()
         self._sleepers += 1
         if self._sleepers > 1:  # another run is putting it to sleep: train once it is asleep
             if self._asleep is not None:
@@ -202,6 +227,7 @@ class VllmEngine(ServedNames[Any]):
         from disk and the served adapters loaded again from their folders."""
         if not self._sleepers:
             return
+        self._follow_loop()
         self._sleepers -= 1
         if self._sleepers or self._engine is None or self._awake is None:
             return
@@ -249,6 +275,7 @@ class VllmEngine(ServedNames[Any]):
         """Stop serving `name`: new requests get UnknownModelError at once; the adapter is
         removed once the requests already accepted on it finished (its folder must stay
         until this returns)."""
+        self._follow_loop()
         if name in self._aliases:
             del self._aliases[name]
             return
@@ -277,6 +304,7 @@ class VllmEngine(ServedNames[Any]):
         self, model: str, prompt_token_ids: Sequence[int], n: int, params: SamplingParams
     ) -> list[Sample]:
         self._admit(n)
+        self._follow_loop()
         lora = self._resolve(model)
         chat = self._chat_for(model)
         prompt = chat.check_prompt(prompt_token_ids, self._context_length)

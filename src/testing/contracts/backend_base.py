@@ -20,8 +20,9 @@ import pytest
 from ...core.config import TrainConfig
 from ...core.identity import ModelSpec, RunRef
 from ...core.trajectories import TrajectoryGroup
-from ...ports.training_backend import TrainingBackend
+from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
 from ..builders import synthetic_groups
+from .scenario import Greedy, greedy, rollout_groups
 
 
 class BackendFixtures:
@@ -54,5 +55,25 @@ class BackendFixtures:
     def make_groups(self, *, equal: bool = False, offset: int = 0) -> list[TrajectoryGroup]:
         return synthetic_groups(equal=equal, offset=offset)
 
+    async def _train_two(
+        self, b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
+    ) -> tuple[Greedy, Greedy]:
+        """Two learning steps; step 0's greedy answer before them, step 2's after."""
+        assert endpoint is not None, "a backend with 'inference' returns an endpoint"
+        before = await greedy(endpoint, s.run.inference_name(0))
+        for i in range(2):
+            groups = await rollout_groups(endpoint, s.run.inference_name(), offset=i)
+            async for _m in b.train_steps(
+                s.run, groups, self.config(learning_rate=self.learning_signal_lr)
+            ):
+                pass
+        return before, await greedy(endpoint, s.run.inference_name(2))
+
     def config(self, **overrides: Any) -> TrainConfig:
         return TrainConfig(**{"learning_rate": 1e-3, **overrides})
+
+
+def require(backend: TrainingBackend, capability: Capability) -> None:
+    """Skip the calling test, naming the capability, when the backend lacks it."""
+    if capability not in backend.capabilities:
+        pytest.skip(f"backend lacks capability '{capability.value}'")

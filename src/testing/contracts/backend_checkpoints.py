@@ -17,26 +17,12 @@ from ...ports.training_backend import (
     TrainingBackend,
     checkpoint_server,
 )
-from .backend_base import BackendFixtures
-from .scenario import Greedy, greedy, rollout_groups, run_scenario
+from .backend_base import BackendFixtures, require
+from .scenario import Greedy, greedy, run_scenario
 
 
 class CheckpointServingContract(BackendFixtures):
     """`CheckpointServing`, or a refusal naming the capability."""
-
-    async def _train_two(
-        self, b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
-    ) -> tuple[Greedy, Greedy]:
-        """Two learning steps; step 0's greedy answer before them, step 2's after."""
-        assert endpoint is not None, "a backend with 'inference' returns an endpoint"
-        before = await greedy(endpoint, s.run.inference_name(0))
-        for i in range(2):
-            groups = await rollout_groups(endpoint, s.run.inference_name(), offset=i)
-            async for _m in b.train_steps(
-                s.run, groups, self.config(learning_rate=self.learning_signal_lr)
-            ):
-                pass
-        return before, await greedy(endpoint, s.run.inference_name(2))
 
     def test_a_named_step_is_served_with_its_weights_and_the_latest_name_stays(
         self, backend: TrainingBackend, spec: ModelSpec
@@ -45,8 +31,7 @@ class CheckpointServingContract(BackendFixtures):
             with pytest.raises(UnsupportedCapability, match="serve_checkpoint"):
                 checkpoint_server(backend)
             return
-        if Capability.INFERENCE not in backend.capabilities:
-            pytest.skip("backend lacks capability 'inference'")
+        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
@@ -81,8 +66,7 @@ class CheckpointServingContract(BackendFixtures):
     ) -> None:
         """A second backend over the same storage, the run never registered on it (no trainer,
         no lease), serves step 0 and the latest step with their own weights."""
-        if Capability.SERVE_CHECKPOINT not in restart_backend.capabilities:
-            pytest.skip("backend lacks capability 'serve_checkpoint'")
+        require(restart_backend, Capability.SERVE_CHECKPOINT)
         before, step2 = run_scenario(backend, spec, self._train_two)
 
         async def read_only() -> tuple[Greedy, Greedy, int]:

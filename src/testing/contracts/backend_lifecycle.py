@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from ...core.errors import ArthexError
 from ...core.identity import ModelSpec
 from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
-from .backend_base import BackendFixtures
+from .backend_base import BackendFixtures, require
 from .scenario import (
     run_scenario,
 )
@@ -56,8 +54,7 @@ class LifecycleContract(BackendFixtures):
     def test_restart_resumes_from_the_newest_checkpoint(
         self, backend: TrainingBackend, restart_backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        if Capability.RESUME not in backend.capabilities:
-            pytest.skip("backend lacks capability 'resume'")
+        require(backend, Capability.RESUME)
 
         async def first(b: TrainingBackend, s: ModelSpec, _: InferenceEndpoint | None) -> int:
             for i in range(2):

@@ -12,7 +12,7 @@ from openai.types.chat.chat_completion import Choice
 from ...core.identity import ModelSpec
 from ...core.trajectories import Trajectory, TrajectoryGroup
 from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
-from .backend_base import BackendFixtures
+from .backend_base import BackendFixtures, require
 from .scenario import (
     PROMPT,
     SERVE_WHILE_TRAINING_S,
@@ -32,8 +32,7 @@ class ServingContract(BackendFixtures):
     def test_endpoint_serves_each_step_with_logprobs_and_token_ids(
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        if Capability.INFERENCE not in backend.capabilities:
-            pytest.skip("backend lacks capability 'inference'")
+        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
@@ -57,24 +56,17 @@ class ServingContract(BackendFixtures):
     def test_step_names_resolve_to_that_steps_weights(
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        if Capability.INFERENCE not in backend.capabilities:
-            pytest.skip("backend lacks capability 'inference'")
+        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
         ) -> tuple[Greedy, Greedy, Greedy, Greedy]:
+            before, step2 = await self._train_two(b, s, endpoint)
             assert endpoint is not None
-            before = await greedy(endpoint, s.run.inference_name(0))
-            for i in range(2):
-                groups = await rollout_groups(endpoint, s.run.inference_name(), offset=i)
-                async for _m in b.train_steps(
-                    s.run, groups, self.config(learning_rate=self.learning_signal_lr)
-                ):
-                    pass
             return (
                 before,
                 await greedy(endpoint, s.run.inference_name(0)),
-                await greedy(endpoint, s.run.inference_name(2)),
+                step2,
                 await greedy(endpoint, s.run.inference_name()),
             )
 
@@ -92,8 +84,7 @@ class ServingContract(BackendFixtures):
         received, the rest not yet asked for), requests for the step it trains from are
         answered, by that step's weights. A backend that locked serving while training
         would leave the request waiting for the call, which waits for this test."""
-        if Capability.INFERENCE not in backend.capabilities:
-            pytest.skip("backend lacks capability 'inference'")
+        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
@@ -122,8 +113,7 @@ class ServingContract(BackendFixtures):
     ) -> None:
         """The learning signal: for a fixed prompt, reward one completion over another for a
         few steps; the rewarded one becomes more likely under the served model."""
-        if Capability.INFERENCE not in backend.capabilities:
-            pytest.skip("backend lacks capability 'inference'")
+        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None

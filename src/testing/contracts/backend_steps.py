@@ -10,7 +10,7 @@ from ...core.config import TrainConfig
 from ...core.errors import ArthexError, InvalidInputError, UnsupportedCapability
 from ...core.identity import ModelSpec, RunRef
 from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
-from .backend_base import BackendFixtures
+from .backend_base import BackendFixtures, require
 from .scenario import (
     run_scenario,
 )
@@ -68,8 +68,7 @@ class StepContract(BackendFixtures):
             deleted = await b.delete_checkpoint_files(s.run, {1, 3})
             return before, deleted, await b.checkpoint_steps(s.run)
 
-        if Capability.DELETE_CHECKPOINTS not in backend.capabilities:
-            pytest.skip("backend lacks capability 'delete_checkpoints'")
+        require(backend, Capability.DELETE_CHECKPOINTS)
         before, deleted, after = run_scenario(backend, spec, scenario)
         assert {1, 2, 3} <= set(before)
         assert after == [s for s in before if s in {1, 3}]
@@ -87,8 +86,7 @@ class StepContract(BackendFixtures):
             await b.delete_checkpoint_files(s.run, set())
             return await b.get_step(s.run), await b.checkpoint_steps(s.run)
 
-        if Capability.DELETE_CHECKPOINTS not in backend.capabilities:
-            pytest.skip("backend lacks capability 'delete_checkpoints'")
+        require(backend, Capability.DELETE_CHECKPOINTS)
         step, steps = run_scenario(backend, spec, scenario)
         assert step == 2
         assert steps == [2]

@@ -30,6 +30,7 @@ from ...ports.training_backend import (
     TrainingBackend,
     supervised,
 )
+from .backend_base import require
 from .scenario import Scenario, run_scenario
 
 SFT_DATA: tuple[tuple[str, str], ...] = (
@@ -148,8 +149,7 @@ class SupervisedFineTuningContract:
     def test_sft_served_model_reproduces_the_data_greedily(
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        if Capability.INFERENCE not in backend.capabilities:
-            pytest.skip("backend lacks capability 'inference'")
+        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: Any, s: ModelSpec, endpoint: InferenceEndpoint | None
@@ -210,8 +210,7 @@ class SupervisedFineTuningContract:
     def test_restart_after_sft_resumes_its_step(
         self, backend: TrainingBackend, restart_backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        if Capability.RESUME not in backend.capabilities:
-            pytest.skip("backend lacks capability 'resume'")
+        require(backend, Capability.RESUME)
 
         async def first(b: Any, s: ModelSpec, _: InferenceEndpoint | None) -> int:
             async for _m in b.train_sft(s.run, self.sft_data(), self.sft_config(epochs=1)):
