@@ -14,7 +14,7 @@ Choices where the reference was silent:
   "ppo" and "importance_sampling" in the config always win. For CISPO on Tinker create
   `TinkerBackend(loss_fn="cispo")` (or `loss_fn=None`: always follow the config). Clip bounds
   map to Tinker's ratio thresholds: `[1 - clip_low, 1 + clip_high]`. "dro" (no TrainConfig
-  name means it) and a custom loss (a callable, step.CustomLoss, run through
+  name means it) and a custom loss (a callable, core.config.CustomLoss, run through
   `forward_backward_custom`) are chosen the same way, through the backend's `loss_fn`;
   the backend's `loss_fn_config` goes to Tinker over the thresholds (dro needs its `beta`).
 - Tokens are summed by Tinker's losses; advantages are not normalised by length, as in
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.backend_train import BackendTrainEntry
-from ...core.config import TrainConfig
+from ...core.config import CustomLoss, TrainConfig
 from ...core.conversations import Conversation
 from ...core.errors import (
     ArthexError,
@@ -83,7 +83,7 @@ from .clients import (
     submit,
 )
 from .record import Checkpoint, RunRecord, read_record, step_name, training_run_of, write_record
-from .step import CustomLoss, TinkerLoss, check_loss_config, kl_penalty, optimize
+from .step import TinkerLoss, check_loss_config, kl_penalty, optimize
 
 if TYPE_CHECKING:
     from tinker import types
