@@ -80,12 +80,12 @@ def emulator(tiny: str, state_dir: Path) -> Iterator[TinkerEmulator]:
             yield up
 
 
-def train_one_step(backend: Any, spec: ModelSpec) -> dict[str, float]:
+def train_one_step(backend: Any, spec: ModelSpec, config: TrainConfig = CONFIG) -> dict[str, float]:
     async def main() -> dict[str, float]:
         try:
             await backend.register(spec)
             out: dict[str, float] = {}
-            async for metrics in backend.train_steps(spec.run, synthetic_groups(2), CONFIG):
+            async for metrics in backend.train_steps(spec.run, synthetic_groups(2), config):
                 out = dict(metrics)
             return out
         finally:
@@ -190,6 +190,25 @@ def test_a_custom_loss_makes_the_same_update_on_tinker_and_local(
             assert torch.allclose(value, expected[name], atol=LR * 1e-3, rtol=0), (side, name)
             assert name.endswith("lora_A.weight") or moved > LR / 2, (side, name)
     assert local["loss/train"] == pytest.approx(remote["loss/train"], rel=1e-4)
+
+
+def test_a_loss_named_in_the_config_wins_over_the_backends_custom_loss(
+    tiny: str, tmp_path: Path
+) -> None:
+    """As on the TinkerBackend: `loss_fn="ppo"` in the TrainConfig is PPO, custom loss or not
+    (with the batch's ratios outside PPO's interval, PPO clips tokens; the custom loss never
+    does), while the default config runs the custom loss."""
+
+    def local(name: str, config: TrainConfig) -> dict[str, float]:
+        spec = ModelSpec(RunRef("precedence", name), base_model=tiny, base_path=str(tmp_path))
+        backend = LocalBackend(engine="torch", device="cpu", full_finetune=False, loss_fn=leashed)
+        return train_one_step(backend, spec, config)
+
+    ppo = local("ppo", TrainConfig(learning_rate=LR, loss_fn="ppo"))
+    custom = local("custom", TrainConfig(learning_rate=LR))
+    assert ppo["loss/clipped_token_fraction"] > 0
+    assert custom["loss/clipped_token_fraction"] == 0
+    assert ppo["loss/train"] != pytest.approx(custom["loss/train"], rel=1e-3)
 
 
 def test_the_local_backend_takes_a_callable_loss_only() -> None:
