@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, TypeGuard, TypeVar
+from typing import Any, Literal, Protocol, TypeGuard, TypeVar
 
 import attrs
 from pydantic import TypeAdapter, ValidationError
@@ -16,6 +16,15 @@ T = TypeVar("T")
 LossName = Literal["cispo", "ppo", "importance_sampling"]
 LOSSES: tuple[str, ...] = ("cispo", "ppo", "importance_sampling")
 KlSource = Literal["current_learner", "sample"]
+
+
+class CustomLoss(Protocol):
+    """A differentiable loss over one sequence's completion tokens: the learner's logprobs
+    (with gradient), the sampler's logprobs and the advantages, all 1-D torch tensors of equal
+    length; returns a scalar tensor. An optimizer step's loss is the sum over its sequences.
+    The Tinker and Local backends take one as `loss_fn`, so a custom loss is portable."""
+
+    def __call__(self, logprobs: Any, sampled_logprobs: Any, advantages: Any, /) -> Any: ...
 
 
 def finite_number(value: object) -> TypeGuard[int | float]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ...core.backend_train import BackendTrainEntry
-from ...core.config import TrainConfig
+from ...core.config import CustomLoss, TrainConfig
 from ...core.conversations import Conversation
 from ...core.errors import (
     ArthexError,
@@ -139,6 +139,10 @@ class LocalBackend(BackendTrainEntry):
     devices instead. A `world_size` above the local ranks adds ranks on other machines, which
     meet this one at `master_addr:master_port` (or MASTER_ADDR/MASTER_PORT): see
     docs/backends/local.md. Without either, training runs in this process.
+
+    `loss_fn` takes a custom loss (core.config.CustomLoss), the same callable the
+    TinkerBackend takes, under the same rule: it replaces the config's default loss (cispo),
+    while `loss_fn="ppo"` or `"importance_sampling"` in the TrainConfig wins.
     """
 
     def __init__(
@@ -169,9 +173,20 @@ class LocalBackend(BackendTrainEntry):
         micro_batch_tokens: int = 8192,
         logprob_calculation_chunk_size: int | None = None,
         gradient_checkpointing: bool | Literal["auto"] = "auto",
+        loss_fn: CustomLoss | None = None,
     ) -> None:
         from ..inference.vllm_args import VllmSettings
         from .distributed.world import WorldRequest
+
+        if loss_fn is not None and not callable(loss_fn):
+            raise InvalidInputError(
+                f"loss_fn must be a callable (a custom loss) or None, got {loss_fn!r}; "
+                "the built-in losses are chosen with TrainConfig.loss_fn"
+            )
+        if loss_fn is not None and (world_size is not None or devices is not None):
+            raise InvalidInputError(
+                "a custom loss_fn trains in one process only: leave world_size and devices unset"
+            )
 
         self._vllm = VllmSettings(
             gpu_memory_utilization=gpu_memory_utilization,
@@ -193,6 +208,7 @@ class LocalBackend(BackendTrainEntry):
                 UserWarning,
                 stacklevel=2,
             )
+        self._loss_fn = loss_fn
         self._path = path
         self._engine_kind: EngineKind = engine
         self._device = device
@@ -415,7 +431,11 @@ class LocalBackend(BackendTrainEntry):
             pinned = config.kl_penalty_reference_step if config.kl_penalty_coef > 0 else None
             self._pin(run, pinned, +1)
             try:
-                steps = trainer.train(batch, config, reference=reference, extra_metrics=counts)
+                # as on the TinkerBackend: the backend's loss replaces the default (cispo) only
+                custom = self._loss_fn if config.loss_fn == "cispo" else None
+                steps = trainer.train(
+                    batch, config, reference=reference, extra_metrics=counts, custom_loss=custom
+                )
                 async with contextlib.aclosing(self._update(state, step, steps)) as updates:
                     async for metrics in updates:
                         yield metrics

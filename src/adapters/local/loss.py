@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import attrs
 import torch
 
-from ...core.config import LossName, TrainConfig
+from ...core.config import CustomLoss, LossName, TrainConfig
 from .packing import PackedBatch
 
 LOG_RATIO_LIMIT = 20.0
@@ -154,13 +154,7 @@ def token_policy_loss(
     low, high = 1.0 - settings.clip_low, 1.0 + settings.clip_high
     clipped_ratio = torch.clamp(ratio, low, high)
 
-    kl_sum = 0.0
-    if ref_logprobs is not None and settings.kl_coef > 0:
-        kl = (new.detach() - ref_logprobs.to(new.dtype)) * mask
-        count = mask.sum()
-        mean_kl = kl.sum() / count if count > 0 else kl.sum()
-        advantages = advantages + settings.kl_coef * (mean_kl - kl) * mask
-        kl_sum = float(kl.sum().item())
+    advantages, kl_sum = _kl_shaped(advantages, new, mask, ref_logprobs, settings.kl_coef)
 
     if settings.kind == "cispo":
         per_token = -clipped_ratio.detach() * advantages * new
@@ -182,6 +176,66 @@ def token_policy_loss(
             kl_sum=kl_sum,
         )
     return loss, stats
+
+
+def custom_token_loss(
+    new: torch.Tensor,
+    entropy_sum: float,
+    batch: PackedBatch,
+    loss_fn: CustomLoss,
+    *,
+    normalizer: float,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, LossStats]:
+    """A custom loss (core.config.CustomLoss) over the micro-batch, as Tinker's
+    `forward_backward_custom` runs it: called once per row (one sequence) with its completion
+    positions, and the terms summed, not normalised. `loss/train` still reports the loss per
+    completion token of the optimizer step (`normalizer`), as the Tinker backend does. The
+    advantages it sees are KL-shaped as the built-in losses' are."""
+    selected = batch.mask[:, 1:]
+    old = batch.old_logprobs[:, 1:].to(new.dtype)
+    old = torch.where(torch.isnan(old), new.detach(), old)
+    advantages, kl_sum = _kl_shaped(
+        batch.advantages[:, 1:].to(new.dtype),
+        new,
+        selected.to(new.dtype),
+        ref_logprobs,
+        kl_coef,
+    )
+    terms = [
+        torch.as_tensor(loss_fn(new[row][keep], old[row][keep], advantages[row][keep])).reshape(())
+        for row, keep in enumerate(selected)
+        if bool(keep.any())
+    ]
+    loss = torch.stack(terms).sum() if terms else new.sum() * 0.0
+    with torch.no_grad():
+        ratio = torch.exp(torch.clamp(new - old, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+        stats = LossStats(
+            loss=float(loss.item()) / max(normalizer, 1e-18),
+            tokens=int(selected.sum().item()),
+            entropy_sum=entropy_sum,
+            ratios=ratio[selected].detach().float().cpu(),
+            clipped=0,
+            kl_sum=kl_sum,
+        )
+    return loss, stats
+
+
+def _kl_shaped(
+    advantages: torch.Tensor,
+    new: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    coef: float,
+) -> tuple[torch.Tensor, float]:
+    """(the advantages shaped by the KL to the reference, the KL summed over the mask)."""
+    if ref_logprobs is None or coef <= 0:
+        return advantages, 0.0
+    kl = (new.detach() - ref_logprobs.to(new.dtype)) * mask
+    count = mask.sum()
+    mean_kl = kl.sum() / count if count > 0 else kl.sum()
+    return advantages + coef * (mean_kl - kl) * mask, float(kl.sum().item())
 
 
 def _ratio_stats(ratios: torch.Tensor) -> dict[str, float]:

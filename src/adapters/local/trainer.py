@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 import torch
 
-from ...core.config import TrainConfig
+from ...core.config import CustomLoss, TrainConfig
 from ...core.errors import CorruptDataError, InvalidInputError
 from ..hf_quiet import quiet_hf
 from ..hub import one_line, resolve_base_model
@@ -37,7 +37,7 @@ from . import checkpoint_io
 from . import checkpoints as ckpt
 from .layers import use_checkpointing
 from .logprobs import DEFAULT_CHUNK_TOKENS, scatter_rows, selected_logprobs
-from .loss import LossSettings, LossStats, token_policy_loss
+from .loss import LossSettings, LossStats, custom_token_loss, token_policy_loss
 from .packing import PackedBatch
 from .step_plan import WholeBatch, part_of
 
@@ -288,11 +288,13 @@ class PolicyTrainer:
         *,
         reference: Path | None,
         extra_metrics: dict[str, float] | None = None,
+        custom_loss: CustomLoss | None = None,
     ) -> Iterator[dict[str, float]]:
         """Optimizer steps over the batch, yielding each one's metrics as it finishes.
 
         `reference` is the KL reference checkpoint (None: the base weights); it is used only
-        when the config's KL coefficient is > 0. The row order is the batch's (the backend
+        when the config's KL coefficient is > 0. `custom_loss` replaces the config's loss
+        (loss.custom_token_loss). The row order is the batch's (the backend
         shuffles it with a seed derived from the run's seed and step)."""
         assert self.optimizer is not None and self.model is not None
         self.use_optimizer_for("rl")
@@ -319,9 +321,20 @@ class PolicyTrainer:
                 ref_part = None
                 if ref is not None:
                     ref_part = ref[micro or chunk_rows[:1]].to(device)
-                loss, stats = token_policy_loss(
-                    new, entropy, part, settings, normalizer=normalizer, ref_logprobs=ref_part
-                )
+                if custom_loss is not None:
+                    loss, stats = custom_token_loss(
+                        new,
+                        entropy,
+                        part,
+                        custom_loss,
+                        normalizer=normalizer,
+                        ref_logprobs=ref_part,
+                        kl_coef=settings.kl_coef,
+                    )
+                else:
+                    loss, stats = token_policy_loss(
+                        new, entropy, part, settings, normalizer=normalizer, ref_logprobs=ref_part
+                    )
                 loss.backward()  # type: ignore[no-untyped-call]
                 parts.append(stats)
                 del new, loss

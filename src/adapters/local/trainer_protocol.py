@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from ...core.config import TrainConfig
+from ...core.config import CustomLoss, TrainConfig
 from ...core.errors import InvalidInputError
 from .packing import PackedBatch
 
@@ -35,6 +35,7 @@ class Trainer(Protocol):
         *,
         reference: Path | None,
         extra_metrics: dict[str, float] | None = None,
+        custom_loss: CustomLoss | None = None,
     ) -> Iterator[dict[str, float]]: ...
 
     def write_checkpoint(self, directory: Path) -> None: ...

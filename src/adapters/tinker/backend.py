@@ -14,7 +14,7 @@ Choices where the reference was silent:
   "ppo" and "importance_sampling" in the config always win. For CISPO on Tinker create
   `TinkerBackend(loss_fn="cispo")` (or `loss_fn=None`: always follow the config). Clip bounds
   map to Tinker's ratio thresholds: `[1 - clip_low, 1 + clip_high]`. "dro" (no TrainConfig
-  name means it) and a custom loss (a callable, step.CustomLoss, run through
+  name means it) and a custom loss (a callable, core.config.CustomLoss, run through
   `forward_backward_custom`) are chosen the same way, through the backend's `loss_fn`;
   the backend's `loss_fn_config` goes to Tinker over the thresholds (dro needs its `beta`).
 - Tokens are summed by Tinker's losses; advantages are not normalised by length, as in
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.backend_train import BackendTrainEntry
-from ...core.config import TrainConfig
+from ...core.config import CustomLoss, TrainConfig
 from ...core.conversations import Conversation
 from ...core.errors import (
     ArthexError,
@@ -83,7 +83,7 @@ from .clients import (
     submit,
 )
 from .record import Checkpoint, RunRecord, read_record, step_name, training_run_of, write_record
-from .step import CustomLoss, TinkerLoss, check_loss_config, kl_penalty, optimize
+from .step import TinkerLoss, check_loss_config, kl_penalty, optimize
 
 if TYPE_CHECKING:
     from tinker import types
@@ -346,25 +346,49 @@ class TinkerBackend(BackendTrainEntry):
         return self._require(run).record.step
 
     async def checkpoint_steps(self, run: RunRef) -> list[int]:
-        """Steps whose sampler weights the service still lists."""
+        """Steps whose sampler weights the service still lists; those it expired are recorded
+        as expired (record.py)."""
         state = self._require(run)
         async with state.lock:
-            record = state.record
-            listed: set[str] = set()
-            for run_id in sorted(
-                {training_run_of(c.sampler_path) for c in record.checkpoints if c.sampler_path}
-            ):
-                try:
-                    response = await call(
-                        f"listing the checkpoints of training run {run_id}",
-                        self._timeout_s,
-                        (await self._rest()).list_checkpoints,
-                        run_id,
-                    )
-                except TinkerNotFound:
-                    continue
-                listed.update(c.tinker_path for c in response.checkpoints)
-            return [c.step for c in record.checkpoints if c.sampler_path in listed]
+            await self._note_expired(state)
+            return state.record.sampler_steps()
+
+    async def _note_expired(self, state: _Run) -> list[int]:
+        """Drop from the record what the service no longer lists (a TTL expired it), before
+        anything is served or deleted by it; returns the steps newly expired."""
+        record = state.record
+        listed: set[str] = set()
+        paths = {p for c in record.checkpoints for p in (c.sampler_path, c.state_path) if p}
+        for run_id in sorted({training_run_of(p) for p in paths}):
+            try:
+                response = await call(
+                    f"listing the checkpoints of training run {run_id}",
+                    self._timeout_s,
+                    (await self._rest()).list_checkpoints,
+                    run_id,
+                )
+            except TinkerNotFound:
+                continue
+            listed.update(c.tinker_path for c in response.checkpoints)
+            if response.cursor is not None:  # a partial page proves nothing gone: keep its paths
+                listed.update(p for p in paths if training_run_of(p) == run_id)
+        updated = record.expiring(listed)
+        if updated == record:
+            return []
+        newly = sorted(set(updated.expired) - set(record.expired))
+        state.record = updated
+        await asyncio.to_thread(write_record, state.model_dir, updated)
+        if newly:
+            for path in (c.sampler_path for c in record.checkpoints if c.step in newly):
+                state.references.pop(path or "", None)
+            if state.serving is not None:
+                await self._pool.unserve_steps(state.serving, state.spec.served_name, newly)
+            logger.warning(
+                "Tinker expired step(s) %s of %s (their TTL passed); recorded as expired",
+                newly,
+                state.spec.run,
+            )
+        return newly
 
     # --- training -----------------------------------------------------------------------
 
@@ -593,6 +617,7 @@ class TinkerBackend(BackendTrainEntry):
         state = self._require(run)
         async with state.lock:
             await self._finish_deleting(state)
+            await self._note_expired(state)
             record = state.record
             protected = {*steps_to_keep, record.step}
             resume = record.resume_point()

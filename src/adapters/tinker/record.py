@@ -50,6 +50,8 @@ class RunRecord:
     # Paths dropped from `checkpoints` but maybe still on the service: written before they
     # are deleted there, cleared after, so a crash between the two is finished next time.
     deleting: tuple[str, ...] = ()
+    # Steps whose sampler weights Tinker expired (a TTL): no longer served, shown as expired.
+    expired: tuple[int, ...] = ()
 
     def checkpoint(self, step: int) -> Checkpoint | None:
         return next((c for c in self.checkpoints if c.step == step), None)
@@ -74,6 +76,20 @@ class RunRecord:
         )
         return attrs.evolve(self, checkpoints=kept)
 
+    def expiring(self, listed: set[str]) -> RunRecord:
+        """The record once the service lists only `listed`: a checkpoint path it no longer
+        has (and arthex is not deleting) is dropped, and a step whose sampler weights went so
+        is recorded as expired."""
+        gone = set(self.expired)
+        kept = []
+        for c in self.checkpoints:
+            sampler = c.sampler_path if c.sampler_path in listed else None
+            full = c.state_path if c.state_path in listed else None
+            if c.sampler_path is not None and sampler is None:
+                gone.add(c.step)
+            kept.append(Checkpoint(c.step, sampler, full))
+        return attrs.evolve(self.replacing(kept), expired=tuple(sorted(gone)))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT_VERSION,
@@ -83,6 +99,7 @@ class RunRecord:
             "step": self.step,
             "checkpoints": [attrs.asdict(c) for c in self.checkpoints],
             "deleting": list(self.deleting),
+            "expired": list(self.expired),
         }
 
     @classmethod
@@ -107,6 +124,7 @@ class RunRecord:
                     for c in data["checkpoints"]
                 ),
                 deleting=tuple(str(p) for p in data.get("deleting", ())),
+                expired=tuple(int(s) for s in data.get("expired", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptDataError(f"{source} is not a Tinker run record: {exc!r}") from exc

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from ...core.config import TrainConfig
+from ...core.config import CustomLoss, TrainConfig
 from ...core.errors import BackendError, InvalidInputError
 from .clients import SamplingClientLike, TrainingClientLike, finish, submit
 
@@ -29,14 +29,6 @@ CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "cispo": ("clip_low_threshold", "clip_high_threshold"),
     "dro": ("beta",),
 }
-
-
-class CustomLoss(Protocol):
-    """A differentiable loss over one sequence's completion tokens: the learner's logprobs
-    (with gradient), the sampler's logprobs and the advantages, all 1-D tensors of equal
-    length; returns a scalar tensor. The batch's loss is the sum over its sequences."""
-
-    def __call__(self, logprobs: Any, sampled_logprobs: Any, advantages: Any, /) -> Any: ...
 
 
 def check_loss_config(loss: TinkerLoss, extra: Mapping[str, float]) -> dict[str, float]:

@@ -39,6 +39,7 @@ class Stored:
     where: Where
     steps: tuple[int, ...] = ()
     latest: int | None = None  # the run's step, as its backend's get_step says
+    expired: tuple[int, ...] = ()  # steps the Tinker service expired (a TTL), not errors
 
 
 def stored(path: Path) -> Stored:
@@ -48,7 +49,7 @@ def stored(path: Path) -> Stored:
         record = read_record(path)
         if record is None:  # removed since the look above
             return Stored("none")
-        return Stored("tinker", tuple(record.sampler_steps()), record.step)
+        return Stored("tinker", tuple(record.sampler_steps()), record.step, record.expired)
     from ...adapters.local import checkpoints as ckpt
 
     steps = tuple(ckpt.complete_steps(path))

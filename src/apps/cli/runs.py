@@ -8,7 +8,7 @@ from pathlib import Path
 from ...adapters.files import disk_use
 from ...adapters.layout import find_runs, run_label
 from ...core.retention import Direction
-from .checkpoints import stored
+from .checkpoints import Stored, stored
 from .common import (
     BASE_PATH_OPT,
     DIRECTION_OPT,
@@ -85,7 +85,14 @@ def run_row(
         label or run_label(path),
         "" if step is None else str(step),
         best,
-        f"{count} (tinker)" if checkpoints.where == "tinker" else count,
+        _where(count, checkpoints),
         size(disk_use(path)),
         "" if newest is None else local_time(newest, "%Y-%m-%d %H:%M"),
     ]
+
+
+def _where(count: str, checkpoints: Stored) -> str:
+    if checkpoints.where != "tinker":
+        return count
+    expired = f", {len(checkpoints.expired)} expired" if checkpoints.expired else ""
+    return f"{count} (tinker{expired})"

@@ -23,7 +23,8 @@ from .history import history_of
 
 
 def checkpoint_steps(run: Run, errors: list[str]) -> dict[str, Any]:
-    """{"where", "steps", "latest", "incomplete"}: complete checkpoints as the backend counts."""
+    """{"where", "steps", "latest", "incomplete"} (and "expired" for a Tinker run: steps the
+    service expired, not errors): complete checkpoints as the backend counts."""
     root = run.root
     if root.local:
         directory = Path(run.dir)
@@ -36,8 +37,13 @@ def checkpoint_steps(run: Run, errors: list[str]) -> dict[str, Any]:
                 errors.append(str(error).splitlines()[0])
                 record = None
             if record is not None:
-                steps = record.sampler_steps()
-                return {"where": "tinker", "steps": steps, "latest": record.step, "incomplete": []}
+                return {
+                    "where": "tinker",
+                    "steps": record.sampler_steps(),
+                    "latest": record.step,
+                    "incomplete": [],
+                    "expired": list(record.expired),
+                }
         from ...adapters.local import checkpoints as ckpt
 
         steps = ckpt.complete_steps(directory)
@@ -105,6 +111,9 @@ def checkpoints(
         if run.root.local and found["where"] == "run":
             entry["bytes"] = disk_use(Path(run.dir) / CHECKPOINTS / f"{step:04d}")
         rows.append(entry)
+    for step in found.get("expired", []):
+        rows.append({"step": step, "metric": means.get(step), "expired": True, "why": []})
+    rows.sort(key=lambda row: int(row["step"]))
     return {
         "checkpoints": rows,
         "where": found["where"],

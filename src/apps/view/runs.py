@@ -52,6 +52,7 @@ def run_summary(catalog: Catalog, run: Run, metric: str | None, direction: str) 
         "best": best,
         "checkpoints": len(found["steps"]),
         "checkpoints_where": found["where"],
+        "checkpoints_expired": len(found.get("expired", [])),
         "lease": lease(run),
         "splits": splits(run, errors),
         "base_model": spec.get("base_model") if spec else None,

@@ -15,7 +15,8 @@ optim_step, save_weights, save_weights_for_sampler, save_weights_external, load_
 create_sampling_session, asample (protobuf out), retrieve_future, cancel_future,
 sessions/{id}/finish; GET healthz, get_server_capabilities, samplers/{id}, training_runs/{id},
 training_runs/{id}/checkpoints,
-training_runs/{id}/checkpoints/external_weights/{name}/external_weights_urls; DELETE
+training_runs/{id}/checkpoints/external_weights/{name}/external_weights_urls; PUT
+training_runs/{id}/checkpoints/{kind}/{name}/ttl (a TTL expires a checkpoint, store.py); DELETE
 training_runs/{id}/checkpoints/{kind}/{name}; and GET /files/... (signed URLs, external.py).
 
 Behaviour worth knowing: one base model per emulator (accepted under its directory path and an
@@ -114,6 +115,14 @@ class TinkerEmulator:
             raise BackendError("the tinker emulator is not started; call start()")
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def advance_clock(self, seconds: float) -> None:
+        """Run the emulator's clock `seconds` ahead: a checkpoint whose TTL (set at its save or
+        by `set_checkpoint_ttl_from_tinker_path`) has then passed is gone, as the service
+        expires it."""
+        if self._service is None:
+            raise BackendError("the tinker emulator is not started; call start()")
+        self._service.store.clock_offset_s += seconds
 
     @property
     def external_weights(self) -> ExternalWeights:
@@ -283,6 +292,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
 
     def do_DELETE(self) -> None:
         self._dispatch("DELETE")

@@ -48,7 +48,7 @@ class TinkerService:
         self.model_name = model_name
         self.client_config = dict(client_config)
         self.long_poll_s = long_poll_s
-        store = RunStore(root)
+        self.store = store = RunStore(root)
         self._futures = Futures(long_poll_s)
         self._sessions = Sessions()
         self._runs = TrainingRuns(
@@ -104,6 +104,11 @@ class TinkerService:
             match = re.fullmatch(r"training_runs/([^/]+)", route)
             if match:
                 return self._runs.get_training_run(match.group(1))
+        elif method == "PUT":
+            match = re.fullmatch(r"training_runs/([^/]+)/checkpoints/([^/]+)/([^/]+)/ttl", route)
+            if match:
+                run_id, segment, name = match.groups()
+                return self._runs.set_checkpoint_ttl(run_id, segment, name, json_body(body))
         elif method == "DELETE":
             match = re.fullmatch(r"training_runs/([^/]+)/checkpoints/([^/]+)/([^/]+)", route)
             if match:

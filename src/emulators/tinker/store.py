@@ -58,9 +58,45 @@ def checkpoint_meta(base_model: str, body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+TTL_RANGE_S = (3600, 10 * 365 * 86400)  # what the service accepts for a checkpoint's TTL
+
+
 class RunStore:
     def __init__(self, root: Path) -> None:
         self.root = root
+        # How far the emulator's clock runs ahead of the machine's: a test moves it past a
+        # checkpoint's TTL instead of waiting an hour.
+        self.clock_offset_s = 0.0
+
+    def _expired(self, directory: Path) -> bool:
+        """Whether the checkpoint's TTL has passed; if so it is gone, as on the service."""
+        try:
+            expires = json.loads((directory / META_FILE).read_text()).get("expires_at")
+        except (OSError, ValueError):
+            return False
+        if not expires:
+            return False
+        ahead = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.clock_offset_s)
+        if dt.datetime.fromisoformat(expires) > ahead:
+            return False
+        shutil.rmtree(directory, ignore_errors=True)
+        return True
+
+    def set_ttl(self, path_run_id: str, segment: str, name: str, ttl: Any) -> None:
+        """Set (an int of seconds from now) or clear (None) a checkpoint's TTL."""
+        directory = self.checkpoint_dir(path_run_id, segment, name)
+        if not (directory / META_FILE).is_file() or self._expired(directory):
+            raise HttpError(404, f"no checkpoint {segment}/{name} in run {path_run_id}")
+        if ttl is not None and (
+            not isinstance(ttl, int) or not TTL_RANGE_S[0] <= ttl <= TTL_RANGE_S[1]
+        ):
+            raise HttpError(400, f"ttl_seconds must be between {TTL_RANGE_S} or null, got {ttl!r}")
+        meta = json.loads((directory / META_FILE).read_text())
+        ahead = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.clock_offset_s)
+        meta["expires_at"] = (
+            None if ttl is None else (ahead + dt.timedelta(seconds=ttl)).isoformat()
+        )
+        atomic_write_bytes(directory / META_FILE, json.dumps(meta, sort_keys=True).encode())
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / quote(run_id, safe="")
@@ -103,7 +139,7 @@ class RunStore:
         """(run id, folder, segment) of a saved checkpoint, or a 404."""
         run_id, segment, name = self.parse(path)
         directory = self.checkpoint_dir(run_id, segment, name)
-        if not (directory / META_FILE).is_file():
+        if not (directory / META_FILE).is_file() or self._expired(directory):
             raise HttpError(404, f"checkpoint {path} does not exist")
         return run_id, directory, segment
 
@@ -116,6 +152,8 @@ class RunStore:
                 continue
             for entry in sorted(folder.iterdir()):
                 if not CHECKPOINT_NAME.fullmatch(entry.name) or not (entry / META_FILE).is_file():
+                    continue
+                if self._expired(entry):
                     continue
                 meta = json.loads((entry / META_FILE).read_text())
                 found.append(

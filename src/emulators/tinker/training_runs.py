@@ -252,6 +252,11 @@ class TrainingRuns:
             }
         )
 
+    def set_checkpoint_ttl(self, run_id: str, segment: str, name: str, body: Any) -> Reply:
+        self.get(run_id)
+        self._store.set_ttl(run_id, segment, name, body.get("ttl_seconds"))
+        return Reply.json({})
+
     def delete_checkpoint(self, run_id: str, segment: str, name: str) -> Reply:
         self.get(run_id)
         self._store.delete(run_id, segment, name)

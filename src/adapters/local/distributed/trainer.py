@@ -23,7 +23,8 @@ from typing import Any
 import attrs
 import torch
 
-from ....core.config import TrainConfig
+from ....core.config import CustomLoss, TrainConfig
+from ....core.errors import InvalidInputError
 from .. import checkpoint_io
 from .. import checkpoints as ckpt
 from ..packing import PackedBatch
@@ -69,7 +70,10 @@ class DistributedTrainer:
         *,
         reference: Path | None,
         extra_metrics: dict[str, float] | None = None,
+        custom_loss: CustomLoss | None = None,
     ) -> Iterator[dict[str, float]]:
+        if custom_loss is not None:  # refused by the backend before a step starts
+            raise InvalidInputError("a custom loss_fn trains in one process only")
         self._ready()
         self._trained = True
         args = {

@@ -199,7 +199,7 @@ async function runsPage(params) {
         el("td", { title: when(run.updated) }, run.updated ? `${when(run.updated)} (${ago(run.updated)})` : ""),
         el("td", {}, best),
         el("td", {}, lease),
-        el("td", { class: "num" }, run.checkpoints_where === "tinker" ? `${run.checkpoints} (tinker)` : fmt(run.checkpoints)),
+        el("td", { class: "num" }, run.checkpoints_where === "tinker" ? `${run.checkpoints} (tinker${run.checkpoints_expired ? `, ${run.checkpoints_expired} expired` : ""})` : fmt(run.checkpoints)),
         el("td", { class: "muted" }, run.base_model || ""));
     }));
     errors.replaceChildren(errorsBox(allErrors));
@@ -655,12 +655,15 @@ async function checkpointsPage(project, name, params) {
     const data = await api(`${runPath(project, name)}/checkpoints`, { metric, direction });
     errors.replaceChildren(errorsBox(data.errors));
     const where = { run: "in the run directory", tinker: "on the Tinker service", none: "none in the run directory" }[data.where];
-    reason.textContent = `${data.checkpoints.length} checkpoint(s), ${where}. `
+    const live = data.checkpoints.filter((c) => !c.expired).length;
+    const expired = data.checkpoints.length - live;
+    reason.textContent = `${live} checkpoint(s), ${where}${expired ? ` (${expired} expired: their TTL passed)` : ""}. `
       + (data.retention ? `delete_checkpoints(best_checkpoint_metric="${data.metric}") would ${data.retention}.` : "No metric to decide retention by: delete_checkpoints would keep everything.")
       + (data.incomplete.length ? ` Incomplete folders: ${data.incomplete.join(", ")}.` : "");
     body.replaceChildren(...data.checkpoints.slice().reverse().map((c) => el("tr", { "data-step": c.step },
       el("td", { class: "num" }, c.step), el("td", { class: "num" }, fmt(c.metric)),
-      el("td", {}, el("span", { class: `badge ${c.kept ? "kept" : "gone"}` }, c.kept ? "kept" : "would be deleted")),
+      el("td", {}, c.expired ? el("span", { class: "badge expired" }, "expired on Tinker")
+        : el("span", { class: `badge ${c.kept ? "kept" : "gone"}` }, c.kept ? "kept" : "would be deleted")),
       el("td", {}, c.why.join(", ")),
       el("td", { class: "num" }, c.bytes === undefined ? "" : size(c.bytes)))));
     const p = data.pipeline;
