@@ -137,3 +137,16 @@ def _key(message: Mapping[str, Any]) -> tuple[Any, ...]:
     if not isinstance(content, str):
         content = json.dumps(content, sort_keys=True) if content else ""
     return (message.get("role"), content, tuple(calls), message.get("tool_call_id"))
+
+
+class SequenceHistory(BaseModel):
+    """ART's `art.trajectories.History`: the base of its per-protocol histories (one
+    tokenizable sequence each), whose one field is the served name of the model that sampled
+    it (None: any). arthex keeps those calls as `Trajectory.exchanges` above, and a
+    trajectory's extra conversations in `History` (ART's `LegacyHistory`, not this class in
+    ART either); this base lets ART code that subclasses it, checks `isinstance` against it or
+    builds one with `model=` run with ART's fields and validation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None

@@ -69,3 +69,50 @@ def test_register_checkpoint_pages_and_refusals(server: ServerProcess, tmp_path:
     )
     assert sft.status_code in (400, 422) and "training_data_url" in sft.text
     api.close()
+
+
+def test_log_writes_the_models_groups_and_delete_removes_the_model_for_its_tenant_only(
+    server: ServerProcess,
+) -> None:
+    import pyarrow.parquet as pq
+
+    tenant, key = server.fresh_tenant()
+    _, other_key = server.fresh_tenant()
+    api = httpx.Client(base_url=server.url + "/v1", headers={"Authorization": f"Bearer {key}"})
+    other = httpx.Client(
+        base_url=server.url + "/v1", headers={"Authorization": f"Bearer {other_key}"}
+    )
+    body = {"project": "proj", "name": "gone", "base_model": "tiny", "return_existing": True}
+    model_id = api.post("/preview/models", json=body).json()["id"]
+    groups = [g.model_dump(mode="json") for g in synthetic_groups(n_groups=2, size=3)]
+    log = {"model_id": model_id, "trajectory_groups": groups, "split": "val"}
+    folder = server.state_dir / "backend" / tenant / "models" / model_id
+
+    assert other.post(f"/preview/models/{model_id}/log", json=log).status_code == 404
+    assert not folder.exists()
+    logged = api.post(f"/preview/models/{model_id}/log", json=log)
+    assert logged.status_code == 200, logged.text
+    # the physical file: six trajectories at step 0 of the val split
+    assert pq.read_table(folder / "trajectories" / "val" / "0000.parquet").num_rows == 6
+    for bad in (
+        {**log, "split": "../x"},
+        {**log, "trajectory_groups": []},
+        {**log, "model_id": "m"},
+    ):
+        assert api.post(f"/preview/models/{model_id}/log", json=bad).status_code in (400, 422)
+
+    assert other.delete(f"/preview/models/{model_id}").status_code == 404
+    assert api.get(f"/preview/models/{model_id}").status_code == 200 and folder.is_dir()
+    deleted = api.delete(f"/preview/models/{model_id}")
+    assert deleted.status_code == 200 and deleted.json()["deleted"] is True
+    assert api.get(f"/preview/models/{model_id}").status_code == 404
+    assert api.delete(f"/preview/models/{model_id}").status_code == 404
+    assert not folder.exists()
+    registry = (server.state_dir / "registry.json").read_text()
+    assert model_id not in registry
+    # the name is free again, and comes back as a fresh model at step 0
+    again = api.post("/preview/models", json=body).json()
+    assert again["id"] == model_id
+    assert api.get(f"/preview/models/{model_id}/checkpoints").json()["step"] == 0
+    api.close()
+    other.close()

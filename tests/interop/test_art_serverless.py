@@ -1,9 +1,10 @@
 """ART 0.5.23's own `ServerlessBackend`, unmodified, trains on `arthex serve --backend local`
 (the tiny model on CPU): it registers, rolls out through `model.openai_client()` under
 `model.get_inference_name()` (the hosted service's `wandb-artifact:///...` names, step pins
-through `adapter_lease`), trains, logs, reads the step and deletes checkpoints; the server's
-files say what happened. Then arthex's own ServerlessBackend runs the same script against the
-same server, and the requests both clients made (method, path, JSON field names) are one set.
+through `adapter_lease`), trains, logs, reads the step, deletes checkpoints, logs a group
+through its client's `models.log` and deletes the model; the server's files say what
+happened. Then arthex's own ServerlessBackend runs the same script against the same server,
+and the requests both clients made (method, path, JSON field names) are one set.
 
 ART's `train_sft` is not run: its client uploads the data to W&B artifacts and sends the
 server a `wandb-artifact:///` URL, which a server with no W&B account cannot read
@@ -169,15 +170,19 @@ def test_arts_serverless_backend_trains_on_arthex_serve_and_arthexs_client_sends
     assert seen["checkpoints_before_delete"] == [0, 1]
     assert seen["checkpoints_after_delete"] == [1] and seen["step_final"] == 1
 
-    # the server's own files: the run is the tenant's, trained once, step 0 deleted
+    # ART's client logged one group of three, then deleted the model: the server's files
+    # and registry no longer hold it, and the tenant's next request for it is a 404
+    assert [r[:2] for r in seen["own_requests"]] == [
+        ["POST", f"/v1/preview/models/{identity['id']}/log"],
+        ["DELETE", f"/v1/preview/models/{identity['id']}"],
+        ["GET", f"/v1/preview/models/{identity['id']}/checkpoints"],
+    ]
+    fields = set(seen["own_requests"][0][2])
+    assert {"model_id", "split", "trajectory_groups", "trajectory_groups[].trajectories"} <= fields
+    assert seen["after_delete"] == 404
     registry = json.loads((server.state_dir / "registry.json").read_text())
-    (record,) = [m for m in registry["models"] if m["tenant"] == tenant]
-    assert (record["project"], record["name"], record["id"]) == (
-        "proj",
-        "agent-run",
-        identity["id"],
-    )
-    assert checkpoint_folders(server, tenant, record["id"]) == ["0001"]
+    assert not [m for m in registry["models"] if m["tenant"] == tenant]
+    assert not (server.state_dir / "backend" / tenant / "models" / identity["id"]).exists()
     # ART's frontend wrote its history where ART writes it: by run_name
     history = tmp_path / "art" / "proj" / "models" / "agent-run" / "history.jsonl"
     assert any("loss/train" in json.loads(line) for line in history.read_text().splitlines())

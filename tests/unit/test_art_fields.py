@@ -1,7 +1,8 @@
 """ART 0.5.23's data model under arthex: every public field of ART's Trajectory,
-TrajectoryGroup, (legacy) History, TrainConfig and TrainSFTConfig is a field of arthex's class
-of the same role, with ART's default, and a group as ART's ServerlessBackend sends it
-(`model_dump(mode="json")`, every field set) reads back with the same values.
+TrajectoryGroup, (legacy) History, History (the base of ART's per-protocol histories),
+TrainConfig and TrainSFTConfig is a field of arthex's class of the same role, with ART's
+default, and a group as ART's ServerlessBackend sends it (`model_dump(mode="json")`, every
+field set) reads back with the same values.
 
 The fields and the group were written by ART's own interpreter (tests/interop/art/
 model_fields.py) into tests/unit/data/art_0_5_23_fields.json; the interop suite re-runs the
@@ -21,6 +22,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 import arthex.art as art
+import arthex.art.trajectories as art_trajectories
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError
 from arthex.core.sft import TrainSFTConfig
@@ -35,6 +37,7 @@ PYDANTIC: dict[str, type[BaseModel]] = {
     "Trajectory": Trajectory,
     "TrajectoryGroup": TrajectoryGroup,
     "LegacyHistory": History,
+    "History": art_trajectories.History,
 }
 ATTRS = {"TrainConfig": TrainConfig, "TrainSFTConfig": TrainSFTConfig}
 

@@ -21,6 +21,7 @@ from .bodies import json_object
 from .guard import AUDIT_SCOPE_KEY, TENANT_SCOPE_KEY
 from .jobs import JobLog
 from .leases import HOLDER_HEADER, LEASE_HEADER, Lease, parse_claim
+from .model_admin import delete_model, log_groups
 from .registry import ModelRecord
 from .service import TrainingService
 from .sft_jobs import start_sft_job
@@ -58,6 +59,8 @@ class Handlers:
                 ("POST", models, self.register),
                 ("GET", models, self.list_models),
                 ("GET", models + "/{model_id}", self.get_model),
+                ("DELETE", models + "/{model_id}", self.delete_model),
+                ("POST", models + "/{model_id}/log", self.log),
                 ("PUT", models + "/{model_id}/lease", self.renew_lease),
                 ("DELETE", models + "/{model_id}/lease", self.release_lease),
                 ("GET", models + "/{model_id}/checkpoints", self.checkpoints),
@@ -192,6 +195,13 @@ class Handlers:
 
     async def get_model(self, request: Request) -> dict[str, Any]:
         return self.model_of(request).public()
+
+    async def delete_model(self, request: Request) -> dict[str, Any]:
+        return await delete_model(self.service, self.model_of(request), self.lease_of(request))
+
+    async def log(self, request: Request) -> dict[str, Any]:
+        record = self.model_of(request)
+        return await log_groups(self.service, record, json_object(request.scope))
 
     async def checkpoints(self, request: Request) -> dict[str, Any]:
         """A cursor page of the model's checkpoints (`order` asc or desc by step, `limit`,

@@ -9,6 +9,8 @@ Routes (every one needs `Authorization: Bearer <key>`; a key is a tenant, see ke
     POST   /preview/models                         {project, name, base_model, config, lease}
     GET    /preview/models                         the tenant's models
     GET    /preview/models/{id}                    one model
+    DELETE /preview/models/{id}                    the model, its checkpoints and logs
+    POST   /preview/models/{id}/log                {model_id, trajectory_groups, split}
     PUT    /preview/models/{id}/lease              {id, holder}: take or renew the trainer lease
     DELETE /preview/models/{id}/lease              give the lease back (X-Arthex-Lease)
     GET    /preview/models/{id}/checkpoints        {data: [{step}], step: newest}

@@ -203,7 +203,12 @@ class ModelRegistry:
         )
 
     def add(self, record: ModelRecord) -> None:
-        models = {**self._models, record.id: record}
+        self._save({**self._models, record.id: record})
+
+    def remove(self, model_id: str) -> None:
+        self._save({k: v for k, v in self._models.items() if k != model_id})
+
+    def _save(self, models: dict[str, ModelRecord]) -> None:
         payload = {
             "version": REGISTRY_VERSION,
             "models": [r.to_json() for r in sorted(models.values(), key=lambda r: r.id)],

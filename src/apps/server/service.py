@@ -225,6 +225,11 @@ class TrainingService:
             )
         return value
 
+    def forget(self, record: ModelRecord) -> None:
+        """A deleted model is registered with the backend again if its id comes back."""
+        self._endpoints.pop(record.id, None)
+        self._register_locks.pop(record.id, None)
+
     def _model_dir(self, record: ModelRecord) -> list[Path]:
         """The folders a file-based backend makes for a model, outermost first."""
         run_dir = RunLayout.of(self.backend_root, RunRef(record.tenant, record.id)).dir
@@ -274,7 +279,7 @@ class TrainingService:
     ) -> dict[str, Any]:
         """Delete the given steps, except the latest (and any the backend protects)."""
         self.leases.require(record.id, lease, record.label)
-        self._refuse_if_training(record)
+        self.refuse_if_training(record)
         await self.ensure_registered(record)
         existing = await self.backend.checkpoint_steps(record.run)
         doomed = set(steps)
@@ -339,21 +344,21 @@ class TrainingService:
         then run `updates()` as the job: `training_started` (with `started`), one
         `gradient_step` per update, and the end. RL and SFT jobs both start here."""
         self.leases.require(record.id, lease, record.label)
-        self._refuse_if_training(record)
+        self.refuse_if_training(record)
         self.quotas.admit_job(tenant)
         await self.ensure_registered(record)
         steps = await self.backend.checkpoint_steps(record.run)
         await self.quotas.admit_checkpoint(tenant, self._model_dir(record)[-1], len(steps))
         # Those awaited: check again, then claim, with no await in between.
         self.leases.require(record.id, lease, record.label)
-        self._refuse_if_training(record)
+        self.refuse_if_training(record)
         self.quotas.admit_job(tenant)
         job = self.jobs.create(tenant, record.id)
         self.quotas.job_started(tenant)
         self.runner.start(job, record, started, updates)
         return job
 
-    def _refuse_if_training(self, record: ModelRecord) -> None:
+    def refuse_if_training(self, record: ModelRecord) -> None:
         running = self.runner.training.get(record.id)
         if running is not None:
             raise ModelBusyError(

@@ -12,8 +12,9 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
+    from arthex.core.exchanges import SequenceHistory as History
     from arthex.core.trajectories import CapturedException as PydanticException
-    from arthex.core.trajectories import History as History
+    from arthex.core.trajectories import History as LegacyHistory
     from arthex.core.trajectories import MetadataValue as MetadataValue
     from arthex.core.trajectories import Trajectory as Trajectory
     from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     __all__ = [
         "History",
+        "LegacyHistory",
         "MetadataValue",
         "PydanticException",
         "Trajectory",

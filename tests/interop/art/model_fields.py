@@ -12,12 +12,19 @@ import json
 from openai.types.chat.chat_completion import Choice
 
 import art
-from art.trajectories import LegacyHistory, PydanticException, Trajectory, TrajectoryGroup
+from art.trajectories import (
+    History,
+    LegacyHistory,
+    PydanticException,
+    Trajectory,
+    TrajectoryGroup,
+)
 
 CLASSES = {
     "Trajectory": Trajectory,
     "TrajectoryGroup": TrajectoryGroup,
     "LegacyHistory": LegacyHistory,
+    "History": History,
     "TrainConfig": art.TrainConfig,
     "TrainSFTConfig": art.TrainSFTConfig,
 }

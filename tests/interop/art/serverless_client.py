@@ -4,8 +4,11 @@ Run by ART's interpreter with a JSON object on stdin (base_url, api_key, base_mo
 base_path); prints a JSON object of what ART's client saw: the model's identity after
 register, the inference names it sent and the names the server answered with, the steps,
 the train result, greedy logprobs of one prompt at each step, the checkpoints before and
-after delete_checkpoints, and every request the client made to the training API (method,
-path, JSON field names), recorded by an httpx event hook on its connection.
+after delete_checkpoints, what listing them says after `backend.delete(model)` (the model
+logged one group to the val split through the client's `models.log` first), and every
+request the client made to the training API (method, path, JSON field names), recorded by an
+httpx event hook on its connection (those two last apart: arthex's client has no call for
+them).
 """
 
 import asyncio
@@ -129,8 +132,19 @@ async def main(given):
     await model.delete_checkpoints()
     out["checkpoints_after_delete"] = await checkpoint_steps(backend, model)
     out["step_final"] = await model.get_step()
+    # the routes arthex's own client has no call for: the shared request set ends here
+    out["requests"] = list(requests)
+    await backend._client.models.log(
+        model_id=model.id, trajectory_groups=train_groups[:1], split="val"
+    )
+    await backend.delete(model)
+    try:
+        await checkpoint_steps(backend, model)
+        out["after_delete"] = "listed"
+    except Exception as exc:  # the model is gone: the server says 404
+        out["after_delete"] = getattr(exc, "status_code", repr(exc))
     await backend.close()
-    out["requests"] = requests
+    out["own_requests"] = requests[len(out["requests"]) :]
     return out
 
 
