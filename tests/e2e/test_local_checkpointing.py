@@ -6,7 +6,7 @@ and the layers really are recomputed (the oracle is the unchecked run)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +47,11 @@ def base_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-Steps = Callable[[LocalBackend], AsyncIterator[dict[str, float]]]
+Steps = Callable[[LocalBackend], AsyncIterator[Mapping[str, float]]]
 
 
-def rl_steps(backend: LocalBackend) -> AsyncIterator[dict[str, float]]:
-    async def steps() -> AsyncIterator[dict[str, float]]:
+def rl_steps(backend: LocalBackend) -> AsyncIterator[Mapping[str, float]]:
+    async def steps() -> AsyncIterator[Mapping[str, float]]:
         for i, config in enumerate(CONFIGS):
             async for metrics in backend.train_steps(RUN, synthetic_groups(2, 4, offset=i), config):
                 yield dict(metrics)
@@ -59,7 +59,7 @@ def rl_steps(backend: LocalBackend) -> AsyncIterator[dict[str, float]]:
     return steps()
 
 
-def sft_steps(backend: LocalBackend) -> AsyncIterator[dict[str, float]]:
+def sft_steps(backend: LocalBackend) -> AsyncIterator[Mapping[str, float]]:
     config = TrainSFTConfig(learning_rate=1e-3, batch_size=3, epochs=2)
     return backend.train_sft(RUN, SFT, config)
 

@@ -65,7 +65,7 @@ def checkpoint_layer(layer: torch.nn.Module) -> None:
     """The layer's forward, recomputed in backward instead of stored (only while a graph is
     being recorded: no-grad passes such as the KL reference's run it plainly). An instance
     attribute, so parameter names, hooks and the class stay the layer's own."""
-    layer.forward = functools.partial(_recomputed, layer.forward)  # type: ignore[method-assign]
+    layer.forward = functools.partial(_recomputed, layer.forward)
 
 
 def _recomputed(forward: Any, *args: Any, **kwargs: Any) -> Any:
