@@ -147,10 +147,15 @@ def test_each_layer_runs_twice_per_pass_only_when_checkpointed(base_model: str, 
     assert sorted(calls) == sorted(list(range(len(layers))) * (2 if on else 1))
 
 
-def test_auto_leaves_the_tiny_model_unchecked_and_bad_values_are_refused(base_model: str) -> None:
+def test_auto_decides_per_micro_batch_and_bad_values_are_refused(base_model: str) -> None:
     trainer = PolicyTrainer(TrainerSettings(base_model=base_model, full_finetune=False))
     trainer.load(None)
-    assert trainer.checkpointing is False
+    seen = [trainer.checkpointing]  # 8192 tokens of the tiny model keep ~35 MB
+    # the tiny model keeps 2 layers x 1,056 values x 4 B = 8,448 B a token: 1 GiB at 127,100
+    for tokens in (127_000, 128_000):
+        trainer.forward_of(tokens)
+        seen.append(trainer.checkpointing)
+    assert seen == [False, False, True]
     with pytest.raises(InvalidInputError, match="gradient_checkpointing"):
         LocalBackend(gradient_checkpointing="yes")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="micro_batch_tokens"):
