@@ -16,11 +16,14 @@ the peak per 8k-token micro-batch against the floor: the weights, the LoRA weigh
 and AdamW moments, one stored hidden state per layer per token, one layer's activations
 recomputed, and one float32 chunk of logits.
 
-Time per step (2 layers): the trainer with and without checkpointing against a bare torch
-loop doing the same step the plain way (forward, full logits, log-softmax over the whole
-vocabulary, the selected tokens' weighted log-probs, backward, AdamW); that loop is also the
-trainer's old path, whose peak the last row shows, measured once at half the tokens (it holds
-several `[tokens x vocabulary]` float32 tensors, ~1.2 GiB each per 2k tokens).
+The old path (a bare torch loop: forward, full logits, log-softmax over the whole vocabulary,
+the completion tokens' weighted log-probs, backward, AdamW) is measured once, at 2 layers and
+half the tokens (it holds several `[tokens x vocabulary]` float32 tensors, ~1.2 GiB each per
+2k tokens); its 22 further layers are taken to keep what unchecked layers keep.
+
+Time per step (2 layers, half the tokens; `--time-only` runs just this): the trainer with and
+without checkpointing against that bare loop, in wall and process CPU seconds, the loop's
+run reused from the memory table.
 
 `--tokens N` sets the micro-batch (default 2048: the machine this was written on is shared,
 and no child passes ~6 GiB at that size).

@@ -6,7 +6,7 @@ and the layers really are recomputed (the oracle is the unchecked run)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +47,11 @@ def base_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-Steps = Callable[[LocalBackend], AsyncIterator[dict[str, float]]]
+Steps = Callable[[LocalBackend], AsyncIterator[Mapping[str, float]]]
 
 
-def rl_steps(backend: LocalBackend) -> AsyncIterator[dict[str, float]]:
-    async def steps() -> AsyncIterator[dict[str, float]]:
+def rl_steps(backend: LocalBackend) -> AsyncIterator[Mapping[str, float]]:
+    async def steps() -> AsyncIterator[Mapping[str, float]]:
         for i, config in enumerate(CONFIGS):
             async for metrics in backend.train_steps(RUN, synthetic_groups(2, 4, offset=i), config):
                 yield dict(metrics)
@@ -59,7 +59,7 @@ def rl_steps(backend: LocalBackend) -> AsyncIterator[dict[str, float]]:
     return steps()
 
 
-def sft_steps(backend: LocalBackend) -> AsyncIterator[dict[str, float]]:
+def sft_steps(backend: LocalBackend) -> AsyncIterator[Mapping[str, float]]:
     config = TrainSFTConfig(learning_rate=1e-3, batch_size=3, epochs=2)
     return backend.train_sft(RUN, SFT, config)
 
@@ -147,10 +147,15 @@ def test_each_layer_runs_twice_per_pass_only_when_checkpointed(base_model: str, 
     assert sorted(calls) == sorted(list(range(len(layers))) * (2 if on else 1))
 
 
-def test_auto_leaves_the_tiny_model_unchecked_and_bad_values_are_refused(base_model: str) -> None:
+def test_auto_decides_per_micro_batch_and_bad_values_are_refused(base_model: str) -> None:
     trainer = PolicyTrainer(TrainerSettings(base_model=base_model, full_finetune=False))
     trainer.load(None)
-    assert trainer.checkpointing is False
+    seen = [trainer.checkpointing]  # 8192 tokens of the tiny model keep ~35 MB
+    # the tiny model keeps 2 layers x 1,056 values x 4 B = 8,448 B a token: 1 GiB at 127,100
+    for tokens in (127_000, 128_000):
+        trainer.forward_of(tokens)
+        seen.append(trainer.checkpointing)
+    assert seen == [False, False, True]
     with pytest.raises(InvalidInputError, match="gradient_checkpointing"):
         LocalBackend(gradient_checkpointing="yes")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="micro_batch_tokens"):

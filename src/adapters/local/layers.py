@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 AUTO_ABOVE_BYTES = 2**30
-""""auto" checkpoints when one micro-batch's stored layer activations would pass 1 GiB."""
+""""auto" checkpoints a micro-batch whose stored layer activations would pass 1 GiB."""
 
 
 def decoder_layers(model: Any, *, full: bool) -> list[torch.nn.Module]:
@@ -51,25 +51,44 @@ def wanted(choice: bool | str, config: Any, tokens: int, dtype: torch.dtype) -> 
     raise ValueError(f"gradient_checkpointing must be True, False or 'auto', got {choice!r}")
 
 
-def use_checkpointing(model: Any, settings: Any, *, full: bool) -> bool:
-    """Wrap the decoder layers when the settings ask for it; whether they were."""
+class Recompute:
+    """Whether the wrapped layers recompute in backward now: fixed by True, decided for each
+    micro-batch by "auto" (from its own tokens: a row longer than `micro_batch_tokens` makes
+    a micro-batch of its own, which may need it when the planned size did not)."""
+
+    def __init__(self, choice: bool | str, config: Any, dtype: torch.dtype, tokens: int) -> None:
+        self.choice = choice
+        self.config = config
+        self.dtype = dtype
+        self.on = wanted(choice, config, tokens, dtype)
+
+    def set_for(self, tokens: int) -> None:
+        if self.choice == "auto":
+            self.on = wanted("auto", self.config, tokens, self.dtype)
+
+
+def use_checkpointing(model: Any, settings: Any, *, full: bool) -> Recompute | None:
+    """The decoder layers wrapped, unless the settings say never (None)."""
+    choice = settings.gradient_checkpointing
+    if choice is False:
+        return None
     dtype = next(model.parameters()).dtype
-    on = wanted(settings.gradient_checkpointing, model.config, settings.micro_batch_tokens, dtype)
-    if on:
-        for layer in decoder_layers(model, full=full):
-            checkpoint_layer(layer)
-    return on
+    switch = Recompute(choice, model.config, dtype, settings.micro_batch_tokens)
+    for layer in decoder_layers(model, full=full):
+        checkpoint_layer(layer, switch)
+    return switch
 
 
-def checkpoint_layer(layer: torch.nn.Module) -> None:
-    """The layer's forward, recomputed in backward instead of stored (only while a graph is
-    being recorded: no-grad passes such as the KL reference's run it plainly). An instance
-    attribute, so parameter names, hooks and the class stay the layer's own."""
-    layer.forward = functools.partial(_recomputed, layer.forward)  # type: ignore[method-assign]
+def checkpoint_layer(layer: torch.nn.Module, switch: Recompute) -> None:
+    """The layer's forward, recomputed in backward instead of stored while `switch` is on
+    (and only while a graph is being recorded: no-grad passes such as the KL reference's run
+    it plainly). An instance attribute, so parameter names, hooks and the class stay the
+    layer's own."""
+    layer.forward = functools.partial(_recomputed, switch, layer.forward)
 
 
-def _recomputed(forward: Any, *args: Any, **kwargs: Any) -> Any:
-    if not torch.is_grad_enabled():
+def _recomputed(switch: Recompute, forward: Any, *args: Any, **kwargs: Any) -> Any:
+    if not (switch.on and torch.is_grad_enabled()):
         return forward(*args, **kwargs)
     from torch.utils.checkpoint import checkpoint
 

@@ -36,7 +36,7 @@ class _ChunkedSelected(torch.autograd.Function):
     """(log p(target), entropy) per row of `hidden` under `hidden @ weight.T + bias`."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         hidden: torch.Tensor,
         weight: torch.Tensor,
@@ -77,7 +77,7 @@ class _ChunkedSelected(torch.autograd.Function):
         return chosen, entropy
 
     @staticmethod
-    def backward(  # type: ignore[override]
+    def backward(
         ctx: Any, grad_chosen: torch.Tensor, _grad_entropy: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, bias, targets, lse, jacobian = ctx.saved_tensors
@@ -130,7 +130,8 @@ def chunked_selected_logprobs(
     if chunk < 1:
         raise ValueError(f"logprob chunk size must be >= 1, got {chunk}")
     if type(head) is torch.nn.Linear:
-        chosen, entropy = _ChunkedSelected.apply(hidden, head.weight, head.bias, targets, chunk)
+        apply: Any = _ChunkedSelected.apply
+        chosen, entropy = apply(hidden, head.weight, head.bias, targets, chunk)
         return chosen, entropy
     from torch.utils.checkpoint import checkpoint
 
@@ -201,7 +202,7 @@ def selected_logprobs(
 def _forward_swapped(module: torch.nn.Module, forward: Any) -> Iterator[None]:
     """`module`'s forward replaced for the block (an instance attribute, so parameter names,
     hooks and the class are untouched)."""
-    module.forward = forward  # type: ignore[method-assign]
+    module.forward = forward
     try:
         yield
     finally:

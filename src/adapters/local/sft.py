@@ -48,6 +48,7 @@ def sft_steps(
         loss_sum = 0.0
         for tokens, targets in _micro_batches(batch, trainer, device):
             select = targets[:, 1:] != 0
+            trainer.forward_of(tokens.numel())
             logprobs, _ = selected_logprobs(
                 trainer.model,
                 select,

@@ -35,7 +35,7 @@ from ..hf_quiet import quiet_hf
 from ..hub import one_line, resolve_base_model
 from . import checkpoint_io
 from . import checkpoints as ckpt
-from .layers import use_checkpointing
+from .layers import Recompute, use_checkpointing
 from .logprobs import DEFAULT_CHUNK_TOKENS, scatter_rows, selected_logprobs
 from .loss import LossSettings, LossStats, custom_token_loss, token_policy_loss
 from .packing import PackedBatch
@@ -86,7 +86,7 @@ class PolicyTrainer:
         """The checkpoint loaded without optimizer state (a foreign adapter), if any."""
         self.optimizer_mode: str | None = None  # "rl" or "sft": whose moments Adam holds
         self.split: WholeBatch = WholeBatch()
-        self.checkpointing = False  # decoder layers recompute their activations in backward
+        self.recompute: Recompute | None = None  # decoder layers recomputed in backward
 
     # --- building -----------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ class PolicyTrainer:
         else:
             self.model = self._lora(base, checkpoint)
         self.model.eval()
-        self.checkpointing = use_checkpointing(self.model, self.settings, full=full)
+        self.recompute = use_checkpointing(self.model, self.settings, full=full)
         self._build_optimizer()
         if checkpoint is not None and (checkpoint / ckpt.OPTIMIZER_META_FILE).is_file():
             assert self.optimizer is not None
@@ -357,10 +357,21 @@ class PolicyTrainer:
     def _micro_rows(self, seq_len: int) -> int:
         return max(1, self.settings.micro_batch_tokens // max(seq_len, 1))
 
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the next micro-batch's layers are recomputed in backward."""
+        return self.recompute is not None and self.recompute.on
+
+    def forward_of(self, tokens: int) -> None:
+        """Before a micro-batch of `tokens` tokens: "auto" checkpointing decides for it."""
+        if self.recompute is not None:
+            self.recompute.set_for(tokens)
+
     def token_logprobs(self, batch: PackedBatch) -> tuple[torch.Tensor, float]:
         """(the policy's logprob of each next token [rows, len-1], zero where the completion
         mask is off; the entropy summed over the masked positions), chunked (logprobs.py)."""
         select = batch.mask[:, 1:]
+        self.forward_of(batch.tokens.numel())
         chosen, entropy = selected_logprobs(
             self.model,
             select,

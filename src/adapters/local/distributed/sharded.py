@@ -139,7 +139,7 @@ class ShardedTrainer(PolicyTrainer):
         else:
             self.model = self._lora_from(base, header.lora_config if header else None)
         self.model.eval()
-        self.checkpointing = use_checkpointing(self.model, self.settings, full=full)
+        self.recompute = use_checkpointing(self.model, self.settings, full=full)
         self._shard()
         self._build_optimizer()
         if header is not None:
