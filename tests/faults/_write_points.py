@@ -11,7 +11,9 @@ fsynced and renamed) bound what they leave.
 
 `count=True`: the child reports each write as an event `{"event": "op", "n", "op", "path"}`.
 `kill_op=K`: the child SIGKILLs itself just before its K-th write (1-based), so the write
-and all after it never happen; a kill before K+1 is a kill right after K.
+and all after it never happen; a kill before K+1 is a kill right after K. With `tear=True`
+and an `os.write` at K, the first half of its bytes is written before the kill: an append
+cut short, as a kill or a crash inside a large write leaves it.
 """
 
 from __future__ import annotations
@@ -60,14 +62,16 @@ def _full(path: Any, dir_fd: Any = None) -> str:
 class WritePoints:
     """Numbers the writes under `root`; reports them, or kills the process at one."""
 
-    def __init__(self, root: str, events: Connection, *, count: bool, kill_op: int) -> None:
+    def __init__(
+        self, root: str, events: Connection, *, count: bool, kill_op: int, tear: bool
+    ) -> None:
         self.root = os.path.realpath(root) + os.sep
-        self.events, self.count, self.kill_op = events, count, kill_op
+        self.events, self.count, self.kill_op, self.tear = events, count, kill_op, tear
         self.n = 0
         self.lock = threading.Lock()
         self.inside = threading.local()
 
-    def seen(self, op: str, path: str) -> None:
+    def seen(self, op: str, path: str, half: Callable[[], object] | None = None) -> None:
         if getattr(self.inside, "busy", False) or not path.startswith(self.root):
             return
         self.inside.busy = True  # sending an event writes to a pipe: not a point
@@ -79,7 +83,12 @@ class WritePoints:
                 if self.count:
                     self.events.send({"event": "op", "n": n, "op": op, "path": relative})
                 if n == self.kill_op:
-                    self.events.send({"event": "self-kill", "n": n, "op": op, "path": relative})
+                    torn = self.tear and half is not None
+                    if torn and half is not None:
+                        half()
+                    self.events.send(
+                        {"event": "self-kill", "n": n, "op": op, "path": relative, "torn": torn}
+                    )
                     os.kill(os.getpid(), signal.SIGKILL)
         finally:
             self.inside.busy = False
@@ -99,7 +108,11 @@ class WritePoints:
         original: Callable[..., Any] = getattr(os, name)
 
         def hooked(fd: int, *args: Any) -> Any:
-            self.seen(f"os.{name}", _fd_path(fd))
+            def half() -> object:  # a write cut short: its first half reaches the file
+                data = bytes(args[0])
+                return original(fd, data[: len(data) // 2])
+
+            self.seen(f"os.{name}", _fd_path(fd), half if name == "write" else None)
             return original(fd, *args)
 
         setattr(os, name, hooked)
@@ -111,6 +124,7 @@ def child_main(options: dict[str, Any], events: Connection) -> None:
         events,
         count=bool(options.get("count")),
         kill_op=int(options.get("kill_op") or 0),
+        tear=bool(options.get("tear")),
     )
     points.wrap_fd_call("fsync")
     points.wrap_fd_call("write")

@@ -25,6 +25,7 @@ CI tries five points, chosen by what the write is; `make soak` tries every one o
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 import time
@@ -108,18 +109,19 @@ def step_one(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[
 
 
 def kill_and_resume(
-    step_one: tuple[Path, str, list[dict[str, Any]]], point: int, where: Path
+    step_one: tuple[Path, str, list[dict[str, Any]]], point: int, where: Path, tear: bool = False
 ) -> str:
-    """Kill before write `point`, resume, check. Returns what was killed, for the report."""
+    """Kill before write `point` (`tear`: after half of it), resume, check. Returns what was
+    killed, for the report."""
     base_at_one, base_model, _ops = step_one
     base, dump = where / "runs", where / "dump"
     shutil.copytree(base_at_one, base)
     dump.mkdir(parents=True)
 
-    killed = run_child(base, base_model, dump, steps=SWEPT_STEP, kill_op=point)
+    killed = run_child(base, base_model, dump, steps=SWEPT_STEP, kill_op=point, tear=tear)
     assert killed.exitcode == -signal.SIGKILL, (point, killed.exitcode, killed.events[-3:])
     said = next(e for e in killed.events if e["event"] == "self-kill")
-    assert said["n"] == point
+    assert said["n"] == point and said["torn"] == tear, said
     assert lease_state(lease_path(base))[0] in ("stale", "free"), "a dead child holds the lease"
     latest = ckpt.complete_steps(model_dir(base))[-1]
     assert latest in (1, SWEPT_STEP), f"kill before {said} left latest step {latest}"
@@ -130,7 +132,12 @@ def kill_and_resume(
     check_resume(base, dump, resumed, latest, saved)
     assert (resumed.events[-1]["event"], resumed.events[-1]["step"]) == ("done", FINAL_STEP)
     check_run(base)
-    return f"{point}: {said['op']} {said['path']} -> resumed at {latest}"
+    history = model_dir(base) / "history.jsonl"
+    for line in history.read_bytes().splitlines():
+        json.loads(line)  # every line whole: a torn one was moved aside
+    assert (history.parent / "history.jsonl.torn").exists() == tear
+    torn = " (torn)" if tear else ""
+    return f"{point}{torn}: {said['op']} {said['path']} -> resumed at {latest}"
 
 
 def check_run(base: Path) -> None:
@@ -179,6 +186,10 @@ def ci_points(ops: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
+def appends(ops: list[dict[str, Any]]) -> list[int]:
+    return [int(e["n"]) for e in ops if e["op"] == "os.write"]
+
+
 def test_a_kill_before_chosen_writes_loses_nothing(
     step_one: tuple[Path, str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
@@ -190,6 +201,17 @@ def test_a_kill_before_chosen_writes_loses_nothing(
     print("\n".join([f"{len(ops)} writes:", *map(str, ops), *done]))  # shown with -s
 
 
+def test_an_append_cut_in_half_by_a_kill_loses_nothing(
+    step_one: tuple[Path, str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Each history append (the batch row, the training row, the val row) written half."""
+    ops = step_one[2]
+    points = appends(ops)
+    assert len(points) == 3, f"expected three history appends in a step: {ops}"
+    done = [kill_and_resume(step_one, p, tmp_path / f"t{p}", tear=True) for p in points]
+    print("\n".join(done))  # shown with -s
+
+
 @pytest.mark.soak
 def test_a_kill_before_every_write_loses_nothing(
     step_one: tuple[Path, str, list[dict[str, Any]]], tmp_path: Path
@@ -198,13 +220,15 @@ def test_a_kill_before_every_write_loses_nothing(
     started = time.monotonic()
     done: list[str] = []
     failed: list[str] = []
-    for point in range(1, len(ops) + 1):
-        where = tmp_path / f"k{point}"
+    tries = [(p, False) for p in range(1, len(ops) + 1)] + [(p, True) for p in appends(ops)]
+    for point, tear in tries:
+        where = tmp_path / f"k{point}-{tear}"
         try:
-            done.append(kill_and_resume(step_one, point, where))
+            done.append(kill_and_resume(step_one, point, where, tear))
         except AssertionError as exc:
-            failed.append(f"{point} ({ops[point - 1]['op']} {ops[point - 1]['path']}): {exc}")
+            op = ops[point - 1]
+            failed.append(f"{point} ({op['op']} {op['path']}, torn {tear}): {exc}")
         shutil.rmtree(where, ignore_errors=True)
     took = time.monotonic() - started
-    print("\n".join([*done, f"{len(ops)} points, {len(failed)} failed, {took:.0f}s"]))
+    print("\n".join([*done, f"{len(tries)} kills, {len(failed)} failed, {took:.0f}s"]))
     assert not failed, "\n".join(failed)
