@@ -17,7 +17,7 @@ VLLM_VENV ?= .venv-vllm
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup setup-vllm browser demo test test-vllm lint typecheck unit bench mutants hunt clean
+.PHONY: setup setup-vllm browser demo test test-vllm lint typecheck unit bench soak mutants hunt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ test: lint typecheck browser
 # skips it). ARTHEX_VLLM_VERSION=0.26.0 tests the older release.
 test-vllm: setup
 	$(BIN)/pytest -q tests/vllm_api
+
+# Long fault sweeps (not in CI): a SIGKILL before every write of a training step, resumed.
+soak: setup
+	nice -n 10 $(BIN)/pytest -q -p no:xdist -s -m soak tests/faults
 
 bench: setup
 	$(BIN)/python -m benchmarks

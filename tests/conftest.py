@@ -19,5 +19,12 @@ def _rank(item: pytest.Item) -> int:
     return len(LONG_FIRST)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: a file's tests keep their order
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    # soak sweeps run only when a -m expression names them (`make soak`)
+    skip = pytest.mark.skip(reason="a soak sweep: run with `make soak` (pytest -m soak)")
+    for item in items:
+        if item.get_closest_marker("soak"):
+            item.add_marker(skip)
