@@ -110,9 +110,14 @@ def test_nothing_in_the_library_imports_the_emulators() -> None:
 # The adapters a sibling adapter may use: the shared inference server, file helpers, the layout,
 # and the Hugging Face loading helpers (the offline hub check, quiet progress bars).
 SHARED_ADAPTERS = {"inference", "files", "layout", "hub", "hf_quiet"}
-# One sibling use, on purpose: a training server's checkpoints are LocalBackend's folders, so
-# the Serverless client exports a fetched step with LocalBackend's exporter.
-SIBLING_USES = {("adapters/serverless/export.py", "arthex.adapters.local.export")}
+# Two sibling uses, on purpose: a training server's checkpoints are LocalBackend's folders, so
+# the Serverless client exports a fetched step with LocalBackend's exporter; and a Tinker
+# run's downloaded LoRA adapter is written as a PEFT folder or merged by that same exporter
+# (one merge in arthex, not a second one for Tinker).
+SIBLING_USES = {
+    ("adapters/serverless/export.py", "arthex.adapters.local.export"),
+    ("adapters/tinker/download.py", "arthex.adapters.local.export"),
+}
 
 
 def _room(module: str) -> str | None:
