@@ -45,10 +45,14 @@ def make_model(directory: Path, layers: int) -> None:
         max_position_embeddings=32768,
         tie_word_embeddings=True,
         eos_token_id=0,
-        torch_dtype="bfloat16",
     )
     torch.manual_seed(0)
-    Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(str(directory))
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # made and saved in bf16, as the hub's model is
+    try:
+        Qwen2ForCausalLM(config).save_pretrained(str(directory))
+    finally:
+        torch.set_default_dtype(before)
 
 
 def groups(seed: int) -> list[Any]:
@@ -134,7 +138,7 @@ def main() -> None:
         spec = json.loads(args.child)
         print(json.dumps(child(spec["model"], spec["checkpointing"], args.steps)))
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="arthex-memory-smoke-") as root:
         model = str(Path(root) / "qwen")
         make_model(Path(model), args.layers)
@@ -157,7 +161,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for row in rows:
         if "error" in row:
-            print(f"| {row['checkpointing']} | failed: {row['error'].splitlines()[-1]} |")
+            print(f"| {row['checkpointing']} | failed: {str(row['error']).splitlines()[-1]} |")
             continue
         print(
             f"| {row['checkpointing']} | {row['peak_gib']:.2f} | {row['planned_gib']:.2f} | "
