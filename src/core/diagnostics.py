@@ -267,6 +267,7 @@ class RunDiagnostics:
     shared across runs, so a cause warned about in one run is warned about again in the next."""
 
     warned: set[str] = attrs.field(factory=set)
+    expected: set[str] = attrs.field(factory=set)  # causes the caller chose (see expect)
     reward_low: float | None = None
     reward_high: float | None = None
     equal_shares: list[float] = attrs.field(factory=list)
@@ -278,6 +279,7 @@ class RunDiagnostics:
         """Causes the caller chose knowingly (the demo's replies cut at a few tokens): their
         values are still recorded, but they are never warned about."""
         self.warned.update(causes)
+        self.expected.update(causes)
 
     def first_time(self, cause: str) -> bool:
         """True the first time `cause` is seen in this run (then it is warned about)."""

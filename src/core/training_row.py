@@ -63,6 +63,8 @@ class IdleSteps:
     is logged with why; the ones after it are quiet until an update trains again."""
 
     idle: bool = False
+    # why the last idle update trained nothing: the diagnostics' cause of the same fact
+    cause: str = ""
 
     def after(
         self, step: int, new_step: int, taken: float, groups: Sequence[TrajectoryGroup]
@@ -84,12 +86,15 @@ class IdleSteps:
                 for t in g.trajectories
             )
         ]
-        why = (
-            f"the rewards of each of its {len(sized)} groups were all equal, so every "
-            "advantage was 0"
-            if sized and len(tied) == len(sized)
-            else "its batch had no trainable token"
-        )
+        if sized and len(tied) == len(sized):
+            self.cause = "equal_rewards"
+            why = (
+                f"the rewards of each of its {len(sized)} groups were all equal, so every "
+                "advantage was 0"
+            )
+        else:
+            self.cause = "untrainable"
+            why = "its batch had no trainable token"
         return (
             f"step {step} -> {new_step} trained nothing: {why}; the step advanced, the weights "
             "did not (the next updates like it are not reported until one trains)"

@@ -47,3 +47,25 @@ def test_a_run_of_steps_that_train_nothing_is_said_once_at_its_first_step(
         "so every advantage was 0; the step advanced, the weights did not (the next updates "
         "like it are not reported until one trains)",
     ]
+
+
+def test_a_run_that_expects_equal_rewards_is_not_warned_of_its_tied_steps(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The demo's task is made to be solved (its groups then tie): a caller that said so with
+    run_diagnostics.expect("equal_rewards") gets no line for it; other runs still do."""
+
+    async def main() -> None:
+        model = arthex.TrainableModel(
+            name="m", project="p", base_model="tiny", base_path=str(tmp_path), report_metrics=[]
+        )
+        model.run_diagnostics.expect("equal_rewards")
+        await model.register(InMemoryBackend())
+        for step, spread in enumerate(SPREAD):
+            groups = synthetic_groups(equal=not spread, offset=step)
+            await model.train(groups, config={"learning_rate": 1e-2})
+        await model.close()
+
+    with caplog.at_level(logging.WARNING, logger="arthex"):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records if "trained nothing" in r.getMessage()] == []
