@@ -128,19 +128,27 @@ def test_a_damaged_line_and_a_lost_checkpoint_fail(demo: Path, tmp_path: Path) -
 def test_a_plan_that_does_not_fit_the_stated_memory_says_which_knob_to_turn(demo: Path) -> None:
     base_model = json.loads((demo / "model.json").read_text())["base_model"]
     # as worked in tests/unit/test_doctor_memory.py, on the CPU: rows of 1024 (the tiny
-    # model's context, 8 rows) keep 8192 x 13,544 B of activations: with the weights
-    # 459,264, AdamW 1,377,792, the engine's two copies 918,528 and its KV cache 8,388,608,
-    # 122,096,640 B (116.4 MiB). Rows of 384 (16 rows, 6144 tokens) need 89,115,648 B;
-    # rows of 256 (4096 tokens, cache 2,097,152) 60,328,960 B: under 64 MiB
+    # model's context, 8 rows) keep 8192 x 8,448 B of layer activations (2 layers x (4*64 +
+    # 3*(4+2)*16 + 4*128) x 4 B; unchecked, far below 1 GiB) = 69,206,016, one log-prob chunk
+    # 256 x 637 x 12 B = 1,956,864; with the weights 459,264, AdamW 1,377,792, the engine's
+    # two copies 918,528 and its KV cache 8,388,608: 82,307,072 B (78.5 MiB). The first
+    # lever is the micro-batch: 4096 tokens keep half the activations (47,703,040 B, 45.5
+    # MiB); then checkpointed layers, a token keeping 2 x 64 x 4 B of inputs plus one layer's
+    # 4,224 B: 8192 x 4,736 = 38,797,312, in all 51,898,368 B (49.5 MiB); then rows of 384
+    # (16 rows, 6144 tokens, cache 6,291,456): 62,908,416 B, under 64 MiB
     result = arthex_cli("doctor", "--base-model", base_model, "--device-memory", "64MiB")
     assert result.returncode == 2, result.stdout + result.stderr
     memory = lines_of(result)["memory"]
     assert memory.startswith("fail does not fit: 0.1M params, full fine-tuning, rows of 1024")
-    assert "needs 116.4 MiB" in memory and "of 64.0 MiB stated (--device-memory)" in memory
-    assert memory.endswith(
-        "-> lower --max-seq-len from 1024 to 256 (shorter rollouts, or "
-        "TrainConfig.packed_sequence_length)"
-    )
+    assert "needs 78.5 MiB" in memory and "of 64.0 MiB stated (--device-memory)" in memory
+    assert memory.split(" -> ", 1)[1].split("; or ") == [
+        "a smaller micro-batch (LocalBackend(micro_batch_tokens=4096), from 8192: the same "
+        "gradient, more passes)",
+        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 49.5 MiB, "
+        "about a third more compute)",
+        "lower --max-seq-len from 1024 to 384 (shorter rollouts, or "
+        "TrainConfig.packed_sequence_length)",
+    ]
 
 
 def test_bad_arguments_are_one_line_exit_2(tmp_path: Path) -> None:
