@@ -96,9 +96,11 @@ def disk_full(path: Path, needed: int) -> DiskFullError:
     """The one-line error for a write of `needed` bytes to `path` that did not fit: what to
     free, and that running the script again resumes (nothing half-written was kept)."""
     free = free_bytes(path)
+    short = needed - free  # not positive when the disk filled up and emptied again since
+    what = f"free at least {_size(short)} there" if short > 0 else "free space there"
     return DiskFullError(
         f"no space left on the disk of {path}: the write needs {_size(needed)}, "
-        f"{_size(free)} free; free at least {_size(max(needed - free, 1))} there (old "
+        f"{_size(free)} free; {what} (old "
         "checkpoints: `arthex prune --yes` or model.delete_checkpoints(); old runs, caches) or "
         "move base_path to a larger disk, then run the script again: it resumes where it stopped"
     )
