@@ -10,6 +10,7 @@ one place that lists them.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,9 @@ from arthex.ports.metrics_reporter import MetricsHistory
 from arthex.ports.trajectory_store import PipelineStateStore, TrajectoryStore
 
 SERVED_KEY = "served_step"
+# The step at the end of a served name: `name@3` (Local, Tinker) or ART's serverless
+# `wandb-artifact:///entity/project/run:step3`.
+SERVED_STEP = re.compile(r"(?:@|:step)(\d+)$")
 TRAINING_ROW_KEY = "data/step_num_gradient_steps"
 PIPELINE_ROW_KEY = "discarded/cum/stale_groups"
 UPDATE_ROW_KEY = "queue/groups_depth"  # on a pipeline row of an update, not on one of discards
@@ -138,6 +142,12 @@ async def check_run_files(
     )
 
 
+def served_step(name: str) -> int:
+    found = SERVED_STEP.search(name)
+    assert found is not None, f"{name!r} names no step"
+    return int(found.group(1))
+
+
 def chat_rollout_fn(
     group_size: int = 2, max_tokens: int = 4
 ) -> RolloutFn[TrainableModel, Any, Any]:
@@ -161,7 +171,7 @@ def chat_rollout_fn(
         return Trajectory(
             messages_and_choices=[*messages, choice],
             reward=float(position) + digits,
-            metadata={SERVED_KEY: int(served.rsplit("@", 1)[1])},
+            metadata={SERVED_KEY: served_step(served)},
         )
 
     async def group(model: TrainableModel, scenario: int, config: object) -> TrajectoryGroup:
