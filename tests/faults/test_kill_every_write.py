@@ -19,7 +19,12 @@ trains to step 3. After it:
   at most one val row per step;
 - the train-split trajectories: every step 0..2 reads whole, and no step beyond.
 
-CI tries five points, chosen by what the write is; `make soak` tries every one of the N.
+Each of the step's three history appends is also killed halfway through its bytes: the torn
+line is left out by readers and moved to `history.jsonl.torn` by the next append, and the row
+is rebuilt (the training row) or logged again (the batch, the val row).
+
+CI tries five points, chosen by what the write is, and the three torn appends; `make soak`
+tries every one of the N, and the torn appends.
 """
 
 from __future__ import annotations
