@@ -340,3 +340,28 @@ def test_a_family_arthex_cannot_merge_is_refused_in_one_line_before_anything_is_
         run_export(tmp_path / "peft", "peft")
     assert emulator.route_counts[saves] == before + 1
     assert not (tmp_path / "peft").exists()
+
+
+def test_an_adapter_peft_cannot_apply_is_refused_in_one_line(tiny: str, tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from arthex.adapters.local.export import export_adapter
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": 2,
+        "lora_alpha": 4,
+        "target_modules": ["experts_proj"],
+        "base_model_name_or_path": tiny,
+    }
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    key = "base_model.model.model.layers.0.mlp.experts_proj.lora_A.weight"
+    save_file({key: torch.zeros(2, 8)}, str(adapter / "adapter_model.safetensors"))
+    with pytest.raises(CorruptDataError, match="cannot apply the LoRA adapter") as refused:
+        export_adapter(adapter, tiny, tmp_path / "merged", format="merged")
+    assert "\n" not in str(refused.value) and "experts_proj" in str(refused.value)
+    assert not (tmp_path / "merged").exists()
