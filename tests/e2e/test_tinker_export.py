@@ -294,3 +294,74 @@ def test_arthex_export_downloads_a_tinker_run_without_writing_to_it(
     assert sorted(got) == sorted(want)
     assert all(bool((got[k] == want[k]).all()) for k in want)
     assert (model_dir / "tinker-run.json").read_bytes() == before
+
+
+def test_a_family_arthex_cannot_merge_is_refused_in_one_line_before_anything_is_fetched(
+    emulator: TinkerEmulator,
+    trained: tuple[TinkerBackend, ModelSpec, asyncio.AbstractEventLoop],
+    tmp_path: Path,
+) -> None:
+    """A run on a MoE base (its config.json alone, made here: the refusal comes before any
+    weights are loaded) is not merged; its PEFT export is not refused."""
+    import shutil
+
+    from arthex.adapters.tinker.download import export_run
+
+    moe = tmp_path / "qwen3-moe"
+    moe.mkdir()
+    config = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}
+    (moe / "config.json").write_text(json.dumps(config))
+    spec, loop = trained[1], trained[2]
+    model_dir = tmp_path / "run"
+    shutil.copytree(
+        Path(spec.base_path or "") / spec.run.project / "models" / spec.run.name, model_dir
+    )
+    record = json.loads((model_dir / "tinker-run.json").read_text())
+    (model_dir / "tinker-run.json").write_text(json.dumps({**record, "base_model": str(moe)}))
+
+    def run_export(out: Path, fmt: ExportFormat) -> Path:
+        done = export_run(
+            model_dir, out, format=fmt, base_url=emulator.base_url, api_key=KEY, timeout_s=TIMEOUT_S
+        )
+        return loop.run_until_complete(done)
+
+    saves = "POST save_weights_external"
+    before = emulator.route_counts[saves]
+    with pytest.raises(InvalidInputError) as refused:
+        run_export(tmp_path / "merged", "merged")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "qwen3_moe" in message and 'format="peft"' in message
+    assert not (tmp_path / "merged").exists()
+    assert emulator.route_counts[saves] == before
+    # the PEFT format is not refused: the adapter is fetched (and then found to be one of the
+    # emulator's base model, not of the config made here, which is this test's doing)
+    with pytest.raises(CorruptDataError, match="is an adapter of"):
+        run_export(tmp_path / "peft", "peft")
+    assert emulator.route_counts[saves] == before + 1
+    assert not (tmp_path / "peft").exists()
+
+
+def test_an_adapter_peft_cannot_apply_is_refused_in_one_line(tiny: str, tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from arthex.adapters.local.export import export_adapter
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": 2,
+        "lora_alpha": 4,
+        "target_modules": ["experts_proj"],
+        "base_model_name_or_path": tiny,
+    }
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    key = "base_model.model.model.layers.0.mlp.experts_proj.lora_A.weight"
+    save_file({key: torch.zeros(2, 8)}, str(adapter / "adapter_model.safetensors"))
+    with pytest.raises(CorruptDataError, match="cannot apply the LoRA adapter") as refused:
+        export_adapter(adapter, tiny, tmp_path / "merged", format="merged")
+    assert "\n" not in str(refused.value) and "experts_proj" in str(refused.value)
+    assert not (tmp_path / "merged").exists()

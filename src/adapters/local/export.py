@@ -192,7 +192,10 @@ def _merged_lora(model: Any, source: Path) -> Any:
     try:
         peft_model = PeftModel.from_pretrained(model, str(source))
     except Exception as exc:  # peft raises many kinds; all mean the adapter does not fit
-        raise CorruptDataError(f"cannot apply the LoRA adapter in {source}: {exc}") from exc
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise CorruptDataError(
+            f"cannot apply the LoRA adapter in {source}: {type(exc).__name__}: {first}"
+        ) from None
     return peft_model.merge_and_unload()
 
 

@@ -563,13 +563,15 @@ class TinkerBackend(BackendTrainEntry):
         """Download a step's LoRA adapter from Tinker (download.py) and write it as a PEFT
         folder or a merged Hugging Face model with arthex's export code. The latest step comes
         from the run's training client; an earlier one from its saved state."""
-        from .download import check_free, export_from
+        from .download import check_free, check_mergeable, export_from
 
         if format not in ("peft", "merged"):
             raise InvalidInputError(f"format must be 'peft' or 'merged', got {format!r}")
         target = Path(out_dir)
         state = self._require(run)
         await asyncio.to_thread(check_free, target)
+        if format == "merged":
+            await asyncio.to_thread(check_mergeable, state.record.base_model)
         async with state.lock:
             record = state.record
             chosen = record.step if step is None else step

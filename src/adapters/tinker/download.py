@@ -33,6 +33,15 @@ MAX_SIGNINGS = 4
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 CHUNK = 1 << 20
+# The families whose Tinker LoRA adapters PEFT merges into the Hugging Face model: dense
+# decoders (Qwen2/2.5, Qwen3 dense, Llama 3.x). Tinker's MoE models (Qwen3 MoE and Qwen3-VL,
+# gpt-oss, DeepSeek-V3.1, Kimi K2) train LoRA on the experts in a layout PEFT does not merge.
+MERGEABLE_MODEL_TYPES: tuple[str, ...] = ("llama", "qwen2", "qwen3")
+MERGEABLE_ARCHITECTURES: tuple[str, ...] = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+)
 
 
 async def download_adapter(
@@ -204,6 +213,8 @@ async def export_run(
         )
     target = Path(out_dir)
     await asyncio.to_thread(check_free, target)
+    if format == "merged":
+        await asyncio.to_thread(check_mergeable, record.base_model)
     clients = SdkClients(base_url, api_key)
     service = await asyncio.to_thread(clients.service)
     try:
@@ -245,6 +256,33 @@ async def export_from(
         return await asyncio.to_thread(
             export_adapter, Path(temp), record.base_model, target, format=format, dtype=dtype
         )
+
+
+def check_mergeable(base_model: str) -> None:
+    """A merged export of `base_model` is refused, before anything is downloaded, when its
+    `config.json` names a family arthex cannot merge. A config that cannot be read here is
+    left to the merge itself (which needs the base model anyway)."""
+    from ..local.export import _base_file
+
+    try:
+        file = _base_file(base_model, "config.json")
+        config = json.loads(file.read_text()) if file is not None else None
+    except (ArthexError, OSError, ValueError):
+        return
+    if not isinstance(config, dict):
+        return
+    model_type = config.get("model_type")
+    architectures = config.get("architectures") or []
+    if model_type in MERGEABLE_MODEL_TYPES or (
+        model_type is None and any(a in MERGEABLE_ARCHITECTURES for a in architectures)
+    ):
+        return
+    family = model_type or ", ".join(str(a) for a in architectures) or "no model_type"
+    raise InvalidInputError(
+        f"arthex cannot merge a Tinker LoRA adapter into {base_model!r} (family {family!r}; "
+        f'it merges {", ".join(MERGEABLE_MODEL_TYPES)}); export it with format="peft" '
+        "(--format peft), which still works"
+    )
 
 
 def check_free(target: Path) -> None:
