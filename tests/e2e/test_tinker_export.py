@@ -33,6 +33,7 @@ pytest.importorskip("peft")
 
 from arthex.adapters.tinker import TinkerBackend
 from arthex.emulators.tinker import TinkerEmulator
+from tests._tinker import running_emulator
 
 pytestmark = [
     pytest.mark.e2e,
@@ -80,11 +81,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerEmulator]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TINKER_TELEMETRY", "0")
-        state = tmp_path_factory.mktemp("tinker-state")
-        with TinkerEmulator(tiny, api_key=KEY, state_dir=str(state), torch_threads=1) as running:
-            yield running
+    yield from running_emulator(tiny, KEY, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ pytest.importorskip("torch")
 from arthex.adapters.tinker import TinkerBackend
 from arthex.adapters.tinker.datums import build_batch
 from arthex.emulators.tinker import TinkerEmulator
+from tests._tinker import running_emulator
 
 pytestmark = [
     pytest.mark.e2e,
@@ -71,11 +72,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerEmulator]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TINKER_TELEMETRY", "0")
-        state = tmp_path_factory.mktemp("tinker-state")
-        with TinkerEmulator(tiny, api_key=KEY, state_dir=str(state), torch_threads=1) as running:
-            yield running
+    yield from running_emulator(tiny, KEY, tmp_path_factory)
 
 
 def learner_logprobs(emulator: TinkerEmulator, sampler_path: str, tokens: list[int]) -> list[float]:
