@@ -59,7 +59,9 @@ def _rss(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def make_model(directory: Path, layers: int) -> None:
+def make_model(directory: Path, layers: int, dtype: str | None = None) -> None:
+    """A Qwen2.5-0.5B-shaped model of `layers` layers with random weights, saved in `dtype`
+    (torch's default, float32, when None; the GPU smoke script saves bfloat16)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -75,7 +77,13 @@ def make_model(directory: Path, layers: int) -> None:
         eos_token_id=0,
     )
     torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(str(directory))
+    before = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(getattr(torch, dtype))  # made and saved in that dtype
+    try:
+        Qwen2ForCausalLM(config).save_pretrained(str(directory))
+    finally:
+        torch.set_default_dtype(before)
 
 
 def _groups(tokens: int) -> list[Any]:

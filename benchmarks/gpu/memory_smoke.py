@@ -27,32 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+# run as a script from the repository root: the CPU benchmark's model maker is one import away
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.bench_memory import make_model
+
 ROW = 2048
 ROWS = 4  # 8,192 tokens: one micro-batch
-
-
-def make_model(directory: Path, layers: int) -> None:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=layers,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-        tie_word_embeddings=True,
-        eos_token_id=0,
-    )
-    torch.manual_seed(0)
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)  # made and saved in bf16, as the hub's model is
-    try:
-        Qwen2ForCausalLM(config).save_pretrained(str(directory))
-    finally:
-        torch.set_default_dtype(before)
 
 
 def groups(seed: int) -> list[Any]:
@@ -141,7 +121,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="arthex-memory-smoke-") as root:
         model = str(Path(root) / "qwen")
-        make_model(Path(model), args.layers)
+        make_model(Path(model), args.layers, dtype="bfloat16")
         for checkpointing in (True, False):
             spec = json.dumps({"model": model, "checkpointing": checkpointing})
             found = subprocess.run(
