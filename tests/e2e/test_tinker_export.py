@@ -284,6 +284,17 @@ def test_arthex_export_downloads_a_tinker_run_without_writing_to_it(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"to {out}" in done.stdout
+    assert done.stdout.startswith("exported step 1 of "), done.stdout
+    # no --step: the run's latest step (2, as the record says), named before it is written
+    latest = subprocess.run(
+        [*command, "--out", str(tmp_path / "latest"), "--format", "peft"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert latest.returncode == 0, latest.stderr[-3000:]
+    assert latest.stdout.startswith("exported step 2 of "), latest.stdout
     for noise in ("Traceback", "Exception ignored", "heartbeat"):
         assert noise not in done.stderr, done.stderr[-3000:]
     got = load_file(str(out / "adapter_model.safetensors"))
