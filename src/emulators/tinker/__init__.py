@@ -1,9 +1,6 @@
 """The local tinker emulator: `TinkerEmulator(dir)`, or `python -m arthex.emulators.tinker`.
 
-server (HTTP), service (routing) with its parts: sessions, training_runs, sampling_sessions
-and futures (promises, the compute thread); the torch side: base_model (the causal LM and its
-LoRA copies), compute (a training run's adapter and optimizer), losses, sampling; store
-(checkpoints on disk), wire (the SDK's request and reply shapes, the user error).
+server.py is its HTTP front; the protocol behind it is `arthex.apps.server.tinker_protocol`.
 """
 
 from .server import TinkerEmulator, main

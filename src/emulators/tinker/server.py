@@ -48,13 +48,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ...apps.server.tinker_protocol.errors import FILES_PREFIX, HttpError, UserError
+from ...apps.server.tinker_protocol.wire import Reply
 from ...core.errors import BackendError, InvalidInputError, MissingExtraError
-from .errors import FILES_PREFIX, HttpError, UserError
-from .wire import Reply
 
 if TYPE_CHECKING:
-    from .external import ExternalWeights
-    from .service import TinkerService
+    from ...apps.server.tinker_protocol.external import ExternalWeights
+    from ...apps.server.tinker_protocol.service import TinkerService
 
 __all__ = ["TinkerEmulator", "main"]
 
@@ -148,8 +148,8 @@ class TinkerEmulator:
             from tinker.proto import tinker_public_pb2  # noqa: F401
         except ImportError as exc:
             raise MissingExtraError(exc.name or "tinker", "tinker") from exc
-        from .base_model import BaseModel
-        from .service import TinkerService
+        from ...apps.server.tinker_protocol.base_model import BaseModel
+        from ...apps.server.tinker_protocol.service import TinkerService
 
         if self.torch_threads is not None:
             self._previous_threads = torch.get_num_threads()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ...adapters.files import atomic_write_bytes, fsync_dir, temp_path_for
+from ....adapters.files import atomic_write_bytes, fsync_dir, temp_path_for
 from .base_model import LoraSettings
 from .errors import CHECKPOINT_NAME, HttpError, UserError
 
