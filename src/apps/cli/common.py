@@ -45,10 +45,27 @@ def model_argument(default_help: str = GUESSED) -> Any:
 MODEL_ARG = model_argument()
 
 
-def option(metavar: str, description: str, *names: str, shown: bool = True) -> Any:
-    """An option defaulting to None: `--name METAVAR  description`; `shown=False` keeps the
-    default out of the help (where it is set elsewhere, or says nothing)."""
-    return typer.Option(None, *names, metavar=metavar, help=description, show_default=shown)
+def option(
+    metavar: str,
+    description: str,
+    *names: str,
+    shown: bool = True,
+    default: Any = None,
+    at_least: int | None = None,
+    at_most: int | None = None,
+) -> Any:
+    """An option: `--name METAVAR  description`, defaulting to `default`; `shown=False` keeps
+    the default out of the help (where it is set elsewhere, or says nothing). `at_least` and
+    `at_most` bound a number (Click refuses one outside, naming the range)."""
+    return typer.Option(
+        default,
+        *names,
+        metavar=metavar,
+        help=description,
+        show_default=shown,
+        min=at_least,
+        max=at_most,
+    )
 
 
 BASE_PATH_OPT = typer.Option(Path(".art"), "--base-path", metavar="DIR", help="Where runs live.")

@@ -11,7 +11,7 @@ from typing import cast
 
 import typer
 
-from .common import BASE_PATH_OPT, UsageError, one_line_errors, resolve_model
+from .common import BASE_PATH_OPT, UsageError, one_line_errors, option, resolve_model
 
 
 def doctor(
@@ -21,61 +21,46 @@ def doctor(
         help="A model directory (or PROJECT/NAME under --base-path) to check too.",
         show_default=False,
     ),
-    base_model: str | None = typer.Option(
-        None,
-        "--base-model",
-        metavar="ID_OR_DIR",
-        help="The base model: a folder, a hub id, or a config.json. One that is not here is "
+    base_model: str | None = option(
+        "ID_OR_DIR",
+        "The base model: a folder, a hub id, or a config.json. One that is not here is "
         "planned from its config alone (the hub's, or the shape arthex ships for common "
         "models). Default: the one RUN_DIR records.",
-        show_default=False,
+        shown=False,
     ),
-    backend: str = typer.Option(
-        "local", "--backend", metavar="local|tinker|serverless", help="The backend to train with."
-    ),
+    backend: str = option("local|tinker|serverless", "The backend to train with.", default="local"),
     base_path: Path = BASE_PATH_OPT,
-    max_seq_len: int | None = typer.Option(
-        None,
-        "--max-seq-len",
-        min=1,
-        metavar="N",
-        help="Tokens per training row (prompt + completion). Default: min(4096, the context).",
-        show_default=False,
+    max_seq_len: int | None = option(
+        "N",
+        "Tokens per training row (prompt + completion). Default: min(4096, the context).",
+        shown=False,
+        at_least=1,
     ),
-    batch: int = typer.Option(
-        16, "--batch", min=1, metavar="N", help="Sequences per training step (groups x rollouts)."
+    batch: int = option(
+        "N", "Sequences per training step (groups x rollouts).", default=16, at_least=1
     ),
-    mode: str = typer.Option(
-        "auto",
-        "--mode",
-        metavar="auto|lora|full",
-        help="LoRA or full fine-tuning; auto: full below 50M parameters, as the backend does.",
+    mode: str = option(
+        "auto|lora|full",
+        "LoRA or full fine-tuning; auto: full below 50M parameters, as the backend does.",
+        default="auto",
     ),
-    lora_rank: int = typer.Option(8, "--lora-rank", min=1, metavar="R", help="The LoRA rank."),
-    device: str = typer.Option(
-        "auto", "--device", metavar="auto|cpu|cuda", help="Plan for this device kind."
+    lora_rank: int = option("R", "The LoRA rank.", default=8, at_least=1),
+    device: str = option("auto|cpu|cuda", "Plan for this device kind.", default="auto"),
+    device_memory: str | None = option(
+        "SIZE",
+        "Plan against this much memory (24GiB, 80GB) instead of what is free here.",
+        shown=False,
     ),
-    device_memory: str | None = typer.Option(
-        None,
-        "--device-memory",
-        metavar="SIZE",
-        help="Plan against this much memory (24GiB, 80GB) instead of what is free here.",
-        show_default=False,
+    engine: str = option(
+        "auto|torch|vllm",
+        "The sampling engine; auto: vLLM when installed and on a GPU.",
+        default="auto",
     ),
-    engine: str = typer.Option(
-        "auto",
-        "--engine",
-        metavar="auto|torch|vllm",
-        help="The sampling engine; auto: vLLM when installed and on a GPU.",
+    gpu_memory_utilization: float = option(
+        "F", "vLLM's share of the GPU, above 0 and at most 1 (LocalBackend's option).", default=0.5
     ),
-    gpu_memory_utilization: float = typer.Option(
-        0.5,
-        "--gpu-memory-utilization",
-        metavar="F",
-        help="vLLM's share of the GPU, above 0 and at most 1 (LocalBackend's option).",
-    ),
-    checkpoints: int = typer.Option(
-        5, "--checkpoints", min=1, metavar="N", help="Free disk needed for N more checkpoints."
+    checkpoints: int = option(
+        "N", "Free disk needed for N more checkpoints.", default=5, at_least=1
     ),
 ) -> None:
     """Check this machine, a base model and a run before training.

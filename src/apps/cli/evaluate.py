@@ -31,6 +31,7 @@ from .common import (
     fmt,
     model_argument,
     one_line_errors,
+    option,
     resolve_model,
 )
 from .tables import Column, print_table
@@ -41,36 +42,23 @@ if TYPE_CHECKING:
 
 def eval_command(
     model: str | None = model_argument(ONLY_ONE),
-    env: str = typer.Option(
-        ...,
-        "--env",
-        metavar="MODULE:FACTORY",
-        help="The environment: FACTORY() in MODULE (importable from here) returns it.",
-        show_default=False,
+    env: str = option(
+        "MODULE:FACTORY",
+        "The environment: FACTORY() in MODULE (importable from here) returns it.",
+        shown=False,
+        default=...,
     ),
-    step: int | None = typer.Option(
-        None,
-        "--step",
-        min=0,
-        metavar="N",
-        help="The checkpoint step to evaluate. Default: the latest.",
-        show_default=False,
+    step: int | None = option(
+        "N", "The checkpoint step to evaluate. Default: the latest.", shown=False, at_least=0
     ),
-    examples: int | None = typer.Option(
-        None,
-        "--examples",
-        min=1,
-        metavar="N",
-        help="Evaluate the split's first N examples. Default: all.",
-        show_default=False,
+    examples: int | None = option(
+        "N", "Evaluate the split's first N examples. Default: all.", shown=False, at_least=1
     ),
-    k: int = typer.Option(
-        1, "--k", min=1, metavar="K", help="Rollouts per example; pass@1..pass@K are reported."
+    k: int = option(
+        "K", "Rollouts per example; pass@1..pass@K are reported.", default=1, at_least=1
     ),
-    split: str = typer.Option("val", "--split", metavar="NAME", help="The split to evaluate."),
-    concurrency: int = typer.Option(
-        32, "--concurrency", min=1, metavar="N", help="The most rollouts at once."
-    ),
+    split: str = option("NAME", "The split to evaluate.", default="val"),
+    concurrency: int = option("N", "The most rollouts at once.", default=32, at_least=1),
     base_path: Path = BASE_PATH_OPT,
     project: str | None = PROJECT_OPT,
     name: str | None = NAME_OPT,

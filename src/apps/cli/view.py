@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ...core.errors import install_command
-from .common import UsageError, fail, first_line, one_line_errors
+from .common import UsageError, fail, first_line, one_line_errors, option
 
 VIEW_HINT = "To browse runs, their charts and trajectories in a web page: arthex view"
 
@@ -22,21 +22,18 @@ def view(
         "s3://bucket/runs.",
         show_default=False,
     ),
-    host: str = typer.Option(
-        "127.0.0.1",
-        "--host",
-        metavar="HOST",
-        help="The address to listen on; any non-loopback one requires a token.",
+    host: str = option(
+        "HOST",
+        "The address to listen on; any non-loopback one requires a token.",
+        default="127.0.0.1",
     ),
-    port: int = typer.Option(
-        8765, "--port", min=0, max=65535, metavar="PORT", help="The port; 0 picks a free one."
+    port: int = option(
+        "PORT", "The port; 0 picks a free one.", default=8765, at_least=0, at_most=65535
     ),
-    token: str | None = typer.Option(
-        None,
-        "--token",
-        metavar="TOKEN",
-        help="Require this token. Default: none on loopback, a generated one elsewhere.",
-        show_default=False,
+    token: str | None = option(
+        "TOKEN",
+        "Require this token. Default: none on loopback, a generated one elsewhere.",
+        shown=False,
     ),
 ) -> None:
     """Browse the runs under PATH in a live, read-only web page.
