@@ -104,12 +104,7 @@ class Guard:
             return
         refusal = self._head_refusal(scope)
         if refusal is not None:
-            await send_json(
-                send,
-                431,
-                self.error_shape(431, refusal, HEADERS_TOO_LARGE),
-                [(b"connection", b"close")],
-            )
+            await self._refuse(send, 431, refusal, HEADERS_TOO_LARGE)
             return
         identity = identify(scope, self.keys) if self.keys is not None else (OPEN_TENANT, b"")
         if identity is None:
@@ -185,23 +180,20 @@ class Guard:
             f"the server has no disk space left to hold this {needed}-byte request; retry "
             "later (its operator was told what to free)"
         )
-        await send_json(
-            send,
-            507,
-            self.error_shape(507, message, STORAGE_EXCEEDED),
-            [(b"connection", b"close")],
-        )
+        await self._refuse(send, 507, message, STORAGE_EXCEEDED)
 
     async def _too_large(self, send: Send) -> None:
         message = (
             f"the request body is larger than this server accepts ({self.limits.max_body_bytes} "
             "bytes); send fewer trajectory groups per request"
         )
+        await self._refuse(send, 413, message, REQUEST_TOO_LARGE)
+
+    async def _refuse(self, send: Send, status: int, message: str, code: str) -> None:
+        """An error that closes the connection: what is left of the request is never read,
+        so the connection cannot carry another one."""
         await send_json(
-            send,
-            413,
-            self.error_shape(413, message, REQUEST_TOO_LARGE),
-            [(b"connection", b"close")],
+            send, status, self.error_shape(status, message, code), [(b"connection", b"close")]
         )
 
 
