@@ -7,11 +7,12 @@ are exactly the ids that were sampled from, whichever engine ran them.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ...core.errors import InvalidInputError, MissingExtraError
 from ..hub import resolve_base_model
+from .engine import JsonItems
 
 
 class ChatTokenizer:
@@ -62,8 +63,8 @@ class ChatTokenizer:
 
     def render(
         self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
+        messages: JsonItems,
+        tools: JsonItems | None,
         *,
         add_generation_prompt: bool = True,
     ) -> list[int]:

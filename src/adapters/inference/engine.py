@@ -15,7 +15,7 @@ reports the same quantity. `top_logprobs` come from that raw distribution too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -23,6 +23,7 @@ from ...core.errors import ArthexError, InvalidInputError
 
 __all__ = [
     "FinishReason",
+    "JsonItems",
     "Sample",
     "SamplingEngine",
     "SamplingParams",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 FinishReason = Literal["stop", "length", "abort", "repetition"]
+JsonItems: TypeAlias = Sequence[Mapping[str, Any]]
+"""A request's messages or tools, as the JSON objects they arrived as."""
 MAX_TOP_LOGPROBS = 20
 
 
@@ -118,12 +121,7 @@ class SamplingEngine(Protocol):
 
     def served_models(self) -> list[str]: ...
 
-    def render_chat(
-        self,
-        model: str,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int]:
+    def render_chat(self, model: str, messages: JsonItems, tools: JsonItems | None) -> list[int]:
         """The prompt token ids: the chat template with the generation prompt appended."""
         ...
 

@@ -3,12 +3,12 @@ onto them, and the one tokenizer behind them all."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 from ...core.errors import BackendError, InvalidInputError
 from .chat import ChatTokenizer
-from .engine import UnknownModelError
+from .engine import JsonItems, UnknownModelError
 
 W = TypeVar("W")
 
@@ -49,12 +49,7 @@ class ServedNames(Generic[W]):
             raise InvalidInputError(f"{name!r} cannot be an alias of itself")
         self._aliases[name] = resolved
 
-    def render_chat(
-        self,
-        model: str,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int]:
+    def render_chat(self, model: str, messages: JsonItems, tools: JsonItems | None) -> list[int]:
         return self._chat_for(model).render(messages, tools)
 
     def decode(self, model: str, token_ids: Sequence[int]) -> str:
