@@ -56,7 +56,7 @@ from .http_protocol import head_capped_protocol
 from .keys import KeyRing
 from .limits import ServerLimits
 from .options import DEFAULT_PORT
-from .preload import preload
+from .preload import backend_named
 
 __all__ = ["create_app", "run", "serve", "serve_async"]
 
@@ -164,13 +164,9 @@ def run(opts: options.ServeOptions) -> None:
         admin_keys = options.admin_keys_of(opts)
         if admin_keys is not None and admin_keys.overlaps(keys):
             raise InvalidInputError("a key is both an admin key and a tenant key")
-        from ...composition.container import backend as backend_named
-
-        backend = backend_named(opts.backend)
     except ArthexError as exc:
         sys.exit(f"arthex serve: {exc}")
-    if opts.backend == "local":
-        preload(("torch", "transformers"))
+    backend = backend_named(opts.backend)
     if opts.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning(
             "listening on %s: API keys travel in clear text; put a TLS proxy in front", opts.host

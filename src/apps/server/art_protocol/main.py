@@ -29,6 +29,7 @@ from ..http_protocol import head_capped_protocol
 from ..keys import KeyRing
 from ..limits import ServerLimits
 from ..options import ServeOptions, is_loopback
+from ..preload import backend_named
 from .app import InferenceKeys, art_error, create_api_app, create_inference_app
 from .service import ArtService
 
@@ -166,15 +167,9 @@ def run_art(opts: ServeOptions) -> None:
     cannot be loaded exits 1, one line."""
     try:
         keys = KeyRing.from_file(opts.keys) if opts.keys is not None else None
-        from ....composition.container import backend as backend_named
-
-        backend = backend_named(opts.backend)
     except ArthexError as exc:
         sys.exit(f"arthex serve: {exc}")
-    if opts.backend == "local":
-        from ..preload import preload
-
-        preload(("torch", "transformers"))
+    backend = backend_named(opts.backend)
     if not is_loopback(opts.host):
         logger.warning(
             "listening on %s with --insecure-bind: ART's protocol carries no credentials%s",
