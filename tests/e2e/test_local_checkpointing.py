@@ -19,6 +19,7 @@ from arthex.adapters.local import LocalBackend  # noqa: E402
 from arthex.adapters.local.layers import decoder_layers  # noqa: E402
 from arthex.adapters.local.packing import pack  # noqa: E402
 from arthex.adapters.local.trainer import PolicyTrainer, TrainerSettings  # noqa: E402
+from arthex.adapters.local.trainer_protocol import Update  # noqa: E402
 from arthex.core.config import TrainConfig  # noqa: E402
 from arthex.core.conversations import conversation_from  # noqa: E402
 from arthex.core.errors import InvalidInputError  # noqa: E402
@@ -142,7 +143,7 @@ def test_each_layer_runs_twice_per_pass_only_when_checkpointed(base_model: str, 
         attention.register_forward_hook(lambda *_, i=index: calls.append(i))
     config = TrainConfig(learning_rate=1e-3)
     batch = pack(synthetic_groups(1, 2), config, max_length=trainer.max_length, pad_token_id=0)
-    for _ in trainer.train(batch, config, reference=None):
+    for _ in trainer.train(Update(batch, config, reference=None)):
         pass
     assert sorted(calls) == sorted(list(range(len(layers))) * (2 if on else 1))
 

@@ -395,6 +395,7 @@ class LocalBackend(BackendTrainEntry):
         the latest checkpoint, so memory never drifts from disk."""
         from . import checkpoints as ckpt
         from .packing import pack
+        from .trainer_protocol import Update
 
         state = self._require(run)
         async with state.lock:
@@ -433,8 +434,9 @@ class LocalBackend(BackendTrainEntry):
             try:
                 # as on the TinkerBackend: the backend's loss replaces the default (cispo) only
                 custom = self._loss_fn if config.loss_fn == "cispo" else None
-                steps = trainer.train(
-                    batch, config, reference=reference, extra_metrics=counts, custom_loss=custom
+                steps = (
+                    {**metrics, **counts}
+                    for metrics in trainer.train(Update(batch, config, reference, custom))
                 )
                 async with contextlib.aclosing(self._update(state, step, steps)) as updates:
                     async for metrics in updates:

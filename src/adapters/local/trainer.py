@@ -29,7 +29,6 @@ from typing import Any
 import attrs
 import torch
 
-from ...core.config import CustomLoss, TrainConfig
 from ...core.errors import CorruptDataError, InvalidInputError
 from ..hf_quiet import quiet_hf
 from ..hub import one_line, resolve_base_model
@@ -40,6 +39,7 @@ from .logprobs import DEFAULT_CHUNK_TOKENS, scatter_rows, selected_logprobs
 from .loss import LossSettings, LossStats, custom_token_loss, token_policy_loss
 from .packing import PackedBatch
 from .step_plan import WholeBatch, part_of
+from .trainer_protocol import Update
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = (
     "q_proj",
@@ -281,21 +281,11 @@ class PolicyTrainer:
 
     # --- training -----------------------------------------------------------------------
 
-    def train(
-        self,
-        batch: PackedBatch,
-        config: TrainConfig,
-        *,
-        reference: Path | None,
-        extra_metrics: dict[str, float] | None = None,
-        custom_loss: CustomLoss | None = None,
-    ) -> Iterator[dict[str, float]]:
-        """Optimizer steps over the batch, yielding each one's metrics as it finishes.
-
-        `reference` is the KL reference checkpoint (None: the base weights); it is used only
-        when the config's KL coefficient is > 0. `custom_loss` replaces the config's loss
-        (loss.custom_token_loss). The row order is the batch's (the backend
-        shuffles it with a seed derived from the run's seed and step)."""
+    def train(self, update: Update) -> Iterator[dict[str, float]]:
+        """Optimizer steps over the update's batch, yielding each one's metrics as it
+        finishes. The row order is the batch's (the backend shuffles it with a seed derived
+        from the run's seed and step)."""
+        batch, config, custom_loss = update.batch, update.config, update.custom_loss
         assert self.optimizer is not None and self.model is not None
         self.use_optimizer_for("rl")
         settings = LossSettings.from_config(config)
@@ -303,7 +293,7 @@ class PolicyTrainer:
         rows = batch.num_rows
         per_step = config.grad_accumulation_sequences or rows
         chunks = [list(range(i, min(i + per_step, rows))) for i in range(0, rows, per_step)]
-        ref = self._reference_logprobs(batch, chunks, reference) if kl_on else None
+        ref = self._reference_logprobs(batch, chunks, update.reference) if kl_on else None
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         device = torch.device(self.settings.device)
         for group in self.optimizer.param_groups:
@@ -349,7 +339,6 @@ class PolicyTrainer:
                     "data/step_num_tokens": normalizer,
                     "data/step_num_sequences": float(len(chunk_rows)),
                     "data/step_num_gradient_steps": float(len(chunks)),
-                    **(extra_metrics or {}),
                 }
             )
             yield metrics

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import torch
 
 from ...core.config import CustomLoss, TrainConfig
@@ -15,6 +16,18 @@ from .packing import PackedBatch
 if TYPE_CHECKING:
     from .distributed.world import World
     from .trainer import TrainerSettings
+
+
+@attrs.frozen
+class Update:
+    """What one train call trains on: the packed batch and its config, the KL reference
+    checkpoint (None: the base weights; used only when the config's KL coefficient is > 0),
+    and a custom loss that replaces the config's (loss.custom_token_loss)."""
+
+    batch: PackedBatch
+    config: TrainConfig
+    reference: Path | None
+    custom_loss: CustomLoss | None = None
 
 
 class Trainer(Protocol):
@@ -28,15 +41,7 @@ class Trainer(Protocol):
 
     def load(self, checkpoint: Path | None) -> None: ...
 
-    def train(
-        self,
-        batch: PackedBatch,
-        config: TrainConfig,
-        *,
-        reference: Path | None,
-        extra_metrics: dict[str, float] | None = None,
-        custom_loss: CustomLoss | None = None,
-    ) -> Iterator[dict[str, float]]: ...
+    def train(self, update: Update) -> Iterator[dict[str, float]]: ...
 
     def write_checkpoint(self, directory: Path) -> None: ...
 

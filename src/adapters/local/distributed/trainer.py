@@ -23,12 +23,11 @@ from typing import Any
 import attrs
 import torch
 
-from ....core.config import CustomLoss, TrainConfig
 from ....core.errors import InvalidInputError
 from .. import checkpoint_io
 from .. import checkpoints as ckpt
-from ..packing import PackedBatch
 from ..trainer import TrainerSettings
+from ..trainer_protocol import Update
 from .channel import encode_batch
 from .supervisor import Supervisor
 from .world import World
@@ -63,25 +62,17 @@ class DistributedTrainer:
         if not self.supervisor.failed:
             self._ready()
 
-    def train(
-        self,
-        batch: PackedBatch,
-        config: TrainConfig,
-        *,
-        reference: Path | None,
-        extra_metrics: dict[str, float] | None = None,
-        custom_loss: CustomLoss | None = None,
-    ) -> Iterator[dict[str, float]]:
-        if custom_loss is not None:  # refused by the backend before a step starts
+    def train(self, update: Update) -> Iterator[dict[str, float]]:
+        if update.custom_loss is not None:  # refused by the backend before a step starts
             raise InvalidInputError("a custom loss_fn trains in one process only")
         self._ready()
         self._trained = True
+        reference = update.reference
         args = {
-            "config": attrs.asdict(config),
+            "config": attrs.asdict(update.config),
             "reference": str(reference) if reference is not None else None,
-            "extra": dict(extra_metrics or {}),
         }
-        for kind, data in self.supervisor.call("train", args, blob=encode_batch(batch)):
+        for kind, data in self.supervisor.call("train", args, blob=encode_batch(update.batch)):
             if kind == "step":
                 yield {str(k): float(v) for k, v in data.items()}
 

@@ -182,6 +182,7 @@ def _execute(trainer: Any, reply: _Replies, command: dict[str, Any]) -> bool:
     import torch.distributed as dist
 
     from ....core.config import TrainConfig
+    from ..trainer_protocol import Update
     from .channel import decode_batch
 
     op, args = command["op"], command.get("args", {})
@@ -200,9 +201,7 @@ def _execute(trainer: Any, reply: _Replies, command: dict[str, Any]) -> bool:
         batch = decode_batch(reply.blob())
         config = TrainConfig(**args["config"])
         reference = Path(args["reference"]) if args.get("reference") else None
-        for metrics in trainer.train(
-            batch, config, reference=reference, extra_metrics=args.get("extra")
-        ):
+        for metrics in trainer.train(Update(batch, config, reference)):
             reply("step", metrics)
         reply("done", None)
     elif op == "save":
