@@ -13,6 +13,11 @@ import typer
 
 from .common import BASE_PATH_OPT, UsageError, one_line_errors, option, resolve_model
 
+# each the choices an option's help shows and the values it accepts
+MODES = ("auto", "lora", "full")
+DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("auto", "torch", "vllm")
+
 
 def doctor(
     run_dir: str | None = typer.Argument(
@@ -40,19 +45,19 @@ def doctor(
         "N", "Sequences per training step (groups x rollouts).", default=16, at_least=1
     ),
     mode: str = option(
-        "auto|lora|full",
+        "|".join(MODES),
         "LoRA or full fine-tuning; auto: full below 50M parameters, as the backend does.",
         default="auto",
     ),
     lora_rank: int = option("R", "The LoRA rank.", default=8, at_least=1),
-    device: str = option("auto|cpu|cuda", "Plan for this device kind.", default="auto"),
+    device: str = option("|".join(DEVICES), "Plan for this device kind.", default="auto"),
     device_memory: str | None = option(
         "SIZE",
         "Plan against this much memory (24GiB, 80GB) instead of what is free here.",
         shown=False,
     ),
     engine: str = option(
-        "auto|torch|vllm",
+        "|".join(ENGINES),
         "The sampling engine; auto: vLLM when installed and on a GPU.",
         default="auto",
     ),
@@ -79,9 +84,9 @@ def doctor(
     with one_line_errors():
         for value, name, choices in (
             (backend, "--backend", BACKENDS),
-            (mode, "--mode", ("auto", "lora", "full")),
-            (device, "--device", ("auto", "cpu", "cuda")),
-            (engine, "--engine", ("auto", "torch", "vllm")),
+            (mode, "--mode", MODES),
+            (device, "--device", DEVICES),
+            (engine, "--engine", ENGINES),
         ):
             if value not in choices:
                 raise UsageError(f"{name} must be one of {'|'.join(choices)}, got {value!r}")
