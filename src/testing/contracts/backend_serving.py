@@ -5,9 +5,10 @@ probability."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any, TypeVar
 
 import pytest
-from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion import ChatCompletion, Choice
 
 from ...core.identity import ModelSpec
 from ...core.trajectories import Trajectory, TrajectoryGroup
@@ -17,23 +18,30 @@ from .scenario import (
     PROMPT,
     SERVE_WHILE_TRAINING_S,
     Greedy,
+    Scenario,
     greedy,
     openai_client_for,
     rollout_groups,
     run_scenario,
 )
 
+T = TypeVar("T")
+
 
 class ServingContract(BackendFixtures):
     """The `inference` capability, and the learning signal seen through it."""
+
+    def _served(self, backend: TrainingBackend, spec: ModelSpec, scenario: Scenario[T]) -> T:
+        """Run the scenario when the backend serves what it trains; skip the test, naming the
+        capability, when it does not."""
+        require(backend, Capability.INFERENCE)
+        return run_scenario(backend, spec, scenario)
 
     # -- serving -------------------------------------------------------------------------
 
     def test_endpoint_serves_each_step_with_logprobs_and_token_ids(
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        require(backend, Capability.INFERENCE)
-
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
         ) -> tuple[set[str], Choice]:
@@ -45,7 +53,7 @@ class ServingContract(BackendFixtures):
                 )
             return names, response.choices[0]
 
-        names, choice = run_scenario(backend, spec, scenario)
+        names, choice = self._served(backend, spec, scenario)
         assert {spec.run.inference_name(), spec.run.inference_name(0)} <= names
         extra = choice.model_extra or {}
         assert extra.get("prompt_token_ids"), "choices carry the prompt's token ids"
@@ -56,8 +64,6 @@ class ServingContract(BackendFixtures):
     def test_step_names_resolve_to_that_steps_weights(
         self, backend: TrainingBackend, spec: ModelSpec
     ) -> None:
-        require(backend, Capability.INFERENCE)
-
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
         ) -> tuple[Greedy, Greedy, Greedy, Greedy]:
@@ -70,7 +76,7 @@ class ServingContract(BackendFixtures):
                 await greedy(endpoint, s.run.inference_name()),
             )
 
-        before, step0, step2, latest = run_scenario(backend, spec, scenario)
+        before, step0, step2, latest = self._served(backend, spec, scenario)
         assert step0.tokens == before.tokens
         assert step0.logprob == pytest.approx(before.logprob, abs=1e-3)
         assert latest.tokens == step2.tokens
@@ -84,7 +90,6 @@ class ServingContract(BackendFixtures):
         received, the rest not yet asked for), requests for the step it trains from are
         answered, by that step's weights. A backend that locked serving while training
         would leave the request waiting for the call, which waits for this test."""
-        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
@@ -103,7 +108,7 @@ class ServingContract(BackendFixtures):
                 pass
             return before, during, await b.get_step(s.run)
 
-        before, during, step = run_scenario(backend, spec, scenario)
+        before, during, step = self._served(backend, spec, scenario)
         assert step == 1
         assert during.tokens == before.tokens
         assert during.logprob == pytest.approx(before.logprob, abs=1e-3)
@@ -113,32 +118,25 @@ class ServingContract(BackendFixtures):
     ) -> None:
         """The learning signal: for a fixed prompt, reward one completion over another for a
         few steps; the rewarded one becomes more likely under the served model."""
-        require(backend, Capability.INFERENCE)
 
         async def scenario(
             b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
         ) -> tuple[Greedy, Greedy, list[int]]:
             assert endpoint is not None
             async with openai_client_for(endpoint) as client:
-                good = (
-                    await client.chat.completions.create(
+
+                async def reply(**sampling: Any) -> Choice:
+                    response: ChatCompletion = await client.chat.completions.create(
                         model=s.run.inference_name(),
                         messages=PROMPT,
                         max_tokens=6,
-                        temperature=0,
                         logprobs=True,
+                        **sampling,
                     )
-                ).choices[0]
-                bad = (
-                    await client.chat.completions.create(
-                        model=s.run.inference_name(),
-                        messages=PROMPT,
-                        max_tokens=6,
-                        temperature=1.0,
-                        logprobs=True,
-                        seed=7,
-                    )
-                ).choices[0]
+                    return response.choices[0]
+
+                good = await reply(temperature=0)
+                bad = await reply(temperature=1.0, seed=7)
             before = await greedy(endpoint, s.run.inference_name(0))
             group = TrajectoryGroup(
                 [
@@ -154,7 +152,7 @@ class ServingContract(BackendFixtures):
             after = await greedy(endpoint, s.run.inference_name())
             return before, after, list((bad.model_extra or {})["token_ids"])
 
-        before, after, bad_tokens = run_scenario(backend, spec, scenario)
+        before, after, bad_tokens = self._served(backend, spec, scenario)
         assert before.tokens != bad_tokens, "the sampled completion should differ from greedy"
         assert after.tokens == before.tokens
         assert after.logprob > before.logprob + 1.0, (
