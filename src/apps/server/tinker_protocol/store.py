@@ -44,6 +44,19 @@ def iso(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat()
 
 
+def run_metadata(body: Mapping[str, Any]) -> dict[str, str] | None:
+    """A create request's `user_metadata`: strings to strings, the shape the SDK reads back in
+    a training run (recipes keep their renderer's name there), or a 400."""
+    value = body.get("user_metadata")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise HttpError(400, f"user_metadata must map strings to strings, got {value!r}")
+    return dict(value)
+
+
 def checkpoint_meta(base_model: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """What `meta.json` records of a save request (its TTL becomes `expires_at`)."""
     ttl = body.get("ttl_seconds")
@@ -105,7 +118,12 @@ class RunStore:
         return self.run_dir(run_id) / segment / name
 
     def write_run(
-        self, run_id: str, base_model: str, lora: LoraSettings, session_id: str | None
+        self,
+        run_id: str,
+        base_model: str,
+        lora: LoraSettings,
+        session_id: str | None,
+        user_metadata: dict[str, str] | None = None,
     ) -> None:
         record = {
             "run_id": run_id,
@@ -113,6 +131,7 @@ class RunStore:
             "lora": lora.to_json(),
             "session_id": session_id,
             "created": now(),
+            "user_metadata": user_metadata,
         }
         atomic_write_bytes(self.run_dir(run_id) / "run.json", json.dumps(record).encode())
 
@@ -123,6 +142,15 @@ class RunStore:
             return str(record["base_model"]), LoraSettings.from_json(record["lora"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def run_user_metadata(self, run_id: str) -> dict[str, str] | None:
+        """The `user_metadata` a run was created with (recorded before it existed: None)."""
+        try:
+            record = json.loads((self.run_dir(run_id) / "run.json").read_text())
+        except (OSError, ValueError):
+            return None
+        value = record.get("user_metadata")
+        return dict(value) if isinstance(value, dict) else None
 
     def parse(self, path: str) -> tuple[str, str, str]:
         """`tinker://<run>/<segment>/<name>` -> (run, segment, name), or a 400."""

@@ -20,7 +20,7 @@ from .compute import TrainingRun
 from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures, RequestOrder, Work
 from .sessions import Sessions
-from .store import RunStore, checkpoint_meta, iso
+from .store import RunStore, checkpoint_meta, iso, run_metadata
 from .wire import (
     Reply,
     adam_settings,
@@ -110,6 +110,7 @@ class TrainingRuns:
         if not isinstance(lora, dict):
             raise HttpError(400, "the tinker emulator trains LoRA only; pass a lora_config")
         check_adam_config(body.get("optimizer_config"))
+        metadata = run_metadata(body)
         settings = LoraSettings.from_json(lora)
         run = Run(
             run_id=str(uuid.uuid4()),
@@ -117,7 +118,7 @@ class TrainingRuns:
             lora=settings,
             session_id=session_id,
         )
-        self._store.write_run(run.run_id, run.base_model, run.lora, run.session_id)
+        self._store.write_run(run.run_id, run.base_model, run.lora, run.session_id, metadata)
         with self._lock:
             self._runs[run.run_id] = run
 
@@ -141,6 +142,7 @@ class TrainingRuns:
         source = self.get(source_id)
         if body.get("session_id") is not None:  # create-via-load: a new training run
             session_id = self._sessions.require(body)
+            metadata = run_metadata(body)
             if body.get("base_model") is not None:
                 self.check_base(body.get("base_model"))
             run = Run(
@@ -153,7 +155,7 @@ class TrainingRuns:
                 if run.run_id in self._runs:
                     raise HttpError(400, f"model {run.run_id} already exists")
                 self._runs[run.run_id] = run
-            self._store.write_run(run.run_id, run.base_model, run.lora, run.session_id)
+            self._store.write_run(run.run_id, run.base_model, run.lora, run.session_id, metadata)
 
             def create() -> Reply:
                 run.built = TrainingRun(self._base, run.lora)
@@ -248,7 +250,7 @@ class TrainingRuns:
                 "last_request_time": iso(run.order.last_request),
                 "last_checkpoint": last.get("training"),
                 "last_sampler_checkpoint": last.get("sampler"),
-                "user_metadata": None,
+                "user_metadata": self._store.run_user_metadata(run.run_id),
             }
         )
 
