@@ -67,6 +67,13 @@ _TOKENIZE = (
     "arthex's backends tokenize from the token ids the server returned; to tokenize "
     "yourself use transformers.AutoTokenizer.from_pretrained(base_model)"
 )
+_SEQUENCES = (
+    "arthex.art.preprocessing.tokenize.tokenize_trajectory_groups shows the sequences training sees"
+)
+_SFT_TOKENS = (
+    "arthex's SFT renders the chat template and masks all but the assistant turns inside "
+    "model.train_sft(...)"
+)
 _CAPTURE = (
     "use arthex.capture() (a scope or a decorator), arthex.capture_trajectory(...) or "
     "arthex.current_trajectory(): every chat completion to a watched endpoint is recorded"
@@ -124,7 +131,6 @@ REFUSED_PACKAGES: dict[str, str] = {
     ),
     "art.megatron": _MEGATRON,
     "art.pipeline_tuner": _AUTOTUNE,
-    "art.preprocessing": _TOKENIZE,
     "art.tau_bench": (
         "arthex has no tau-bench client; call the benchmark's own client from the rollout"
     ),
@@ -159,6 +165,21 @@ REFUSED_MODULES: dict[str, str] = {
     "art.pipeline_trainer.status": "arthex.PipelineTrainer prints its own progress",
     "art.pipeline_trainer.yes_no_maybe_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
+    ),
+    "art.preprocessing.dynamo_tokens": (
+        "arthex reads a Choice's logprobs from choice.logprobs; Dynamo's metadata is not read"
+    ),
+    "art.preprocessing.inputs": "arthex's trainer builds its own inputs; " + _SEQUENCES,
+    "art.preprocessing.moe_routing": (
+        "arthex does not replay MoE expert routing; its trainer recomputes the routing"
+    ),
+    "art.preprocessing.pack": "arthex's trainer packs one sequence per row; " + _SEQUENCES,
+    "art.preprocessing.policy_spans": _INTERNAL,
+    "art.preprocessing.response_masking": _SFT_TOKENS,
+    "art.preprocessing.sft": _SFT_TOKENS,
+    "art.preprocessing.vllm_tokens": (
+        "arthex's servers put prompt_token_ids and token_ids on each Choice; "
+        "vLLM gives them with return_token_ids"
     ),
     "art.runtime_diagnostics": _VLLM,
     "art.serverless.client": (
@@ -505,6 +526,22 @@ MODULES: dict[str, dict[str, Entry]] = {
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },
     "art.pipeline_trainer.types": {**_ROLLOUT_TYPES, "ScalarMetadataValue": _METADATA_VALUE},
+    "art.preprocessing": {},
+    "art.preprocessing.tokenize": {
+        **{
+            name: Use("arthex.adapters.local.tokenized", name)
+            for name in (
+                "ChatTemplateTool",
+                "ChatTemplateToolSchemaFormat",
+                "TokenizedResult",
+                "assemble_vllm_training_sequences",
+                "tokenize_trajectory",
+                "tokenize_trajectory_groups",
+            )
+        },
+        "SFTBatch": Refuse(_SFT_TOKENS),
+        "tokenize_sft_batch": Refuse(_SFT_TOKENS),
+    },
     "art.rewards": {"ruler": _RULER, "ruler_score_group": _RULER_GROUP},
     "art.rewards.ruler": {
         "DEFAULT_RUBRIC": Use("arthex.rewards.prompt", "DEFAULT_RUBRIC"),
