@@ -97,9 +97,9 @@ _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do th
 
 
 def _shape(name: str) -> Use:
-    """ART's TypedDicts of backend settings: accepted as plain dicts (the model warns they
-    are ignored and names the backend argument to use)."""
-    return Use("arthex.art.dev", name)
+    """ART's TypedDicts of backend settings, with ART's keys (the model takes them and warns
+    they are ignored, naming the backend argument to use)."""
+    return Use("arthex.art.dev.engine" if name == "EngineArgs" else "arthex.art.dev.model", name)
 
 
 _SETTINGS_SHAPES = (
@@ -115,6 +115,15 @@ _SETTINGS_SHAPES = (
     "TinkerTrainingClientArgs",
     "VllmRuntimeArgs",
 )
+_DEV_OTHERS: dict[str, Entry] = {
+    "OpenAIServerConfig": Use("arthex.art.dev.openai_server", "OpenAIServerConfig"),
+    "ServerArgs": Use("arthex.art.dev.openai_server", "ServerArgs"),
+    "TrainConfig": Use("arthex.art.dev.train", "TrainConfig"),
+    "TrainSFTConfig": Use("arthex.art.dev.train", "TrainSFTConfig"),
+    "is_dedicated_mode": Use("arthex.art.dev.validate", "is_dedicated_mode"),
+    "is_external_vllm_mode": Use("arthex.art.dev.validate", "is_external_vllm_mode"),
+    "validate_dedicated_config": Use("arthex.art.dev.validate", "validate_dedicated_config"),
+}
 
 REFUSED_PACKAGES: dict[str, str] = {
     "art.distributed": (
@@ -146,9 +155,7 @@ REFUSED_PACKAGES: dict[str, str] = {
 REFUSED_MODULES: dict[str, str] = {
     "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.dev.get_model_config": _BACKEND_SETTINGS,
     "art.dev.sequence_lengths": _BACKEND_SETTINGS,
-    "art.dev.validate": _BACKEND_SETTINGS,
     "art.guided_completion": "pass response_format or tool_choice to the OpenAI client yourself",
     "art.local.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
@@ -322,8 +329,6 @@ _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
 _TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
 _METRICS_NAME = Refuse(_METRICS)
-_DEV_TRAIN = Refuse("pass training options to backend.train(...) or arthex.TrainConfig(...)")
-_DEV_SFT = Refuse("pass SFT options to arthex.TrainSFTConfig(...)")
 _SERVER_CONFIG = Refuse(
     "arthex's servers need no configuration passed to register(); " + _BACKEND_SETTINGS
 )
@@ -431,19 +436,17 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.batches": {"trajectory_group_batches": _BATCHES},
     "art.dev": {
         **{name: _shape(name) for name in _SETTINGS_SHAPES},
-        "OpenAIServerConfig": _SERVER_CONFIG,
+        **_DEV_OTHERS,
         "RolloutWeightUpdateMode": Refuse(_VLLM),
-        "ServerArgs": _SERVER_CONFIG,
-        "TrainConfig": _DEV_TRAIN,
-        "TrainSFTConfig": _DEV_SFT,
         "get_openai_server_config": _SERVER_CONFIG,
-        "is_dedicated_mode": Refuse(_BACKEND_SETTINGS),
-        "is_external_vllm_mode": Refuse(_VLLM),
-        "validate_dedicated_config": Refuse(_BACKEND_SETTINGS),
     },
     "art.dev.engine": {
         "EngineArgs": _shape("EngineArgs"),
         "WeightTransferConfig": Refuse(_VLLM),
+    },
+    "art.dev.get_model_config": {
+        name: Use("arthex.art.dev.get_model_config", name)
+        for name in ("default_target_modules", "get_model_config")
     },
     "art.dev.model": {
         **{name: _shape(name) for name in _SETTINGS_SHAPES if name != "EngineArgs"},
@@ -452,18 +455,25 @@ MODULES: dict[str, dict[str, Entry]] = {
         "HubStrategy": _HF_TRAINER,
         "IntervalStrategy": _HF_TRAINER,
         "OptimizerNames": _HF_TRAINER,
-        "PEFT_ARGS_MIGRATION_MESSAGE": Refuse(_BACKEND_SETTINGS),
+        "PEFT_ARGS_MIGRATION_MESSAGE": Use("arthex.art.dev.model", "PEFT_ARGS_MIGRATION_MESSAGE"),
         "RolloutWeightUpdateMode": Refuse(_VLLM),
         "SaveStrategy": _HF_TRAINER,
         "SchedulerType": _HF_TRAINER,
         "VllmRuntimeMode": Refuse(_VLLM),
     },
     "art.dev.openai_server": {
-        "OpenAIServerConfig": _SERVER_CONFIG,
-        "ServerArgs": _SERVER_CONFIG,
+        "OpenAIServerConfig": _DEV_OTHERS["OpenAIServerConfig"],
+        "ServerArgs": _DEV_OTHERS["ServerArgs"],
         "get_openai_server_config": _SERVER_CONFIG,
     },
-    "art.dev.train": {"TrainConfig": _DEV_TRAIN, "TrainSFTConfig": _DEV_SFT},
+    "art.dev.train": {
+        "TrainConfig": _DEV_OTHERS["TrainConfig"],
+        "TrainSFTConfig": _DEV_OTHERS["TrainSFTConfig"],
+    },
+    "art.dev.validate": {
+        name: _DEV_OTHERS[name]
+        for name in ("is_dedicated_mode", "is_external_vllm_mode", "validate_dedicated_config")
+    },
     "art.errors": {
         "ARTError": Use("arthex.core.errors", "ArthexError"),
         "ArtVllmMetricsTimeoutError": Refuse(_VLLM),
