@@ -84,8 +84,9 @@ _TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
 _RETENTION = "use await model.delete_checkpoints(best_checkpoint_metric=..., keep_last=...)"
 _AUTOTUNE = (
-    "arthex has no autotuner; set PipelineTrainer(num_rollout_workers=..., "
-    "max_steps_off_policy=...)"
+    "arthex has no autotuner (ART's resizes rollout workers and packing as it runs, from "
+    "vLLM's load); set them yourself: arthex.PipelineTrainer(num_rollout_workers=..., "
+    "max_steps_off_policy=..., pipeline=...)"
 )
 _DEPLOY = "arthex does not deploy to hosted providers; `arthex export` writes a folder to serve"
 _TRAIN_RESULT = (
