@@ -185,10 +185,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.preprocessing.policy_spans": _INTERNAL,
     "art.preprocessing.response_masking": _SFT_TOKENS,
     "art.preprocessing.sft": _SFT_TOKENS,
-    "art.preprocessing.vllm_tokens": (
-        "arthex's servers put prompt_token_ids and token_ids on each Choice; "
-        "vLLM gives them with return_token_ids"
-    ),
     "art.runtime_diagnostics": _VLLM,
     "art.serverless.client": (
         "use arthex.ServerlessBackend(base_url=..., api_key=...) against `arthex serve`"
@@ -552,6 +548,16 @@ MODULES: dict[str, dict[str, Entry]] = {
         },
         "SFTBatch": Refuse(_SFT_TOKENS),
         "tokenize_sft_batch": Refuse(_SFT_TOKENS),
+    },
+    "art.preprocessing.vllm_tokens": {
+        name: Use("arthex.utils.vllm_tokens", name)
+        for name in (
+            "COMPLETION_TOKENS_KEY",
+            "attach_completion_token_metadata",
+            "attach_vllm_token_metadata_to_choice",
+            "choice_completion_tokens",
+            "choice_vllm_token_metadata",
+        )
     },
     "art.rewards": {"ruler": _RULER, "ruler_score_group": _RULER_GROUP},
     "art.rewards.ruler": {
