@@ -63,12 +63,13 @@ _BACKEND_SETTINGS = (
     "arthex.LocalBackend(engine=..., lora_rank=..., lora_alpha=..., lora_target_modules=...)"
 )
 _MEGATRON = "use arthex.LocalBackend(world_size=N) to train on several GPUs"
-_TOKENIZE = (
-    "arthex's backends tokenize from the token ids the server returned; to tokenize "
-    "yourself use transformers.AutoTokenizer.from_pretrained(base_model)"
-)
 _SEQUENCES = (
     "arthex.art.preprocessing.tokenize.tokenize_trajectory_groups shows the sequences training sees"
+)
+_TOKENIZE = (
+    "arthex's backends tokenize from the token ids the server returned; "
+    + _SEQUENCES
+    + ", and transformers.AutoTokenizer.from_pretrained(base_model) tokenizes text"
 )
 _SFT_TOKENS = (
     "arthex's SFT renders the chat template and masks all but the assistant turns inside "
