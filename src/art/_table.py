@@ -63,9 +63,17 @@ _BACKEND_SETTINGS = (
     "arthex.LocalBackend(engine=..., lora_rank=..., lora_alpha=..., lora_target_modules=...)"
 )
 _MEGATRON = "use arthex.LocalBackend(world_size=N) to train on several GPUs"
+_SEQUENCES = (
+    "arthex.art.preprocessing.tokenize.tokenize_trajectory_groups shows the sequences training sees"
+)
 _TOKENIZE = (
-    "arthex's backends tokenize from the token ids the server returned; to tokenize "
-    "yourself use transformers.AutoTokenizer.from_pretrained(base_model)"
+    "arthex's backends tokenize from the token ids the server returned; "
+    + _SEQUENCES
+    + ", and transformers.AutoTokenizer.from_pretrained(base_model) tokenizes text"
+)
+_SFT_TOKENS = (
+    "arthex's SFT renders the chat template and masks all but the assistant turns inside "
+    "model.train_sft(...)"
 )
 _CAPTURE = (
     "use arthex.capture() (a scope or a decorator), arthex.capture_trajectory(...) or "
@@ -77,8 +85,9 @@ _TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
 _RETENTION = "use await model.delete_checkpoints(best_checkpoint_metric=..., keep_last=...)"
 _AUTOTUNE = (
-    "arthex has no autotuner; set PipelineTrainer(num_rollout_workers=..., "
-    "max_steps_off_policy=...)"
+    "arthex has no autotuner (ART's resizes rollout workers and packing as it runs, from "
+    "vLLM's load); set them yourself: arthex.PipelineTrainer(num_rollout_workers=..., "
+    "max_steps_off_policy=..., pipeline=...)"
 )
 _DEPLOY = "arthex does not deploy to hosted providers; `arthex export` writes a folder to serve"
 _TRAIN_RESULT = (
@@ -90,9 +99,9 @@ _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do th
 
 
 def _shape(name: str) -> Use:
-    """ART's TypedDicts of backend settings: accepted as plain dicts (the model warns they
-    are ignored and names the backend argument to use)."""
-    return Use("arthex.art.dev", name)
+    """ART's TypedDicts of backend settings, with ART's keys (the model takes them and warns
+    they are ignored, naming the backend argument to use)."""
+    return Use("arthex.art.dev.engine" if name == "EngineArgs" else "arthex.art.dev.model", name)
 
 
 _SETTINGS_SHAPES = (
@@ -108,6 +117,15 @@ _SETTINGS_SHAPES = (
     "TinkerTrainingClientArgs",
     "VllmRuntimeArgs",
 )
+_DEV_OTHERS: dict[str, Entry] = {
+    "OpenAIServerConfig": Use("arthex.art.dev.openai_server", "OpenAIServerConfig"),
+    "ServerArgs": Use("arthex.art.dev.openai_server", "ServerArgs"),
+    "TrainConfig": Use("arthex.art.dev.train", "TrainConfig"),
+    "TrainSFTConfig": Use("arthex.art.dev.train", "TrainSFTConfig"),
+    "is_dedicated_mode": Use("arthex.art.dev.validate", "is_dedicated_mode"),
+    "is_external_vllm_mode": Use("arthex.art.dev.validate", "is_external_vllm_mode"),
+    "validate_dedicated_config": Use("arthex.art.dev.validate", "validate_dedicated_config"),
+}
 
 REFUSED_PACKAGES: dict[str, str] = {
     "art.distributed": (
@@ -124,7 +142,6 @@ REFUSED_PACKAGES: dict[str, str] = {
     ),
     "art.megatron": _MEGATRON,
     "art.pipeline_tuner": _AUTOTUNE,
-    "art.preprocessing": _TOKENIZE,
     "art.tau_bench": (
         "arthex has no tau-bench client; call the benchmark's own client from the rollout"
     ),
@@ -140,9 +157,7 @@ REFUSED_PACKAGES: dict[str, str] = {
 REFUSED_MODULES: dict[str, str] = {
     "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.dev.get_model_config": _BACKEND_SETTINGS,
     "art.dev.sequence_lengths": _BACKEND_SETTINGS,
-    "art.dev.validate": _BACKEND_SETTINGS,
     "art.guided_completion": "pass response_format or tool_choice to the OpenAI client yourself",
     "art.local.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
@@ -160,6 +175,17 @@ REFUSED_MODULES: dict[str, str] = {
     "art.pipeline_trainer.yes_no_maybe_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
     ),
+    "art.preprocessing.dynamo_tokens": (
+        "arthex reads a Choice's logprobs from choice.logprobs; Dynamo's metadata is not read"
+    ),
+    "art.preprocessing.inputs": "arthex's trainer builds its own inputs; " + _SEQUENCES,
+    "art.preprocessing.moe_routing": (
+        "arthex does not replay MoE expert routing; its trainer recomputes the routing"
+    ),
+    "art.preprocessing.pack": "arthex's trainer packs one sequence per row; " + _SEQUENCES,
+    "art.preprocessing.policy_spans": _INTERNAL,
+    "art.preprocessing.response_masking": _SFT_TOKENS,
+    "art.preprocessing.sft": _SFT_TOKENS,
     "art.runtime_diagnostics": _VLLM,
     "art.serverless.client": (
         "use arthex.ServerlessBackend(base_url=..., api_key=...) against `arthex serve`"
@@ -301,8 +327,6 @@ _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
 _TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
 _METRICS_NAME = Refuse(_METRICS)
-_DEV_TRAIN = Refuse("pass training options to backend.train(...) or arthex.TrainConfig(...)")
-_DEV_SFT = Refuse("pass SFT options to arthex.TrainSFTConfig(...)")
 _SERVER_CONFIG = Refuse(
     "arthex's servers need no configuration passed to register(); " + _BACKEND_SETTINGS
 )
@@ -410,19 +434,17 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.batches": {"trajectory_group_batches": _BATCHES},
     "art.dev": {
         **{name: _shape(name) for name in _SETTINGS_SHAPES},
-        "OpenAIServerConfig": _SERVER_CONFIG,
+        **_DEV_OTHERS,
         "RolloutWeightUpdateMode": Refuse(_VLLM),
-        "ServerArgs": _SERVER_CONFIG,
-        "TrainConfig": _DEV_TRAIN,
-        "TrainSFTConfig": _DEV_SFT,
         "get_openai_server_config": _SERVER_CONFIG,
-        "is_dedicated_mode": Refuse(_BACKEND_SETTINGS),
-        "is_external_vllm_mode": Refuse(_VLLM),
-        "validate_dedicated_config": Refuse(_BACKEND_SETTINGS),
     },
     "art.dev.engine": {
         "EngineArgs": _shape("EngineArgs"),
         "WeightTransferConfig": Refuse(_VLLM),
+    },
+    "art.dev.get_model_config": {
+        name: Use("arthex.art.dev.get_model_config", name)
+        for name in ("default_target_modules", "get_model_config")
     },
     "art.dev.model": {
         **{name: _shape(name) for name in _SETTINGS_SHAPES if name != "EngineArgs"},
@@ -431,18 +453,25 @@ MODULES: dict[str, dict[str, Entry]] = {
         "HubStrategy": _HF_TRAINER,
         "IntervalStrategy": _HF_TRAINER,
         "OptimizerNames": _HF_TRAINER,
-        "PEFT_ARGS_MIGRATION_MESSAGE": Refuse(_BACKEND_SETTINGS),
+        "PEFT_ARGS_MIGRATION_MESSAGE": Use("arthex.art.dev.model", "PEFT_ARGS_MIGRATION_MESSAGE"),
         "RolloutWeightUpdateMode": Refuse(_VLLM),
         "SaveStrategy": _HF_TRAINER,
         "SchedulerType": _HF_TRAINER,
         "VllmRuntimeMode": Refuse(_VLLM),
     },
     "art.dev.openai_server": {
-        "OpenAIServerConfig": _SERVER_CONFIG,
-        "ServerArgs": _SERVER_CONFIG,
+        "OpenAIServerConfig": _DEV_OTHERS["OpenAIServerConfig"],
+        "ServerArgs": _DEV_OTHERS["ServerArgs"],
         "get_openai_server_config": _SERVER_CONFIG,
     },
-    "art.dev.train": {"TrainConfig": _DEV_TRAIN, "TrainSFTConfig": _DEV_SFT},
+    "art.dev.train": {
+        "TrainConfig": _DEV_OTHERS["TrainConfig"],
+        "TrainSFTConfig": _DEV_OTHERS["TrainSFTConfig"],
+    },
+    "art.dev.validate": {
+        name: _DEV_OTHERS[name]
+        for name in ("is_dedicated_mode", "is_external_vllm_mode", "validate_dedicated_config")
+    },
     "art.errors": {
         "ARTError": Use("arthex.core.errors", "ArthexError"),
         "ArtVllmMetricsTimeoutError": Refuse(_VLLM),
@@ -505,6 +534,32 @@ MODULES: dict[str, dict[str, Entry]] = {
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },
     "art.pipeline_trainer.types": {**_ROLLOUT_TYPES, "ScalarMetadataValue": _METADATA_VALUE},
+    "art.preprocessing": {},
+    "art.preprocessing.tokenize": {
+        **{
+            name: Use("arthex.adapters.local.tokenized", name)
+            for name in (
+                "ChatTemplateTool",
+                "ChatTemplateToolSchemaFormat",
+                "TokenizedResult",
+                "assemble_vllm_training_sequences",
+                "tokenize_trajectory",
+                "tokenize_trajectory_groups",
+            )
+        },
+        "SFTBatch": Refuse(_SFT_TOKENS),
+        "tokenize_sft_batch": Refuse(_SFT_TOKENS),
+    },
+    "art.preprocessing.vllm_tokens": {
+        name: Use("arthex.utils.vllm_tokens", name)
+        for name in (
+            "COMPLETION_TOKENS_KEY",
+            "attach_completion_token_metadata",
+            "attach_vllm_token_metadata_to_choice",
+            "choice_completion_tokens",
+            "choice_vllm_token_metadata",
+        )
+    },
     "art.rewards": {"ruler": _RULER, "ruler_score_group": _RULER_GROUP},
     "art.rewards.ruler": {
         "DEFAULT_RUBRIC": Use("arthex.rewards.prompt", "DEFAULT_RUBRIC"),

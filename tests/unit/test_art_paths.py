@@ -206,10 +206,11 @@ def test_the_paths_users_import_are_arthexs_own_objects(dotted: str) -> None:
 
 
 def test_supported_names_are_re_exports_not_new_implementations() -> None:
-    shapes = {"arthex.art.dev"}  # ART's settings TypedDicts: plain dicts, see art/dev
+    # ART's settings TypedDicts and their helpers describe arthex's backend settings in ART's
+    # vocabulary: they are ART's surface, so they live in arthex.art.dev (see art/dev)
     for path, name in art_names():
         entry = _table.MODULES[path][name]
-        if not isinstance(entry, _table.Use) or entry.module in shapes:
+        if not isinstance(entry, _table.Use) or entry.module.startswith("arthex.art.dev"):
             continue
         value = entry.resolve()
         owner = getattr(value, "__module__", None)
@@ -329,6 +330,8 @@ def _type_checking_names(file: Path) -> set[str]:
             assert exported == names, file
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)  # art.dev's own shapes
+        elif isinstance(node, ast.ClassDef | ast.FunctionDef) and not node.name.startswith("_"):
+            names.add(node.name)
     return names
 
 
@@ -387,7 +390,7 @@ def test_the_migration_guide_lists_every_path_and_name() -> None:
 
 # -- how much of ART's surface is refused: a number that can only fall ---------------------------
 
-REFUSED_NAMES_AT_MOST = 1765  # lower it as ART names become real; never raise it
+REFUSED_NAMES_AT_MOST = 1736  # lower it as ART names become real; never raise it
 
 
 def refused_names(modules: dict[str, list[str]]) -> dict[str, list[str]]:

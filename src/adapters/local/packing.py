@@ -36,7 +36,9 @@ ROW_MULTIPLE = 128
 @attrs.frozen
 class TokenSequence:
     """One conversation's tokens; `completion[i]` marks a sampled (trained) token and
-    `logprobs[i]` is its sampling logprob (NaN on prompt tokens and where unknown)."""
+    `logprobs[i]` is its sampling logprob (NaN on prompt tokens and where unknown).
+    `choice_offsets` are where each Choice's sampled tokens begin (for recorded calls, where
+    each run of sampled tokens begins: calls merged with nothing between them count once)."""
 
     tokens: tuple[int, ...]
     completion: tuple[bool, ...]
@@ -44,6 +46,7 @@ class TokenSequence:
     advantage: float
     group_index: int
     trajectory_index: int
+    choice_offsets: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -119,11 +122,12 @@ class PackedBatch:
 
 
 def build_sequences(
-    groups: Sequence[TrajectoryGroup], config: TrainConfig
+    groups: Sequence[TrajectoryGroup], config: TrainConfig, *, keep_zero_advantage: bool = False
 ) -> tuple[list[TokenSequence], int]:
-    """Sequences of every trajectory with a non-zero advantage, and the number of groups
-    whose rewards differ. Every Choice of every trajectory is checked, trainable or not, so
-    bad input fails the same way whatever the rewards are."""
+    """Sequences of every trajectory with a non-zero advantage (of every trajectory with
+    `keep_zero_advantage`), and the number of groups whose rewards differ. Every Choice of
+    every trajectory is checked, trainable or not, so bad input fails the same way whatever
+    the rewards are."""
     sequences: list[TokenSequence] = []
     trainable_groups = 0
     for g, group in enumerate(groups):
@@ -135,7 +139,7 @@ def build_sequences(
         advantages = group_advantages(rewards, scale=config.scale_rewards)
         for t, (trajectory, advantage) in enumerate(zip(group.trajectories, advantages)):
             found = _trajectory_sequences(trajectory, g, t, advantage, config)
-            if advantage != 0.0:
+            if advantage != 0.0 or keep_zero_advantage:
                 sequences.extend(found)
     return sequences, trainable_groups
 
@@ -242,6 +246,7 @@ def _trajectory_sequences(
                 advantage=advantage,
                 group_index=g,
                 trajectory_index=t,
+                choice_offsets=_run_starts(sample.trained),
             )
             for sample in token_samples(
                 trajectory,
@@ -249,36 +254,14 @@ def _trajectory_sequences(
                 allow_without_logprobs=config.allow_training_without_logprobs,
             )
         ]
-    conversations: list[tuple[str, list[MessageOrChoice]]] = [
+    conversations: list[tuple[str, Sequence[MessageOrChoice]]] = [
         ("messages_and_choices", trajectory.messages_and_choices)
     ]
     conversations += [
         (f"additional_histories[{h}].messages_and_choices", history.messages_and_choices)
         for h, history in enumerate(trajectory.additional_histories)
     ]
-    # Each built sequence is (tokens, completion mask, logprobs), grown in place.
-    built: list[tuple[list[int], list[bool], list[float]]] = []
-    for field, items in conversations:
-        current: tuple[list[int], list[bool], list[float]] | None = None
-        c = 0
-        for i, item in enumerate(items):
-            if not isinstance(item, Choice):
-                continue
-            where = f"group {g}, trajectory {t}, choice {c} ({field}[{i}])"
-            c += 1
-            prompt, sampled, sampled_logprobs = choice_tokens(
-                item, where, allow_without_logprobs=config.allow_training_without_logprobs
-            )
-            so_far = current[0] if current is not None else []
-            if current is None or prompt[: len(so_far)] != so_far or len(prompt) < len(so_far):
-                current = ([], [], [])
-                built.append(current)
-            tokens, completion, logprobs = current
-            suffix = prompt[len(tokens) :]
-            tokens += suffix + sampled
-            completion += [False] * len(suffix) + [True] * len(sampled)
-            logprobs += [math.nan] * len(suffix) + sampled_logprobs
-    found = [
+    return [
         TokenSequence(
             tokens=tuple(tokens),
             completion=tuple(completion),
@@ -286,8 +269,50 @@ def _trajectory_sequences(
             advantage=advantage,
             group_index=g,
             trajectory_index=t,
+            choice_offsets=tuple(offsets),
         )
-        for tokens, completion, logprobs in built
-        if tokens
+        for field, items in conversations
+        for tokens, completion, logprobs, offsets in conversation_tokens(
+            items,
+            f"group {g}, trajectory {t}",
+            field,
+            allow_without_logprobs=config.allow_training_without_logprobs,
+        )
     ]
-    return found
+
+
+Built = tuple[list[int], list[bool], list[float], list[int]]
+
+
+def conversation_tokens(
+    items: Sequence[MessageOrChoice], where: str, field: str, *, allow_without_logprobs: bool
+) -> list[Built]:
+    """One conversation's sequences, each (tokens, completion mask, logprobs, choice offsets):
+    a Choice whose prompt extends the current sequence grows it, any other starts a new one."""
+    built: list[Built] = []
+    current: Built | None = None
+    c = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, Choice):
+            continue
+        here = f"{where}, choice {c} ({field}[{i}])"
+        c += 1
+        prompt, sampled, sampled_logprobs = choice_tokens(
+            item, here, allow_without_logprobs=allow_without_logprobs
+        )
+        so_far = current[0] if current is not None else []
+        if current is None or prompt[: len(so_far)] != so_far or len(prompt) < len(so_far):
+            current = ([], [], [], [])
+            built.append(current)
+        tokens, completion, logprobs, offsets = current
+        suffix = prompt[len(tokens) :]
+        tokens += suffix
+        offsets.append(len(tokens))
+        tokens += sampled
+        completion += [False] * len(suffix) + [True] * len(sampled)
+        logprobs += [math.nan] * len(suffix) + sampled_logprobs
+    return [b for b in built if b[0]]
+
+
+def _run_starts(trained: Sequence[bool]) -> tuple[int, ...]:
+    return tuple(i for i, on in enumerate(trained) if on and (i == 0 or not trained[i - 1]))

@@ -4,28 +4,58 @@ ART configures the inference engine, LoRA and the trainer on the model, with the
 (`TrainableModel(_internal_config=art.dev.InternalModelConfig(...))`). arthex configures them
 on the backend (`LocalBackend(engine=..., lora_rank=..., ...)`), and its `TrainableModel`
 takes `_internal_config` and `lora_config` only to warn that they are ignored and to name the
-backend argument instead. So here each shape is a plain `dict[str, Any]`: an ART script that
-builds one runs on, and the warning says where the setting goes. ART's other names in
-`art.dev` raise a one-line error saying what to use instead.
+backend argument instead. So the shapes here are TypedDicts with ART's keys (an ART script that
+builds one runs on, and a type checker sees ART's keys), `get_model_config` says what the
+LocalBackend uses in their shape, and `validate_dedicated_config` and its predicates check a
+config with ART's rules. ART's other names in `art.dev` raise a one-line error saying what to
+use instead.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING
 
 from arthex.art._table import module_attributes
 
-InternalModelConfig: TypeAlias = dict[str, Any]
-BackendModelConfig: TypeAlias = dict[str, Any]
-InitArgs: TypeAlias = dict[str, Any]
-EngineArgs: TypeAlias = dict[str, Any]
-TrainerArgs: TypeAlias = dict[str, Any]
-PeftArgs: TypeAlias = dict[str, Any]
-LoRAConfig: TypeAlias = dict[str, Any]
-TinkerArgs: TypeAlias = dict[str, Any]
-TinkerNativeArgs: TypeAlias = dict[str, Any]
-TinkerTrainingClientArgs: TypeAlias = dict[str, Any]
-VllmRuntimeArgs: TypeAlias = dict[str, Any]
+if TYPE_CHECKING:
+    from arthex.art.dev.engine import EngineArgs as EngineArgs
+    from arthex.art.dev.model import BackendModelConfig as BackendModelConfig
+    from arthex.art.dev.model import InitArgs as InitArgs
+    from arthex.art.dev.model import InternalModelConfig as InternalModelConfig
+    from arthex.art.dev.model import LoRAConfig as LoRAConfig
+    from arthex.art.dev.model import PeftArgs as PeftArgs
+    from arthex.art.dev.model import TinkerArgs as TinkerArgs
+    from arthex.art.dev.model import TinkerNativeArgs as TinkerNativeArgs
+    from arthex.art.dev.model import TinkerTrainingClientArgs as TinkerTrainingClientArgs
+    from arthex.art.dev.model import TrainerArgs as TrainerArgs
+    from arthex.art.dev.model import VllmRuntimeArgs as VllmRuntimeArgs
+    from arthex.art.dev.openai_server import OpenAIServerConfig as OpenAIServerConfig
+    from arthex.art.dev.openai_server import ServerArgs as ServerArgs
+    from arthex.art.dev.train import TrainConfig as TrainConfig
+    from arthex.art.dev.train import TrainSFTConfig as TrainSFTConfig
+    from arthex.art.dev.validate import is_dedicated_mode as is_dedicated_mode
+    from arthex.art.dev.validate import is_external_vllm_mode as is_external_vllm_mode
+    from arthex.art.dev.validate import validate_dedicated_config as validate_dedicated_config
 
-if not TYPE_CHECKING:
+    __all__ = [
+        "BackendModelConfig",
+        "EngineArgs",
+        "InitArgs",
+        "InternalModelConfig",
+        "LoRAConfig",
+        "OpenAIServerConfig",
+        "PeftArgs",
+        "ServerArgs",
+        "TinkerArgs",
+        "TinkerNativeArgs",
+        "TinkerTrainingClientArgs",
+        "TrainConfig",
+        "TrainSFTConfig",
+        "TrainerArgs",
+        "VllmRuntimeArgs",
+        "is_dedicated_mode",
+        "is_external_vllm_mode",
+        "validate_dedicated_config",
+    ]
+else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

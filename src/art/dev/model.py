@@ -1,37 +1,274 @@
-"""ART's `art.dev.model`, under arthex.
+"""ART's `art.dev.model`, under arthex: ART's settings shapes, as TypedDicts with ART's keys.
 
-Each of ART's names here is arthex's own object, or raises a one-line error saying what
-to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+ART sets the engine, LoRA and trainer on the model with these dicts
+(`TrainableModel(_internal_config=InternalModelConfig(...))`). arthex sets them on the backend
+(`arthex.LocalBackend(lora_rank=..., engine_args=..., ...)`): `TrainableModel` takes the dicts
+only to warn that they are ignored, naming the backend argument, and
+`arthex.art.dev.get_model_config` says what the LocalBackend uses in their shape. ART's enums
+of Hugging Face trainer values are refused; the keys that take them take their strings. The
+rest of ART's names here raise a one-line error saying what to use instead (the table:
+arthex/art/_table.py; docs/migrating-from-art.md).
 
-from __future__ import annotations
+No `from __future__ import annotations` here: with it, Python 3.11 cannot see `Required[...]`
+and the TypedDicts would lose their required keys.
+"""
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Required, TypedDict
 
 from arthex.art._table import module_attributes
+from arthex.art.dev.engine import EngineArgs
+from arthex.core.errors import InvalidInputError
 
-if TYPE_CHECKING:
-    from arthex.art.dev import BackendModelConfig as BackendModelConfig
-    from arthex.art.dev import InitArgs as InitArgs
-    from arthex.art.dev import InternalModelConfig as InternalModelConfig
-    from arthex.art.dev import LoRAConfig as LoRAConfig
-    from arthex.art.dev import PeftArgs as PeftArgs
-    from arthex.art.dev import TinkerArgs as TinkerArgs
-    from arthex.art.dev import TinkerNativeArgs as TinkerNativeArgs
-    from arthex.art.dev import TinkerTrainingClientArgs as TinkerTrainingClientArgs
-    from arthex.art.dev import TrainerArgs as TrainerArgs
-    from arthex.art.dev import VllmRuntimeArgs as VllmRuntimeArgs
+PEFT_ARGS_MIGRATION_MESSAGE: Final = (
+    "ART's peft_args is gone: set LoRA on the backend, "
+    "arthex.LocalBackend(lora_rank=..., lora_alpha=..., lora_target_modules=...) "
+    "(ART's peft_args keys r, lora_alpha and target_modules)"
+)
 
-    __all__ = [
-        "BackendModelConfig",
-        "InitArgs",
-        "InternalModelConfig",
-        "LoRAConfig",
-        "PeftArgs",
-        "TinkerArgs",
-        "TinkerNativeArgs",
-        "TinkerTrainingClientArgs",
-        "TrainerArgs",
-        "VllmRuntimeArgs",
-    ]
-else:
+
+class VllmRuntimeArgs(TypedDict, total=False):
+    mode: Required[Literal["managed", "external"]]
+    server_url: str
+    api_key: str | None
+    local_checkpoint_root: str | None
+    server_checkpoint_root: str | None
+    health_timeout_s: float
+
+
+class TinkerTrainingClientArgs(TypedDict, total=False):
+    rank: int
+    seed: int | None
+    train_mlp: bool
+    train_attn: bool
+    train_unembed: bool
+    user_metadata: dict[str, str] | None
+
+
+class TinkerArgs(TypedDict, total=False):
+    renderer_name: Required[str]
+    training_client_args: TinkerTrainingClientArgs
+
+
+class TinkerNativeArgs(TypedDict, total=False):
+    renderer_name: Required[str]
+    training_client_args: TinkerTrainingClientArgs
+
+
+class InitArgs(TypedDict, total=False):
+    model_name: str
+    max_seq_length: int
+    dtype: str | None
+    load_in_4bit: bool
+    load_in_8bit: bool
+    load_in_16bit: bool
+    full_finetuning: bool
+    token: str | None
+    device_map: str
+    rope_scaling: dict[str, Any] | None
+    fix_tokenizer: bool
+    trust_remote_code: bool
+    use_gradient_checkpointing: str
+    resize_model_vocab: int | None
+    revision: str | None
+    use_exact_model_name: bool
+    fast_inference: bool
+    gpu_memory_utilization: float
+    float8_kv_cache: bool
+    random_state: int
+    max_lora_rank: int
+    disable_log_stats: bool
+    enable_prefix_caching: bool
+    use_async: bool
+
+
+class LoRAConfig(TypedDict, total=False):
+    rank: int
+    target_modules: list[str]
+    alpha: int
+    dropout: float
+    bias: str
+    layers_to_transform: list[int] | None
+    layers_pattern: str | None
+    use_gradient_checkpointing: str
+    random_state: int
+    max_seq_length: int
+    use_rslora: bool
+    modules_to_save: list[str] | None
+    init_weights: bool
+    loftq_config: dict[str, Any]
+    temporary_location: str
+
+
+def PeftArgs(*_: object, **__: object) -> NoReturn:
+    """ART's former LoRA shape: building one says where LoRA is set now."""
+    raise InvalidInputError(PEFT_ARGS_MIGRATION_MESSAGE)
+
+
+class TrainerArgs(TypedDict, total=False):
+    output_dir: str | None
+    overwrite_output_dir: bool
+    do_train: bool
+    do_eval: bool
+    do_predict: bool
+    eval_strategy: str
+    prediction_loss_only: bool
+    per_device_train_batch_size: int
+    per_device_eval_batch_size: int
+    per_gpu_train_batch_size: int | None
+    per_gpu_eval_batch_size: int | None
+    gradient_accumulation_steps: int
+    eval_accumulation_steps: int | None
+    eval_delay: float | None
+    torch_empty_cache_steps: int | None
+    learning_rate: float
+    weight_decay: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_epsilon: float
+    max_grad_norm: float
+    num_train_epochs: float
+    max_steps: int
+    lr_scheduler_type: str
+    lr_scheduler_kwargs: dict[str, Any] | str | None
+    warmup_ratio: float
+    warmup_steps: int
+    log_level: str
+    log_level_replica: str
+    log_on_each_node: bool
+    logging_dir: str | None
+    logging_strategy: str
+    logging_first_step: bool
+    logging_steps: float
+    logging_nan_inf_filter: bool
+    save_strategy: str
+    save_steps: float
+    save_total_limit: int | None
+    save_safetensors: bool | None
+    save_on_each_node: bool
+    save_only_model: bool
+    restore_callback_states_from_checkpoint: bool
+    no_cuda: bool
+    use_cpu: bool
+    use_mps_device: bool
+    seed: int
+    data_seed: int | None
+    jit_mode_eval: bool
+    use_ipex: bool
+    bf16: bool
+    fp16: bool
+    fp16_opt_level: str
+    half_precision_backend: str
+    bf16_full_eval: bool
+    fp16_full_eval: bool
+    tf32: bool | None
+    local_rank: int
+    ddp_backend: str | None
+    tpu_num_cores: int | None
+    tpu_metrics_debug: bool
+    debug: str | list[str]
+    dataloader_drop_last: bool
+    eval_steps: float | None
+    dataloader_num_workers: int
+    dataloader_prefetch_factor: int | None
+    past_index: int
+    run_name: str | None
+    disable_tqdm: bool | None
+    remove_unused_columns: bool | None
+    label_names: list[str] | None
+    load_best_model_at_end: bool | None
+    metric_for_best_model: str | None
+    greater_is_better: bool | None
+    ignore_data_skip: bool
+    fsdp: list[str] | str | None
+    fsdp_min_num_params: int
+    fsdp_config: dict[str, Any] | str | None
+    fsdp_transformer_layer_cls_to_wrap: str | None
+    accelerator_config: dict[str, Any] | str | None
+    deepspeed: dict[str, Any] | str | None
+    label_smoothing_factor: float
+    optim: str
+    optim_args: str | None
+    adafactor: bool
+    group_by_length: bool
+    length_column_name: str | None
+    report_to: str | list[str] | None
+    ddp_find_unused_parameters: bool | None
+    ddp_bucket_cap_mb: int | None
+    ddp_broadcast_buffers: bool | None
+    dataloader_pin_memory: bool
+    dataloader_persistent_workers: bool
+    skip_memory_metrics: bool
+    use_legacy_prediction_loop: bool
+    push_to_hub: bool
+    resume_from_checkpoint: str | None
+    hub_model_id: str | None
+    hub_strategy: str
+    hub_token: str | None
+    hub_private_repo: bool | None
+    hub_always_push: bool
+    gradient_checkpointing: bool
+    gradient_checkpointing_kwargs: dict[str, Any] | str | None
+    include_inputs_for_metrics: bool
+    include_for_metrics: list[str]
+    eval_do_concat_batches: bool
+    fp16_backend: str
+    push_to_hub_model_id: str | None
+    push_to_hub_organization: str | None
+    push_to_hub_token: str | None
+    mp_parameters: str
+    auto_find_batch_size: bool
+    full_determinism: bool
+    torchdynamo: str | None
+    ray_scope: str | None
+    ddp_timeout: int
+    torch_compile: bool
+    torch_compile_backend: str | None
+    torch_compile_mode: str | None
+    include_tokens_per_second: bool | None
+    include_num_input_tokens_seen: bool | None
+    neftune_noise_alpha: float | None
+    optim_target_modules: str | list[str] | None
+    batch_eval_metrics: bool
+    eval_on_start: bool
+    use_liger_kernel: bool | None
+    eval_use_gather_object: bool | None
+    average_tokens_across_devices: bool | None
+    model_init_kwargs: dict[str, Any] | None
+    max_prompt_length: int | None
+    num_generations: int | None
+    temperature: float
+    max_completion_length: int | None
+    ds3_gather_for_generation: bool
+    beta: float
+    reward_weights: list[float] | None
+    sync_ref_model: bool
+    ref_model_mixup_alpha: float
+    ref_model_sync_steps: int
+    log_completions: bool
+
+
+class InternalModelConfig(TypedDict, total=False):
+    init_args: InitArgs
+    engine_args: EngineArgs
+    tinker_args: TinkerArgs | None
+    tinker_native_args: TinkerNativeArgs | None
+    trainer_args: TrainerArgs
+    trainer_gpu_ids: list[int]
+    inference_gpu_ids: list[int]
+    rollout_weight_update_mode: Literal["step_lora", "in_flight_lora"]
+    chat_template_kwargs: dict[str, object]
+    chat_template: str
+    chat_template_path: str
+    chat_template_content_format: str
+    chat_template_tool_schema_format: Literal["default", "vllm_openai"]
+    vllm_runtime: VllmRuntimeArgs
+    allow_unvalidated_arch: bool
+    megatron_model_initialization: Literal["pretrained", "random"]
+
+
+class BackendModelConfig(InternalModelConfig, total=False):
+    lora_config: LoRAConfig
+
+
+if not TYPE_CHECKING:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
