@@ -53,13 +53,22 @@ class LoraSettings:
 class BaseModel:
     """The base causal LM and its tokenizer, loaded once; runs and samplers derive from it."""
 
-    def __init__(self, directory: str, *, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        device: str = "cpu",
+        gradient_checkpointing: bool | str = "auto",
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         quiet: Any = hf_logging  # untyped helpers
         quiet.disable_progress_bar()
         self.device = torch.device(device)
+        # The training runs' layer checkpointing (True, False or "auto": on for a batch whose
+        # stored activations would pass 1 GiB), as the LocalBackend's trainer decides it.
+        self.gradient_checkpointing = gradient_checkpointing
         try:
             model: Any = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
         except OSError as exc:
