@@ -11,10 +11,15 @@ cache (sliding windows, recurrent state) new rows wait for the batch to drain in
 
 Each row draws from its own seeded generator by inverse CDF, so its tokens do not depend
 on what else is batched.
+
+Beyond the OpenAI server's parameters a row may ask for what Tinker's sampler offers: top-k
+truncation, stop token ids, no stop at the end token, and the prompt's own logprobs (scored
+in the prefill pass that reads the prompt anyway).
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -22,17 +27,43 @@ from typing import Any, Protocol
 import attrs
 
 from ...core.errors import BackendError
-from .chat import ChatTokenizer, first_stop
+from .chat import first_stop
 from .engine import Sample, SamplingParams
+
+
+class DecodeTokenizer(Protocol):
+    """What decoding needs of a tokenizer (ChatTokenizer is one)."""
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]: ...
+
+    @property
+    def pad_token_id(self) -> int: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
 
 
 @attrs.frozen
 class DecodeRow:
-    """One sequence to generate: its prompt, its parameters, and the seed of its stream."""
+    """One sequence to generate: its prompt, its parameters, and the seed of its stream.
+
+    `top_k` > 0 samples among the k likeliest tokens only; `stop_token_ids` end the row like
+    the end token does; `stop_at_eos=False` lets it run past the end token; `prompt_logprobs`
+    asks for the prompt's own logprobs (NaN for its first token) in the Sample."""
 
     prompt: list[int]
     params: SamplingParams
     seed: int
+    top_k: int = 0
+    stop_token_ids: frozenset[int] = frozenset()
+    stop_at_eos: bool = True
+    prompt_logprobs: bool = False
+
+
+def row_seed(seed: int | None, index: int) -> int:
+    """The seed of the `index`-th row of a request: fixed by the request's seed (each row its
+    own stream), random without one."""
+    return secrets.randbits(63) if seed is None else (seed * 1_000_003 + index) % (1 << 63)
 
 
 class RowFeed(Protocol):
@@ -57,7 +88,7 @@ class RowFeed(Protocol):
 
 def run_session(
     module: Any,
-    chat: ChatTokenizer,
+    chat: DecodeTokenizer,
     feed: RowFeed,
     first: Sequence[tuple[Any, DecodeRow]],
     *,
@@ -93,6 +124,7 @@ class _Live:
     tokens: list[int] = attrs.Factory(list)
     logprobs: list[float] = attrs.Factory(list)
     tops: list[tuple[tuple[int, float], ...]] = attrs.Factory(list)
+    prompt_logprobs: tuple[float, ...] | None = None
     finish: str | None = None
 
 
@@ -103,7 +135,7 @@ class _Session:
     def __init__(
         self,
         module: Any,
-        chat: ChatTokenizer,
+        chat: DecodeTokenizer,
         feed: RowFeed,
         device: Any,
         context_length: int,
@@ -136,8 +168,14 @@ class _Session:
         torch = self.torch
         uniforms = torch.stack([torch.rand((), generator=live.generator) for live in self.live])
         top_k = max(live.row.params.top_logprobs for live in self.live)
+        truncate = [live.row.top_k for live in self.live]
         chosen, chosen_lp, top_ids, top_lps = _choose(
-            self.logits, self.temperature, self.top_p, uniforms.to(self.device), top_k
+            self.logits,
+            self.temperature,
+            self.top_p,
+            uniforms.to(self.device),
+            top_k,
+            torch.tensor(truncate, device=self.device) if any(truncate) else None,
         )
         self.feed.stepped(len(self.live))
         chosen_list = chosen.tolist()
@@ -170,7 +208,7 @@ class _Session:
         if not joining:
             return
         rows = [row for _, row in joining]
-        cache, attention, positions, logits = self._prefill(rows)
+        cache, attention, positions, logits, prompt_lps = self._prefill(rows)
         temperature = torch.tensor([row.params.temperature for row in rows], device=self.device)
         top_p = torch.tensor([row.params.top_p for row in rows], device=self.device)
         new = [
@@ -179,8 +217,9 @@ class _Session:
                 row,
                 torch.Generator().manual_seed(row.seed),
                 min(row.params.max_tokens, self.context_length - len(row.prompt)),
+                prompt_logprobs=scored,
             )
-            for handle, row in joining
+            for (handle, row), scored in zip(joining, prompt_lps)
         ]
         if not self.live:
             self.cache, self.attention, self.positions, self.logits = (
@@ -201,7 +240,9 @@ class _Session:
 
     # internals
 
-    def _prefill(self, rows: list[DecodeRow]) -> tuple[Any, Any, Any, Any]:
+    def _prefill(
+        self, rows: list[DecodeRow]
+    ) -> tuple[Any, Any, Any, Any, list[tuple[float, ...] | None]]:
         torch = self.torch
         width = max(len(row.prompt) for row in rows)
         input_ids = torch.full((len(rows), width), self.chat.pad_token_id, dtype=torch.long)
@@ -214,8 +255,15 @@ class _Session:
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.module.config)
-        logits = self._forward(input_ids, attention, positions, cache)
-        return cache, attention, positions[:, -1:], logits
+        scored = any(row.prompt_logprobs for row in rows)
+        logits = self._forward(input_ids, attention, positions, cache, every_position=scored)
+        prompt_lps: list[tuple[float, ...] | None] = [None] * len(rows)
+        if scored:
+            for i, row in enumerate(rows):
+                if row.prompt_logprobs:
+                    prompt_lps[i] = _prompt_logprobs(logits[i], input_ids[i], len(row.prompt))
+            logits = logits[:, -1]
+        return cache, attention, positions[:, -1:], logits, prompt_lps
 
     def _select(self, keep: list[int]) -> None:
         """Keep only the rows at `keep`, and cut the cache's leading columns that no kept
@@ -259,21 +307,33 @@ class _Session:
             mine.values = self.torch.cat([widen(mine.values, 2), widen(other.values, 2)])
         self.attention = self.torch.cat([widen(self.attention, 1), widen(attention, 1)])
 
-    def _forward(self, input_ids: Any, attention: Any, positions: Any, cache: Any) -> Any:
+    def _forward(
+        self,
+        input_ids: Any,
+        attention: Any,
+        positions: Any,
+        cache: Any,
+        *,
+        every_position: bool = False,
+    ) -> Any:
+        """Float32 logits of the last position, or of every position ([rows, len, vocab])."""
         kwargs = {self.cache_kwarg: cache}
         out = self.module(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=0 if every_position else 1,
             **kwargs,
         )
-        return out.logits[:, -1, :].float()
+        return out.logits.float() if every_position else out.logits[:, -1, :].float()
 
     def _finished(self, live: _Live) -> bool:
         tokens = live.tokens
-        if tokens[-1] in self.chat.eos_token_ids:
+        row = live.row
+        if (row.stop_at_eos and tokens[-1] in self.chat.eos_token_ids) or (
+            tokens[-1] in row.stop_token_ids
+        ):
             live.finish = "stop"
             return True
         stops = live.row.params.stop
@@ -295,7 +355,19 @@ def _sample_of(live: _Live) -> Sample:
         logprobs=tuple(live.logprobs),
         top_logprobs=tuple(live.tops),
         finish_reason="stop" if live.finish == "stop" else "length",
+        prompt_logprobs=live.prompt_logprobs,
     )
+
+
+def _prompt_logprobs(logits: Any, input_ids: Any, length: int) -> tuple[float, ...]:
+    """The logprob of each prompt token given the ones before it (NaN for the first), from
+    one left-padded row's logits [width, vocab]."""
+    import torch
+
+    start = input_ids.shape[0] - length
+    logp = torch.log_softmax(logits[start:-1], dim=-1)
+    picked = logp.gather(-1, input_ids[start + 1 :, None]).squeeze(-1)
+    return (float("nan"), *picked.tolist())
 
 
 def _plain_layers(cache: Any) -> list[Any] | None:
@@ -315,15 +387,26 @@ def _plain_layers(cache: Any) -> list[Any] | None:
 
 
 def _choose(
-    logits: Any, temperature: Any, top_p: Any, uniforms: Any, top_k: int
+    logits: Any,
+    temperature: Any,
+    top_p: Any,
+    uniforms: Any,
+    top_k: int,
+    truncate: Any = None,
 ) -> tuple[Any, Any, Any, Any]:
-    """Draw one token per row with temperature and top-p (inverse CDF on one uniform per
-    row, so each row's stream depends only on its own generator), and report logprobs under
-    the raw distribution."""
+    """Draw one token per row with temperature, top-k (`truncate`, 0 for none) and top-p
+    (inverse CDF on one uniform per row, so each row's stream depends only on its own
+    generator), and report logprobs under the raw distribution."""
     import torch
 
     raw = torch.log_softmax(logits, dim=-1)
-    probs = torch.softmax(logits / temperature.clamp_min(1e-5).unsqueeze(-1), dim=-1)
+    scaled = logits / temperature.clamp_min(1e-5).unsqueeze(-1)
+    if truncate is not None:
+        k = truncate.clamp(0, logits.shape[-1])
+        kth = scaled.topk(int(k.max()), dim=-1).values.gather(-1, (k - 1).clamp(min=0)[:, None])
+        kth = torch.where(k[:, None] > 0, kth, torch.full_like(kth, -torch.inf))
+        scaled = scaled.masked_fill(scaled < kth, -torch.inf)
+    probs = torch.softmax(scaled, dim=-1)
     if bool((top_p < 1.0).any()):
         # Top-p needs the tokens by probability; plain sampling works in any order.
         probs, order = probs.sort(dim=-1, descending=True)
