@@ -92,7 +92,7 @@ def test_gradients_match_a_plain_backward(tiny: str, checkpointing: bool) -> Non
         logits = run.model(input_ids=torch.tensor([datum.tokens])).logits[0].float()
         logp = torch.log_softmax(logits, dim=-1)
         lp = logp.gather(-1, datum.inputs["target_tokens"].long()[:, None]).squeeze(-1)
-        (-(lp * datum.inputs["weights"]).sum()).backward()
+        (-(lp * datum.inputs["weights"]).sum()).backward()  # type: ignore[no-untyped-call]
     for name, p in zip(run.names, run.params):
         np.testing.assert_allclose(got[name].numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-6)
 

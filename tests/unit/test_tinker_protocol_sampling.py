@@ -21,7 +21,13 @@ from arthex.apps.server.tinker_protocol.base_model import BaseModel, LoraSetting
 from arthex.apps.server.tinker_protocol.compute import AdamSettings, TrainingRun  # noqa: E402
 from arthex.apps.server.tinker_protocol.errors import UserError  # noqa: E402
 from arthex.apps.server.tinker_protocol.losses import DatumIn  # noqa: E402
-from arthex.apps.server.tinker_protocol.sampling import SampleSettings, sample  # noqa: E402
+from arthex.apps.server.tinker_protocol.sampling import (  # noqa: E402
+    SampleRequest,
+    SampleSettings,
+    decode_rows,
+    sample,
+    sample_batch,
+)
 
 PROMPT = [5, 17, 42, 99, 7]
 STEPS = 6
@@ -132,3 +138,30 @@ def test_samplers_share_one_peft_model_over_the_base_weights(base: BaseModel) ->
     assert rows[0].tokens == plain_greedy(plain_model(base, one), PROMPT, STEPS)[0]
     rows, _ = sample(base, base.sampler_module(lora_two, two), PROMPT, 1, settings)
     assert rows[0].tokens == plain_greedy(plain_model(base, two), PROMPT, STEPS)[0]
+
+
+def test_several_adapters_and_the_base_sample_in_one_batch(base: BaseModel) -> None:
+    one, two = trained_adapter(base, 4), trained_adapter(base, 5)
+    greedy = SampleSettings(max_tokens=STEPS, temperature=0.0, stop_at_end_token=False)
+    prompts = [PROMPT, [9, 3, *PROMPT, 11], PROMPT[:3]]  # unequal: the batch is left-padded
+    names = [
+        base.sampler_adapter(LoraSettings(rank=4, seed=4), one),
+        base.sampler_adapter(LoraSettings(rank=4, seed=5), two),
+        None,
+    ]
+    requests = [
+        SampleRequest(prompt, 2, greedy, prompt_logprobs=True, adapter=name)
+        for prompt, name in zip(prompts, names)
+    ]
+    results = sample_batch(base, base.sampler_model, [(r, decode_rows(base, r)) for r in requests])
+    oracles = [plain_model(base, one), plain_model(base, two), base.module]
+    wanted = []
+    for prompt, oracle, (rows, prompt_lps) in zip(prompts, oracles, results):
+        want_tokens, want_lps = plain_greedy(oracle, prompt, STEPS)
+        wanted.append(want_tokens)
+        for row in rows:
+            assert row.tokens == want_tokens
+            np.testing.assert_allclose(row.logprobs, want_lps, atol=1e-5)
+        assert prompt_lps is not None
+        np.testing.assert_allclose(prompt_lps, plain_prompt_logprobs(oracle, prompt), atol=1e-5)
+    assert len({tuple(tokens) for tokens in wanted}) > 1  # the adapters really differ

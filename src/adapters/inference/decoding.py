@@ -14,7 +14,9 @@ on what else is batched.
 
 Beyond the OpenAI server's parameters a row may ask for what Tinker's sampler offers: top-k
 truncation, stop token ids, no stop at the end token, and the prompt's own logprobs (scored
-in the prefill pass that reads the prompt anyway).
+in the prefill pass that reads the prompt anyway). Rows may name a peft adapter each: a batch
+of several adapters over one base runs as one batch, peft applying each row's own adapter
+(its mixed-batch inference), the others' rows seeing none of it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ import attrs
 from ...core.errors import BackendError
 from .chat import first_stop
 from .engine import Sample, SamplingParams
+
+BASE_ADAPTER = "__base__"
+"""peft's name for "no adapter" in a mixed batch."""
 
 
 class DecodeTokenizer(Protocol):
@@ -49,7 +54,8 @@ class DecodeRow:
 
     `top_k` > 0 samples among the k likeliest tokens only; `stop_token_ids` end the row like
     the end token does; `stop_at_eos=False` lets it run past the end token; `prompt_logprobs`
-    asks for the prompt's own logprobs (NaN for its first token) in the Sample."""
+    asks for the prompt's own logprobs (NaN for its first token) in the Sample. `adapter`
+    names the peft adapter the row samples from (None: the module as it is set up)."""
 
     prompt: list[int]
     params: SamplingParams
@@ -58,6 +64,7 @@ class DecodeRow:
     stop_token_ids: frozenset[int] = frozenset()
     stop_at_eos: bool = True
     prompt_logprobs: bool = False
+    adapter: str | None = None
 
 
 def row_seed(seed: int | None, index: int) -> int:
@@ -204,7 +211,10 @@ class _Session:
                 [self.attention, self.attention.new_ones((len(self.live), 1))], dim=-1
             )
             self.positions = self.positions + 1
-            self.logits = self._forward(self.step_ids, self.attention, self.positions, self.cache)
+            adapters = [live.row.adapter for live in self.live]
+            self.logits = self._forward(
+                self.step_ids, self.attention, self.positions, self.cache, adapters
+            )
         if not joining:
             return
         rows = [row for _, row in joining]
@@ -256,7 +266,10 @@ class _Session:
 
         cache = DynamicCache(config=self.module.config)
         scored = any(row.prompt_logprobs for row in rows)
-        logits = self._forward(input_ids, attention, positions, cache, every_position=scored)
+        adapters = [row.adapter for row in rows]
+        logits = self._forward(
+            input_ids, attention, positions, cache, adapters, every_position=scored
+        )
         prompt_lps: list[tuple[float, ...] | None] = [None] * len(rows)
         if scored:
             for i, row in enumerate(rows):
@@ -313,11 +326,14 @@ class _Session:
         attention: Any,
         positions: Any,
         cache: Any,
+        adapters: list[str | None],
         *,
         every_position: bool = False,
     ) -> Any:
         """Float32 logits of the last position, or of every position ([rows, len, vocab])."""
-        kwargs = {self.cache_kwarg: cache}
+        kwargs: dict[str, Any] = {self.cache_kwarg: cache}
+        if any(adapter is not None for adapter in adapters):
+            kwargs["adapter_names"] = [adapter or BASE_ADAPTER for adapter in adapters]
         out = self.module(
             input_ids=input_ids,
             attention_mask=attention,

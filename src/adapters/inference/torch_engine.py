@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.errors import BackendError, InvalidInputError
-from .decoding import DecodeRow, row_seed, run_session
 from ._weights import ModelWeights, Weights
 from .chat import ChatTokenizer
+from .decoding import DecodeRow, row_seed, run_session
 from .engine import Sample, SamplingParams, ServingEngine, UnknownModelError
 from .served_names import ServedNames
 

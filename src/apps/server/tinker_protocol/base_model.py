@@ -144,30 +144,40 @@ class BaseModel:
 
     def sampler_module(self, lora: LoraSettings | None, adapter: Mapping[str, torch.Tensor]) -> Any:
         """The module to sample from: the base, or the samplers' peft model with `adapter`
-        (loaded once per sampler, as a named adapter beside the others) active."""
+        active."""
         if lora is None:
             return self.module
+        name = self.sampler_adapter(lora, adapter)
+        self._sampler.set_adapter(name)
+        return self._sampler
+
+    @property
+    def sampler_model(self) -> Any:
+        """The samplers' peft model (None until a sampler with an adapter first samples)."""
+        return self._sampler
+
+    def sampler_adapter(self, lora: LoraSettings, adapter: Mapping[str, torch.Tensor]) -> str:
+        """The name of `adapter` in the samplers' peft model, loaded there on first use (one
+        adapter a sampler, all over one copy of the module sharing the base's weights)."""
         from peft import set_peft_model_state_dict
 
         known = self._sampler_adapters.get(id(adapter))
         if known is not None and known[1] is adapter:
             self._sampler_adapters.move_to_end(id(adapter))
-            name = known[0]
+            return known[0]
+        name = next(self._adapter_names)
+        if self._sampler is None:
+            self._sampler = self.lora_model(lora, adapter_name=name)
         else:
-            name = next(self._adapter_names)
-            if self._sampler is None:
-                self._sampler = self.lora_model(lora, adapter_name=name)
-            else:
-                with _quiet_seeded(lora.seed):
-                    self._sampler.add_adapter(name, self.lora_config(lora))
-            set_peft_model_state_dict(self._sampler, dict(adapter), adapter_name=name)
-            # The entry keeps the mapping alive, so its id is not reused while cached.
-            self._sampler_adapters[id(adapter)] = (name, adapter)
-            while len(self._sampler_adapters) > MAX_SAMPLER_ADAPTERS:
-                _, (oldest, _) = self._sampler_adapters.popitem(last=False)
-                self._sampler.delete_adapter(oldest)
-        self._sampler.set_adapter(name)
-        return self._sampler
+            with _quiet_seeded(lora.seed):
+                self._sampler.add_adapter(name, self.lora_config(lora))
+        set_peft_model_state_dict(self._sampler, dict(adapter), adapter_name=name)
+        # The entry keeps the mapping alive, so its id is not reused while cached.
+        self._sampler_adapters[id(adapter)] = (name, adapter)
+        while len(self._sampler_adapters) > MAX_SAMPLER_ADAPTERS:
+            _, (oldest, _) = self._sampler_adapters.popitem(last=False)
+            self._sampler.delete_adapter(oldest)
+        return name
 
 
 @attrs.frozen

@@ -1,12 +1,18 @@
 """The compute behind a tinker emulator's training run: its LoRA adapter and AdamW state.
 
 Everything here runs on the emulator's single compute thread (one "device"), so nothing in this
-module locks. The model is a LoRA copy of the base (base_model.py); the losses are losses.py's;
-checkpoints are folders in store.py's layout.
+module locks. The model is a LoRA copy of the base (base_model.py); checkpoints are folders in
+store.py's layout. The numerics are the LocalBackend trainer's own parts: target logprobs
+chunk by chunk over the vocabulary (adapters/local/logprobs.py), its layer checkpointing
+(layers.py), its per-token loss terms (token_losses.py, summed per datum by losses.py) and its
+optimizer-state files (checkpoint_io.py). Its PolicyTrainer itself is not used: that one
+packs ART trajectory groups and normalises per optimizer step, where a Tinker request brings
+its own datums and per-token loss inputs and sums.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -95,7 +101,8 @@ class TrainingRun:
                 input_ids=tokens.to(device),
                 attention_mask=mask.to(device),
             )
-            rows = scored.split([len(datum.tokens) for datum in data])
+            ends = list(itertools.accumulate(len(datum.tokens) for datum in data))
+            rows = [scored[end - len(datum.tokens) : end] for datum, end in zip(data, ends)]
             losses = [datum_loss(loss_fn, lp, inputs, config) for lp, inputs in zip(rows, checked)]
             loss = torch.stack(losses).sum()
             if not forward_only:

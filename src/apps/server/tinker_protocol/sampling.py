@@ -41,6 +41,23 @@ class SampledRow:
     topk: list[list[tuple[int, float]]] | None
 
 
+@attrs.frozen
+class SampleRequest:
+    """One `asample`: `n` completions of `prompt`, from the peft adapter named `adapter` of
+    the module it is batched on (None: the module as it is)."""
+
+    prompt: list[int]
+    n: int
+    settings: SampleSettings
+    topk: int = 0
+    prompt_logprobs: bool = False
+    adapter: str | None = None
+
+
+Sampled = tuple[list[SampledRow], list[float] | None]
+"""A request's completions, and its prompt's logprobs when it asked for them."""
+
+
 def sample(
     base: BaseModel,
     module: Any,
@@ -50,15 +67,21 @@ def sample(
     *,
     topk: int = 0,
     prompt_logprobs: bool = False,
-) -> tuple[list[SampledRow], list[float] | None]:
+) -> Sampled:
     """`n` completions of `prompt`, and the prompt's own logprobs (NaN for the first token)
-    when asked for: one batch of the inference engine's decode code (run_session) on the
-    compute thread, each row on its own seeded stream."""
-    from ....adapters.inference.decoding import DecodeRow, row_seed, run_session
+    when asked for."""
+    request = SampleRequest([int(t) for t in prompt], n, settings, topk, prompt_logprobs)
+    return sample_batch(base, module, [(request, decode_rows(base, request))])[0]
+
+
+def decode_rows(base: BaseModel, request: SampleRequest) -> list[Any]:
+    """The request's rows for the decode code (DecodeRow), or a UserError naming what is
+    wrong with it."""
+    from ....adapters.inference.decoding import DecodeRow, row_seed
     from ....adapters.inference.engine import SamplingParams
     from ....core.errors import InvalidInputError
 
-    prompt = [int(t) for t in prompt]
+    prompt, n, settings = request.prompt, request.n, request.settings
     if not prompt:
         raise UserError("the prompt is empty")
     if n < 1:
@@ -81,11 +104,11 @@ def sample(
             top_p=settings.top_p,
             seed=settings.seed,
             stop=settings.stop_strings,
-            top_logprobs=topk,
+            top_logprobs=request.topk,
         )
     except InvalidInputError as exc:
         raise UserError(f"sampling_params: {exc}") from exc
-    rows = [
+    return [
         DecodeRow(
             prompt,
             params,
@@ -93,45 +116,61 @@ def sample(
             top_k=max(settings.top_k, 0),
             stop_token_ids=frozenset(settings.stop_tokens),
             stop_at_eos=settings.stop_at_end_token,
-            prompt_logprobs=prompt_logprobs and index == 0,  # the rows share the prompt
+            prompt_logprobs=request.prompt_logprobs and index == 0,  # the rows share the prompt
+            adapter=request.adapter,
         )
         for index in range(n)
     ]
-    feed = _Collected(n)
+
+
+def sample_batch(
+    base: BaseModel, module: Any, requests: Sequence[tuple[SampleRequest, list[Any]]]
+) -> list[Sampled]:
+    """Every request's rows (from `decode_rows`) as one batch of the inference engine's
+    decode code (run_session) on the calling thread, each row on its own seeded stream; the
+    results in the requests' order."""
+    from ....adapters.inference.decoding import run_session
+
+    first = [
+        ((number, index), row)
+        for number, (_request, rows) in enumerate(requests)
+        for index, row in enumerate(rows)
+    ]
+    feed = _Collected()
     with torch.no_grad():
         run_session(
             module,
             base.decode_tokens,
             feed,
-            list(enumerate(rows)),
+            first,
             device=base.device,
             context_length=base.context_length,
             cache_kwarg=base.cache_kwarg,
             cancelled=threading.Event(),
-            max_batch_size=n,
+            max_batch_size=len(first),
         )
-    sampled = [
-        SampledRow(
-            tokens=list(done.token_ids),
-            logprobs=list(done.logprobs),
-            stop_reason=done.finish_reason,
-            topk=[list(step) for step in done.top_logprobs] if topk > 0 else None,
-        )
-        for done in feed.samples
-    ]
-    first = feed.samples[0].prompt_logprobs
-    return sampled, list(first) if first is not None else None
+    out: list[Sampled] = []
+    for number, (request, rows) in enumerate(requests):
+        done = [feed.samples[(number, index)] for index in range(len(rows))]
+        sampled = [
+            SampledRow(
+                tokens=list(row.token_ids),
+                logprobs=list(row.logprobs),
+                stop_reason=row.finish_reason,
+                topk=[list(step) for step in row.top_logprobs] if request.topk > 0 else None,
+            )
+            for row in done
+        ]
+        scored = done[0].prompt_logprobs
+        out.append((sampled, list(scored) if scored is not None else None))
+    return out
 
 
 class _Collected:
-    """The decode code's feed for one request: no rows join, every row is kept."""
+    """The decode code's feed for one batch: no rows join, every row is kept."""
 
-    def __init__(self, n: int) -> None:
-        self._samples: list[Sample | None] = [None] * n
-
-    @property
-    def samples(self) -> list[Sample]:
-        return [s for s in self._samples if s is not None]
+    def __init__(self) -> None:
+        self.samples: dict[Any, Sample] = {}
 
     def take(self, room: int, live: int) -> list[tuple[Any, Any]]:
         return []
@@ -140,7 +179,7 @@ class _Collected:
         return False
 
     def finished(self, handle: Any, sample: Sample) -> None:
-        self._samples[int(handle)] = sample
+        self.samples[handle] = sample
 
     def stepped(self, rows: int) -> None:
         return None
