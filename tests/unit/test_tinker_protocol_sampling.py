@@ -5,7 +5,10 @@ base's own weights, and each samples as its own adapter."""
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +31,7 @@ from arthex.apps.server.tinker_protocol.sampling import (  # noqa: E402
     sample,
     sample_batch,
 )
+from arthex.apps.server.tinker_protocol.wire import Reply  # noqa: E402
 
 PROMPT = [5, 17, 42, 99, 7]
 STEPS = 6
@@ -165,3 +169,46 @@ def test_several_adapters_and_the_base_sample_in_one_batch(base: BaseModel) -> N
         assert prompt_lps is not None
         np.testing.assert_allclose(prompt_lps, plain_prompt_logprobs(oracle, prompt), atol=1e-5)
     assert len({tuple(tokens) for tokens in wanted}) > 1  # the adapters really differ
+
+
+def test_waiting_asample_requests_are_sampled_as_one_batch(base: BaseModel, tmp_path: Path) -> None:
+    import tinker.proto.tinker_public_pb2 as pb
+
+    from arthex.apps.server.tinker_protocol.service import TinkerService
+
+    service = TinkerService(
+        base, tmp_path, names={"tiny"}, model_name="tiny", client_config={}, long_poll_s=10.0
+    )
+
+    def post(route: str, payload: dict[str, Any]) -> Any:
+        return service.handle("POST", f"/api/v1/{route}", {}, json.dumps(payload).encode())
+
+    calls: list[int] = []
+    hook = base.module.register_forward_hook(lambda *_: calls.append(1))
+    release = threading.Event()
+    try:
+        # Hold the compute thread so the requests wait together, as under load.
+        service._futures.submit(lambda: (release.wait(10), Reply.json({}))[1], lane="hold")
+        prompts = [PROMPT, [9, 3, *PROMPT, 11], PROMPT[:3]]
+        ids = []
+        for prompt in prompts:
+            chunk = {"type": "encoded_text", "tokens": prompt}
+            body = {
+                "base_model": "tiny",
+                "prompt": {"chunks": [chunk]},
+                "num_samples": 1,
+                "sampling_params": {"max_tokens": STEPS, "temperature": 0.0, "stop": []},
+                "seq_id": len(ids),
+            }
+            ids.append(json.loads(post("asample", body).body)["request_id"])
+        release.set()
+        replies = [post("retrieve_future", {"request_id": request_id}) for request_id in ids]
+    finally:
+        hook.remove()
+        service.close()
+    # One batch: a prefill and a step per further token, not that for each request.
+    assert len(calls) == STEPS
+    for prompt, reply in zip(prompts, replies):
+        answer = pb.SampleResponse.FromString(reply.body)
+        tokens = np.frombuffer(answer.sequences[0].tokens, np.int32).tolist()
+        assert tokens == plain_greedy(base.module, prompt, STEPS)[0]
