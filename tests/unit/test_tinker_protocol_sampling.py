@@ -190,7 +190,7 @@ def test_waiting_asample_requests_are_sampled_as_one_batch(base: BaseModel, tmp_
         # Hold the compute thread so the requests wait together, as under load.
         service._futures.submit(lambda: (release.wait(10), Reply.json({}))[1], lane="hold")
         prompts = [PROMPT, [9, 3, *PROMPT, 11], PROMPT[:3]]
-        ids = []
+        ids: list[str] = []
         for prompt in prompts:
             chunk = {"type": "encoded_text", "tokens": prompt}
             body = {
