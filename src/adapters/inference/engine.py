@@ -107,12 +107,14 @@ class SamplingParams:
 class Sample:
     """One completion. `token_ids` include the end-of-sequence token when the model emitted
     one, and the token that completed a stop string; `logprobs` has one entry per token,
-    under the raw distribution (see the module docstring)."""
+    under the raw distribution (see the module docstring). `prompt_logprobs`, when a caller
+    of the decode code asked for them, score the prompt's tokens (NaN for the first)."""
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...]
     finish_reason: FinishReason
+    prompt_logprobs: tuple[float, ...] | None = None
 
 
 class SamplingEngine(Protocol):

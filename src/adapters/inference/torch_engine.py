@@ -4,7 +4,7 @@ Concurrent `sample` calls are queued and, per served name, run as one left-padde
 a KV cache, on one worker thread so the event loop stays free for HTTP and rollouts. A batch
 starts after a few milliseconds' window that lets concurrent callers join; requests that
 arrive while it runs join it between two decode steps (up to `max_batch_size` rows), and
-each one is answered as soon as its own rows finish (see _decoding.py). Rows for another
+each one is answered as soon as its own rows finish (see decoding.py). Rows for another
 served name wait until the running batch drains.
 
 Weights per served name:
@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -42,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...core.errors import BackendError, InvalidInputError
-from ._decoding import DecodeRow, run_session
 from ._weights import ModelWeights, Weights
 from .chat import ChatTokenizer
+from .decoding import DecodeRow, row_seed, run_session
 from .engine import Sample, SamplingParams, ServingEngine, UnknownModelError
 from .served_names import ServedNames
 
@@ -414,7 +413,7 @@ class TorchEngine(ServedNames[Weights]):
 
 @attrs.define(eq=False)
 class _Feed:
-    """The worker's view of the engine during one batch (see _decoding.RowFeed)."""
+    """The worker's view of the engine during one batch (see decoding.RowFeed)."""
 
     engine: TorchEngine
     loop: asyncio.AbstractEventLoop
@@ -472,8 +471,7 @@ def _fail(rows: list[_Row], exc: Exception) -> None:
 def _rows_of(request: _Request) -> Iterator[_Row]:
     seed = request.params.seed
     for index in range(request.n):
-        row_seed = secrets.randbits(63) if seed is None else (seed * 1_000_003 + index) % (1 << 63)
-        yield _Row(request, index, row_seed)
+        yield _Row(request, index, row_seed(seed, index))
 
 
 def _check_served_name(name: str) -> None:

@@ -172,23 +172,48 @@ def selected_logprobs(
     **inputs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log p(next token), entropy) at the positions `select` [rows, len-1] marks, [n] each
-    in row-major order: position t of a row scores token t+1 of `inputs["input_ids"]`.
+    in row-major order: position t of a row scores token t+1 of `inputs["input_ids"]`."""
+    tokens: torch.Tensor = inputs["input_ids"]
+    return _scored(model, select, tokens[:, 1:][select], chunk, shifted=True, inputs=inputs)
 
-    The model's forward runs whole (so sharding hooks and adapters see an ordinary call);
+
+def target_logprobs(
+    model: Any,
+    select: torch.Tensor,
+    targets: torch.Tensor,
+    chunk: int,
+    **inputs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(target), entropy) at the positions `select` [rows, len] marks, [n] each in
+    row-major order: position t of a row scores `targets[row, t]` (Tinker's datums name the
+    target of every input position themselves, the last one included)."""
+    return _scored(model, select, targets[select], chunk, shifted=False, inputs=inputs)
+
+
+def _scored(
+    model: Any,
+    select: torch.Tensor,
+    targets: torch.Tensor,
+    chunk: int,
+    *,
+    shifted: bool,
+    inputs: dict[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's forward runs whole (so sharding hooks and adapters see an ordinary call);
     only its output projection is swapped, for this call, for one that scores the selected
     positions chunk by chunk and returns no logits."""
-    tokens: torch.Tensor = inputs["input_ids"]
-    targets = tokens[:, 1:][select]
     if not projects_plainly(model):
         logits = model(**inputs, use_cache=False).logits
-        logp = torch.log_softmax(logits[:, :-1][select].float(), dim=-1)
+        logits = logits[:, :-1] if shifted else logits
+        logp = torch.log_softmax(logits[select].float(), dim=-1)
         entropy = -(logp.exp() * logp).sum(-1).detach()
         return logp.gather(-1, targets[:, None]).squeeze(-1), entropy
     head = model.get_output_embeddings()
     found: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def project(hidden: torch.Tensor) -> torch.Tensor:
-        found.append(chunked_selected_logprobs(head, hidden[:, :-1][select], targets, chunk))
+        scored = hidden[:, :-1] if shifted else hidden
+        found.append(chunked_selected_logprobs(head, scored[select], targets, chunk))
         return hidden.new_zeros(0)
 
     with _forward_swapped(head, project):

@@ -15,8 +15,7 @@ import torch
 
 from ...core.config import CustomLoss, LossName, TrainConfig
 from .packing import PackedBatch
-
-LOG_RATIO_LIMIT = 20.0
+from .token_losses import importance_ratio, ratio_terms
 
 
 @attrs.frozen
@@ -149,19 +148,9 @@ def token_policy_loss(
 
     # Unknown sampling logprobs mean "ratio 1": compare the policy with itself.
     old = torch.where(torch.isnan(old), new.detach(), old)
-    log_ratio = torch.clamp(new - old, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-    ratio = torch.exp(log_ratio)
     low, high = 1.0 - settings.clip_low, 1.0 + settings.clip_high
-    clipped_ratio = torch.clamp(ratio, low, high)
-
     advantages, kl_sum = _kl_shaped(advantages, new, mask, ref_logprobs, settings.kl_coef)
-
-    if settings.kind == "cispo":
-        per_token = -clipped_ratio.detach() * advantages * new
-    elif settings.kind == "ppo":
-        per_token = -torch.minimum(ratio * advantages, clipped_ratio * advantages)
-    else:
-        per_token = -ratio * advantages
+    per_token, ratio = ratio_terms(settings.kind, new, old, advantages, low, high)
     loss = (per_token * weights * mask).sum() / max(normalizer, 1e-18)
 
     with torch.no_grad():
@@ -210,7 +199,7 @@ def custom_token_loss(
     ]
     loss = torch.stack(terms).sum() if terms else new.sum() * 0.0
     with torch.no_grad():
-        ratio = torch.exp(torch.clamp(new - old, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+        ratio = importance_ratio(new, old)
         stats = LossStats(
             loss=float(loss.item()) / max(normalizer, 1e-18),
             tokens=int(selected.sum().item()),

@@ -5,6 +5,10 @@ runs on the one compute thread, and `retrieve_future` long-polls for the result 
 after `long_poll_s`). Requests on one training run run in `seq_id` order (`RequestOrder`), as
 on the service: the SDK may send a later request before an earlier one's POST returns. The
 last `MAX_KEPT_RESULTS` promises are kept; older finished ones are forgotten.
+
+The compute thread is shared fairly: each training run (and sampling) has a lane of its own,
+and the thread takes one request from each lane with work in turn, so a run that queued 50
+forward_backwards delays another run's one request by one request, not by 50.
 """
 
 from __future__ import annotations
@@ -13,9 +17,8 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import attrs
@@ -26,6 +29,7 @@ from .wire import Reply, failure
 logger = logging.getLogger(__name__)
 
 MAX_KEPT_RESULTS = 4096
+SAMPLING_LANE = "sampling"
 
 Work = Callable[[], Reply]
 """What a request does on the compute thread; a UserError it raises fails it as the user's."""
@@ -53,23 +57,23 @@ class Futures:
 
     def __init__(self, long_poll_s: float) -> None:
         self.long_poll_s = long_poll_s
-        self._compute = ThreadPoolExecutor(1, thread_name_prefix="tinker-emulator-compute")
+        self._compute = FairQueue("tinker-emulator-compute")
         self._lock = threading.Lock()
         self._promises: OrderedDict[str, Promise] = OrderedDict()
 
     def close(self) -> None:
         """Finish the running work, drop the queued work, fail what is still pending."""
-        self._compute.shutdown(wait=True, cancel_futures=True)
+        self._compute.close()
         with self._lock:
             for promise in self._promises.values():
                 if not promise.done.is_set():
                     promise.reply = failure("the tinker emulator stopped", "server")
                     promise.done.set()
 
-    def submit(self, work: Work) -> str:
-        """Run `work` on the compute thread; its request id."""
+    def submit(self, work: Work, *, lane: Hashable = SAMPLING_LANE) -> str:
+        """Run `work` on the compute thread, in its `lane`'s turn; its request id."""
         request_id, promise = self._promise()
-        self._run(work, promise)
+        self._compute.put(lane, work, promise)
         return request_id
 
     def ordered(self, order: RequestOrder, seq_id: object, work: Work, *, model_id: str) -> str:
@@ -84,7 +88,7 @@ class Futures:
             order.last_request = time.time()
             while order.next_seq in order.pending:
                 queued, queued_promise = order.pending.pop(order.next_seq)
-                self._run(queued, queued_promise)
+                self._compute.put(("run", model_id), queued, queued_promise)
                 order.next_seq += 1
         return request_id
 
@@ -113,8 +117,56 @@ class Futures:
                 del self._promises[oldest]
         return request_id, promise
 
-    def _run(self, work: Work, promise: Promise) -> None:
-        self._compute.submit(_resolve, work, promise)
+
+class FairQueue:
+    """One compute thread over lanes of queued work: each lane's work runs in the order it
+    was put, and the lanes with work take turns, one item each (round-robin)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._wake = threading.Condition()
+        self._lanes: OrderedDict[Hashable, deque[tuple[Work, Promise]]] = OrderedDict()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def put(self, lane: Hashable, work: Work, promise: Promise) -> None:
+        with self._wake:
+            if self._closed:
+                promise.reply = failure("the tinker emulator stopped", "server")
+                promise.done.set()
+                return
+            self._lanes.setdefault(lane, deque()).append((work, promise))
+            if self._thread is None:  # started on first use: it takes torch's settings then
+                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Let the running item finish and drop the queued ones (their promises stay
+        pending, for the caller to fail)."""
+        with self._wake:
+            self._closed = True
+            self._lanes.clear()
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _next(self) -> tuple[Work, Promise] | None:
+        with self._wake:
+            while not self._lanes and not self._closed:
+                self._wake.wait()
+            if self._closed:
+                return None
+            lane, queue = self._lanes.popitem(last=False)
+            item = queue.popleft()
+            if queue:  # back of the line: every other lane with work goes first
+                self._lanes[lane] = queue
+            return item
+
+    def _serve(self) -> None:
+        while (item := self._next()) is not None:
+            _resolve(*item)
 
 
 def _resolve(work: Work, promise: Promise) -> None:

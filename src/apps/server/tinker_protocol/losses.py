@@ -1,8 +1,9 @@
-"""The tinker emulator's losses, per datum, and the checks on their inputs.
+"""The Tinker protocol's losses, per datum, and the checks on their inputs.
 
-The losses follow Tinker's documented definitions: every tensor has one entry per input
-position, position i predicts token i+1, and per-token terms are summed, never averaged
-(normalisation is the caller's, inside the advantages or weights):
+The per-token terms are the LocalBackend's (adapters/local/token_losses.py), which follow
+Tinker's documented definitions: every tensor has one entry per input position, position i
+predicts token i+1, and the terms are summed here, never averaged (normalisation is the
+caller's, inside the advantages or weights):
 
     cross_entropy        -Σ lp·w
     importance_sampling  -Σ exp(lp-q)·A
@@ -21,9 +22,9 @@ from collections.abc import Mapping
 import attrs
 import torch
 
+from ....adapters.local.token_losses import cross_entropy_terms, dro_terms, ratio_terms
 from .errors import UserError
 
-LOG_RATIO_LIMIT = 20.0
 LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
 REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
     "cross_entropy": ("target_tokens", "weights"),
@@ -71,22 +72,16 @@ def datum_loss(
 ) -> torch.Tensor:
     device = lp.device
     if loss_fn == "cross_entropy":
-        return -(lp * inputs["weights"].float().to(device)).sum()
+        return cross_entropy_terms(lp, inputs["weights"].float().to(device)).sum()
     q = inputs["logprobs"].float().to(device)
     advantages = inputs["advantages"].float().to(device)
     if loss_fn == "dro":
         if "beta" not in config:
             raise UserError("loss_fn 'dro' needs loss_fn_config {'beta': ...}")
-        beta = float(config["beta"])
-        return -(lp * advantages - 0.5 * beta * (lp - q) ** 2).sum()
-    ratio = torch.exp(torch.clamp(lp - q, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
-    if loss_fn == "importance_sampling":
-        return -(ratio * advantages).sum()
+        return dro_terms(lp, q, advantages, float(config["beta"])).sum()
     low = float(config.get("clip_low_threshold", 0.8))
     high = float(config.get("clip_high_threshold", 1.2))
     if not low <= high:
         raise UserError(f"clip_low_threshold {low} is above clip_high_threshold {high}")
-    clipped = torch.clamp(ratio, low, high)
-    if loss_fn == "ppo":
-        return -torch.minimum(ratio * advantages, clipped * advantages).sum()
-    return -(clipped.detach() * lp * advantages).sum()  # cispo
+    terms, _ratio = ratio_terms(loss_fn, lp, q, advantages, low, high)
+    return terms.sum()

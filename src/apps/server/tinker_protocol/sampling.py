@@ -1,21 +1,24 @@
-"""Sampling for the tinker emulator: `n` completions of one prompt from a (LoRA) module.
-
-The `n` rows share the prompt, so they run as one batch with a KV cache and no padding.
-Logprobs are under the raw distribution (temperature 1, no top-k/top-p), the convention of
-arthex's engines, whatever the sampling temperature.
+"""Sampling for the Tinker protocol: `n` completions of one prompt from a (LoRA) module,
+decoded by the inference engine's decode code (adapters/inference/decoding.py), the one
+decode loop in arthex; this module only maps Tinker's parameters onto it and its results
+back. Logprobs are under the raw distribution (temperature 1, no top-k/top-p), the
+convention of arthex's engines, whatever the sampling temperature.
 """
 
 from __future__ import annotations
 
-import math
+import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
 
 from .base_model import BaseModel
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from ....adapters.inference.engine import Sample
 
 
 @attrs.frozen
@@ -38,6 +41,23 @@ class SampledRow:
     topk: list[list[tuple[int, float]]] | None
 
 
+@attrs.frozen
+class SampleRequest:
+    """One `asample`: `n` completions of `prompt`, from the peft adapter named `adapter` of
+    the module it is batched on (None: the module as it is)."""
+
+    prompt: list[int]
+    n: int
+    settings: SampleSettings
+    topk: int = 0
+    prompt_logprobs: bool = False
+    adapter: str | None = None
+
+
+Sampled = tuple[list[SampledRow], list[float] | None]
+"""A request's completions, and its prompt's logprobs when it asked for them."""
+
+
 def sample(
     base: BaseModel,
     module: Any,
@@ -47,10 +67,21 @@ def sample(
     *,
     topk: int = 0,
     prompt_logprobs: bool = False,
-) -> tuple[list[SampledRow], list[float] | None]:
-    """`n` completions of `prompt` (one batch sharing the prompt, with a KV cache), and the
-    prompt's own logprobs (NaN for the first token) when asked for."""
-    prompt = [int(t) for t in prompt]
+) -> Sampled:
+    """`n` completions of `prompt`, and the prompt's own logprobs (NaN for the first token)
+    when asked for."""
+    request = SampleRequest([int(t) for t in prompt], n, settings, topk, prompt_logprobs)
+    return sample_batch(base, module, [(request, decode_rows(base, request))])[0]
+
+
+def decode_rows(base: BaseModel, request: SampleRequest) -> list[Any]:
+    """The request's rows for the decode code (DecodeRow), or a UserError naming what is
+    wrong with it."""
+    from ....adapters.inference.decoding import DecodeRow, row_seed
+    from ....adapters.inference.engine import SamplingParams
+    from ....core.errors import InvalidInputError
+
+    prompt, n, settings = request.prompt, request.n, request.settings
     if not prompt:
         raise UserError("the prompt is empty")
     if n < 1:
@@ -66,81 +97,89 @@ def sample(
     limit = min(settings.max_tokens if settings.max_tokens is not None else room, room)
     if limit < 1:
         raise UserError(f"max_tokens must be >= 1, got {settings.max_tokens}")
-    stop_tokens = set(settings.stop_tokens)
-    if settings.stop_at_end_token:
-        stop_tokens.update(base.eos_token_ids)
-    generator = torch.Generator(device="cpu")
-    if settings.seed is not None:
-        generator.manual_seed(settings.seed)
-    else:
-        generator.seed()
-    device = base.device
-    rows: list[list[int]] = [[] for _ in range(n)]
-    logprobs: list[list[float]] = [[] for _ in range(n)]
-    tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
-    reasons: list[str | None] = [None] * n
-    prompt_lps: list[float] | None = None
-    cache = base.new_cache()
-    with torch.no_grad():
-        ids = torch.tensor([prompt] * n, device=device)
-        logits = base.forward(module, ids, cache)
-        if prompt_logprobs:
-            logp = torch.log_softmax(logits[0, :-1], dim=-1)
-            picked = logp.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
-            prompt_lps = [math.nan, *(float(v) for v in picked.cpu())]
-        last = logits[:, -1]
-        for _ in range(limit):
-            raw = torch.log_softmax(last, dim=-1)
-            chosen = _draw(last, settings, generator).to(device)
-            chosen_lp = raw.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
-            top = torch.topk(raw, topk, dim=-1) if topk > 0 else None
-            for i in range(n):
-                if reasons[i] is not None:
-                    continue
-                token = int(chosen[i])
-                rows[i].append(token)
-                logprobs[i].append(float(chosen_lp[i]))
-                if top is not None:
-                    tops[i].append(
-                        [(int(t), float(v)) for t, v in zip(top.indices[i], top.values[i])]
-                    )
-                if token in stop_tokens or _hits_stop(base, rows[i], settings.stop_strings):
-                    reasons[i] = "stop"
-            if all(reason is not None for reason in reasons):
-                break
-            last = base.forward(module, chosen.unsqueeze(-1), cache)[:, -1]
-    sampled = [
-        SampledRow(
-            tokens=rows[i],
-            logprobs=logprobs[i],
-            stop_reason=reasons[i] or "length",
-            topk=tops[i] if topk > 0 else None,
+    try:
+        params = SamplingParams(
+            max_tokens=limit,
+            temperature=max(settings.temperature, 0.0),
+            top_p=settings.top_p,
+            seed=settings.seed,
+            stop=settings.stop_strings,
+            top_logprobs=request.topk,
         )
-        for i in range(n)
+    except InvalidInputError as exc:
+        raise UserError(f"sampling_params: {exc}") from exc
+    return [
+        DecodeRow(
+            prompt,
+            params,
+            row_seed(settings.seed, index),
+            top_k=max(settings.top_k, 0),
+            stop_token_ids=frozenset(settings.stop_tokens),
+            stop_at_eos=settings.stop_at_end_token,
+            prompt_logprobs=request.prompt_logprobs and index == 0,  # the rows share the prompt
+            adapter=request.adapter,
+        )
+        for index in range(n)
     ]
-    return sampled, prompt_lps
 
 
-def _draw(
-    logits: torch.Tensor, settings: SampleSettings, generator: torch.Generator
-) -> torch.Tensor:
-    if settings.temperature <= 0:
-        return logits.argmax(dim=-1)
-    scaled = (logits / settings.temperature).cpu()
-    if settings.top_k > 0:
-        kth = torch.topk(scaled, min(settings.top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
-        scaled = scaled.masked_fill(scaled < kth, -math.inf)
-    probs = torch.softmax(scaled, dim=-1)
-    if settings.top_p < 1.0:
-        ordered, order = torch.sort(probs, dim=-1, descending=True)
-        keep = torch.cumsum(ordered, dim=-1) - ordered < settings.top_p
-        ordered = ordered * keep
-        probs = torch.zeros_like(probs).scatter(-1, order, ordered)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+def sample_batch(
+    base: BaseModel, module: Any, requests: Sequence[tuple[SampleRequest, list[Any]]]
+) -> list[Sampled]:
+    """Every request's rows (from `decode_rows`) as one batch of the inference engine's
+    decode code (run_session) on the calling thread, each row on its own seeded stream; the
+    results in the requests' order."""
+    from ....adapters.inference.decoding import run_session
+
+    first = [
+        ((number, index), row)
+        for number, (_request, rows) in enumerate(requests)
+        for index, row in enumerate(rows)
+    ]
+    feed = _Collected()
+    with torch.no_grad():
+        run_session(
+            module,
+            base.decode_tokens,
+            feed,
+            first,
+            device=base.device,
+            context_length=base.context_length,
+            cache_kwarg=base.cache_kwarg,
+            cancelled=threading.Event(),
+            max_batch_size=len(first),
+        )
+    out: list[Sampled] = []
+    for number, (request, rows) in enumerate(requests):
+        done = [feed.samples[(number, index)] for index in range(len(rows))]
+        sampled = [
+            SampledRow(
+                tokens=list(row.token_ids),
+                logprobs=list(row.logprobs),
+                stop_reason=row.finish_reason,
+                topk=[list(step) for step in row.top_logprobs] if request.topk > 0 else None,
+            )
+            for row in done
+        ]
+        scored = done[0].prompt_logprobs
+        out.append((sampled, list(scored) if scored is not None else None))
+    return out
 
 
-def _hits_stop(base: BaseModel, tokens: list[int], stops: tuple[str, ...]) -> bool:
-    if not stops:
+class _Collected:
+    """The decode code's feed for one batch: no rows join, every row is kept."""
+
+    def __init__(self) -> None:
+        self.samples: dict[Any, Sample] = {}
+
+    def take(self, room: int, live: int) -> list[tuple[Any, Any]]:
+        return []
+
+    def abandoned(self, handle: Any) -> bool:
         return False
-    text = str(base.tokenizer.decode(tokens, skip_special_tokens=False))
-    return any(stop in text for stop in stops)
+
+    def finished(self, handle: Any, sample: Sample) -> None:
+        self.samples[handle] = sample
+
+    def stepped(self, rows: int) -> None:
+        return None

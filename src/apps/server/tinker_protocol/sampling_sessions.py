@@ -3,6 +3,11 @@ snapshots of a training run's current weights, and `asample` on either.
 
 A sampler holds its adapter's weights (a copy), so a training run that trains on afterwards
 does not change what an earlier snapshot samples.
+
+`asample` requests that wait for the compute thread are sampled together: the first of them
+to run takes every waiting request of its base model (up to `MAX_BATCH_ROWS` rows and
+`MAX_SAMPLER_ADAPTERS` adapters) into one batch of the decode code, each row on its own
+sampler's adapter; the others find their result ready when their turn comes.
 """
 
 from __future__ import annotations
@@ -13,10 +18,10 @@ from typing import Any
 
 import attrs
 
-from .base_model import BaseModel, LoraSettings
+from .base_model import MAX_SAMPLER_ADAPTERS, BaseModel, LoraSettings
 from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures
-from .sampling import sample
+from .sampling import Sampled, SampleRequest, decode_rows, sample_batch
 from .sessions import Sessions
 from .store import RunStore, checkpoint_meta, load_adapter, save_adapter
 from .training_runs import TrainingRuns
@@ -32,6 +37,19 @@ class Sampler:
     adapter: dict[str, Any]
 
 
+MAX_BATCH_ROWS = 64
+
+
+@attrs.define(eq=False)
+class _Waiting:
+    """An `asample` waiting to be sampled, and then its result or its error."""
+
+    sampler: Sampler
+    request: SampleRequest
+    result: Sampled | None = None
+    error: Exception | None = None
+
+
 @attrs.define
 class SamplingSessions:
     """The samplers of one emulator, by id."""
@@ -43,6 +61,7 @@ class SamplingSessions:
     _runs: TrainingRuns
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _samplers: dict[str, Sampler] = attrs.field(factory=dict, init=False)
+    _waiting: list[_Waiting] = attrs.field(factory=list, init=False)
 
     def create_sampling_session(self, body: dict[str, Any]) -> Reply:
         self._sessions.require(body)
@@ -116,16 +135,67 @@ class SamplingSessions:
         # The SDK asserts one id per sample in the promise, and stamps them on the sequences.
         sequence_ids = [f"{sampler.sampler_id}:{body.get('seq_id')}:{i}" for i in range(n)]
 
+        waiting = _Waiting(sampler, SampleRequest(prompt, n, settings, topk, with_prompt))
+        with self._lock:
+            self._waiting.append(waiting)
+
         def work() -> Reply:
-            module = self._base.sampler_module(sampler.lora, sampler.adapter)
-            rows, prompt_lps = sample(
-                self._base, module, prompt, n, settings, topk=topk, prompt_logprobs=with_prompt
-            )
+            if waiting.result is None and waiting.error is None:
+                self._sample_waiting()
+            if waiting.error is not None:
+                raise waiting.error
+            assert waiting.result is not None
+            rows, prompt_lps = waiting.result
             last_n = body.get("prompt_logprobs_last_n")
             return encode_sample(rows, prompt_lps, topk=topk, last_n=last_n)
 
         request_id = self._futures.submit(work)
         return Reply.json({"request_id": request_id, "sample_sequence_ids": sequence_ids})
+
+    def _sample_waiting(self) -> None:
+        """Sample the oldest waiting request together with those that fit its batch (on
+        the compute thread)."""
+        with self._lock:
+            first = self._waiting[0].sampler.base_model
+            taken: list[_Waiting] = []
+            rows, adapters = 0, set[int]()
+            for waiting in self._waiting:
+                sampler = waiting.sampler
+                keys = {id(sampler.adapter)} if sampler.lora is not None else set()
+                if taken and (
+                    sampler.base_model != first
+                    or rows + waiting.request.n > MAX_BATCH_ROWS
+                    or len(adapters | keys) > MAX_SAMPLER_ADAPTERS
+                ):
+                    continue
+                taken.append(waiting)
+                rows += waiting.request.n
+                adapters |= keys
+            self._waiting = [waiting for waiting in self._waiting if waiting not in taken]
+        base = self._base
+        batch: list[tuple[_Waiting, SampleRequest, list[Any]]] = []
+        for waiting in taken:
+            sampler = waiting.sampler
+            try:
+                name = None
+                if sampler.lora is not None:
+                    name = base.sampler_adapter(sampler.lora, sampler.adapter)
+                request = attrs.evolve(waiting.request, adapter=name)
+                batch.append((waiting, request, decode_rows(base, request)))
+            except UserError as exc:
+                waiting.error = exc
+        if not batch:
+            return
+        adapted = any(request.adapter is not None for _, request, _ in batch)
+        module = base.sampler_model if adapted else base.module
+        try:
+            results = sample_batch(base, module, [(request, rows) for _, request, rows in batch])
+        except Exception as exc:
+            for waiting, _, _ in batch:
+                waiting.error = exc
+            return
+        for (waiting, _, _), result in zip(batch, results):
+            waiting.result = result
 
     def _new_sampler(self, model_path: object, base_model: object) -> Sampler:
         sampler_id = str(uuid.uuid4())

@@ -11,10 +11,17 @@ cache (sliding windows, recurrent state) new rows wait for the batch to drain in
 
 Each row draws from its own seeded generator by inverse CDF, so its tokens do not depend
 on what else is batched.
+
+Beyond the OpenAI server's parameters a row may ask for what Tinker's sampler offers: top-k
+truncation, stop token ids, no stop at the end token, and the prompt's own logprobs (scored
+in the prefill pass that reads the prompt anyway). Rows may name a peft adapter each: a batch
+of several adapters over one base runs as one batch, peft applying each row's own adapter
+(its mixed-batch inference), the others' rows seeing none of it.
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -22,17 +29,49 @@ from typing import Any, Protocol
 import attrs
 
 from ...core.errors import BackendError
-from .chat import ChatTokenizer, first_stop
+from .chat import first_stop
 from .engine import Sample, SamplingParams
+from .token_draw import choose, prompt_logprobs
+
+BASE_ADAPTER = "__base__"
+"""peft's name for "no adapter" in a mixed batch."""
+
+
+class DecodeTokenizer(Protocol):
+    """What decoding needs of a tokenizer (ChatTokenizer is one)."""
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]: ...
+
+    @property
+    def pad_token_id(self) -> int: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
 
 
 @attrs.frozen
 class DecodeRow:
-    """One sequence to generate: its prompt, its parameters, and the seed of its stream."""
+    """One sequence to generate: its prompt, its parameters, and the seed of its stream.
+
+    `top_k` > 0 samples among the k likeliest tokens only; `stop_token_ids` end the row like
+    the end token does; `stop_at_eos=False` lets it run past the end token; `prompt_logprobs`
+    asks for the prompt's own logprobs (NaN for its first token) in the Sample. `adapter`
+    names the peft adapter the row samples from (None: the module as it is set up)."""
 
     prompt: list[int]
     params: SamplingParams
     seed: int
+    top_k: int = 0
+    stop_token_ids: frozenset[int] = frozenset()
+    stop_at_eos: bool = True
+    prompt_logprobs: bool = False
+    adapter: str | None = None
+
+
+def row_seed(seed: int | None, index: int) -> int:
+    """The seed of the `index`-th row of a request: fixed by the request's seed (each row its
+    own stream), random without one."""
+    return secrets.randbits(63) if seed is None else (seed * 1_000_003 + index) % (1 << 63)
 
 
 class RowFeed(Protocol):
@@ -57,7 +96,7 @@ class RowFeed(Protocol):
 
 def run_session(
     module: Any,
-    chat: ChatTokenizer,
+    chat: DecodeTokenizer,
     feed: RowFeed,
     first: Sequence[tuple[Any, DecodeRow]],
     *,
@@ -93,6 +132,7 @@ class _Live:
     tokens: list[int] = attrs.Factory(list)
     logprobs: list[float] = attrs.Factory(list)
     tops: list[tuple[tuple[int, float], ...]] = attrs.Factory(list)
+    prompt_logprobs: tuple[float, ...] | None = None
     finish: str | None = None
 
 
@@ -103,7 +143,7 @@ class _Session:
     def __init__(
         self,
         module: Any,
-        chat: ChatTokenizer,
+        chat: DecodeTokenizer,
         feed: RowFeed,
         device: Any,
         context_length: int,
@@ -136,8 +176,14 @@ class _Session:
         torch = self.torch
         uniforms = torch.stack([torch.rand((), generator=live.generator) for live in self.live])
         top_k = max(live.row.params.top_logprobs for live in self.live)
-        chosen, chosen_lp, top_ids, top_lps = _choose(
-            self.logits, self.temperature, self.top_p, uniforms.to(self.device), top_k
+        truncate = [live.row.top_k for live in self.live]
+        chosen, chosen_lp, top_ids, top_lps = choose(
+            self.logits,
+            self.temperature,
+            self.top_p,
+            uniforms.to(self.device),
+            top_k,
+            torch.tensor(truncate, device=self.device) if any(truncate) else None,
         )
         self.feed.stepped(len(self.live))
         chosen_list = chosen.tolist()
@@ -166,11 +212,14 @@ class _Session:
                 [self.attention, self.attention.new_ones((len(self.live), 1))], dim=-1
             )
             self.positions = self.positions + 1
-            self.logits = self._forward(self.step_ids, self.attention, self.positions, self.cache)
+            adapters = [live.row.adapter for live in self.live]
+            self.logits = self._forward(
+                self.step_ids, self.attention, self.positions, self.cache, adapters
+            )
         if not joining:
             return
         rows = [row for _, row in joining]
-        cache, attention, positions, logits = self._prefill(rows)
+        cache, attention, positions, logits, prompt_lps = self._prefill(rows)
         temperature = torch.tensor([row.params.temperature for row in rows], device=self.device)
         top_p = torch.tensor([row.params.top_p for row in rows], device=self.device)
         new = [
@@ -179,8 +228,9 @@ class _Session:
                 row,
                 torch.Generator().manual_seed(row.seed),
                 min(row.params.max_tokens, self.context_length - len(row.prompt)),
+                prompt_logprobs=scored,
             )
-            for handle, row in joining
+            for (handle, row), scored in zip(joining, prompt_lps)
         ]
         if not self.live:
             self.cache, self.attention, self.positions, self.logits = (
@@ -201,7 +251,9 @@ class _Session:
 
     # internals
 
-    def _prefill(self, rows: list[DecodeRow]) -> tuple[Any, Any, Any, Any]:
+    def _prefill(
+        self, rows: list[DecodeRow]
+    ) -> tuple[Any, Any, Any, Any, list[tuple[float, ...] | None]]:
         torch = self.torch
         width = max(len(row.prompt) for row in rows)
         input_ids = torch.full((len(rows), width), self.chat.pad_token_id, dtype=torch.long)
@@ -214,8 +266,18 @@ class _Session:
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.module.config)
-        logits = self._forward(input_ids, attention, positions, cache)
-        return cache, attention, positions[:, -1:], logits
+        scored = any(row.prompt_logprobs for row in rows)
+        adapters = [row.adapter for row in rows]
+        logits = self._forward(
+            input_ids, attention, positions, cache, adapters, every_position=scored
+        )
+        prompt_lps: list[tuple[float, ...] | None] = [None] * len(rows)
+        if scored:
+            for i, row in enumerate(rows):
+                if row.prompt_logprobs:
+                    prompt_lps[i] = prompt_logprobs(logits[i], input_ids[i], len(row.prompt))
+            logits = logits[:, -1]
+        return cache, attention, positions[:, -1:], logits, prompt_lps
 
     def _select(self, keep: list[int]) -> None:
         """Keep only the rows at `keep`, and cut the cache's leading columns that no kept
@@ -259,21 +321,36 @@ class _Session:
             mine.values = self.torch.cat([widen(mine.values, 2), widen(other.values, 2)])
         self.attention = self.torch.cat([widen(self.attention, 1), widen(attention, 1)])
 
-    def _forward(self, input_ids: Any, attention: Any, positions: Any, cache: Any) -> Any:
-        kwargs = {self.cache_kwarg: cache}
+    def _forward(
+        self,
+        input_ids: Any,
+        attention: Any,
+        positions: Any,
+        cache: Any,
+        adapters: list[str | None],
+        *,
+        every_position: bool = False,
+    ) -> Any:
+        """Float32 logits of the last position, or of every position ([rows, len, vocab])."""
+        kwargs: dict[str, Any] = {self.cache_kwarg: cache}
+        if any(adapter is not None for adapter in adapters):
+            kwargs["adapter_names"] = [adapter or BASE_ADAPTER for adapter in adapters]
         out = self.module(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=0 if every_position else 1,
             **kwargs,
         )
-        return out.logits[:, -1, :].float()
+        return out.logits.float() if every_position else out.logits[:, -1, :].float()
 
     def _finished(self, live: _Live) -> bool:
         tokens = live.tokens
-        if tokens[-1] in self.chat.eos_token_ids:
+        row = live.row
+        if (row.stop_at_eos and tokens[-1] in self.chat.eos_token_ids) or (
+            tokens[-1] in row.stop_token_ids
+        ):
             live.finish = "stop"
             return True
         stops = live.row.params.stop
@@ -295,6 +372,7 @@ def _sample_of(live: _Live) -> Sample:
         logprobs=tuple(live.logprobs),
         top_logprobs=tuple(live.tops),
         finish_reason="stop" if live.finish == "stop" else "length",
+        prompt_logprobs=live.prompt_logprobs,
     )
 
 
@@ -312,35 +390,3 @@ def _plain_layers(cache: Any) -> list[Any] | None:
     ):
         return None
     return layers
-
-
-def _choose(
-    logits: Any, temperature: Any, top_p: Any, uniforms: Any, top_k: int
-) -> tuple[Any, Any, Any, Any]:
-    """Draw one token per row with temperature and top-p (inverse CDF on one uniform per
-    row, so each row's stream depends only on its own generator), and report logprobs under
-    the raw distribution."""
-    import torch
-
-    raw = torch.log_softmax(logits, dim=-1)
-    probs = torch.softmax(logits / temperature.clamp_min(1e-5).unsqueeze(-1), dim=-1)
-    if bool((top_p < 1.0).any()):
-        # Top-p needs the tokens by probability; plain sampling works in any order.
-        probs, order = probs.sort(dim=-1, descending=True)
-        mass_before = probs.cumsum(dim=-1) - probs
-        probs = probs.masked_fill(mass_before >= top_p.unsqueeze(-1), 0.0)
-    else:
-        order = None
-    cdf = probs.cumsum(dim=-1)
-    targets = (uniforms * cdf[:, -1]).unsqueeze(-1)
-    # right=True: the first token whose cumulative mass exceeds the target, so a token of
-    # zero probability (truncated or underflowed) is never picked, even for a target of 0.
-    picks = torch.searchsorted(cdf, targets, right=True).clamp(max=logits.shape[-1] - 1)
-    sampled = (picks if order is None else order.gather(-1, picks)).squeeze(-1)
-    chosen = torch.where(temperature == 0, logits.argmax(dim=-1), sampled)
-    chosen_lp = raw.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
-    if top_k:
-        top_lps, top_ids = raw.topk(top_k, dim=-1)
-    else:
-        top_lps = top_ids = raw.new_zeros((logits.shape[0], 0))
-    return chosen, chosen_lp, top_ids, top_lps
