@@ -39,7 +39,7 @@ from .logprobs import DEFAULT_CHUNK_TOKENS, scatter_rows, selected_logprobs
 from .loss import LossSettings, LossStats, custom_token_loss, token_policy_loss
 from .packing import PackedBatch
 from .step_plan import WholeBatch, part_of
-from .trainer_protocol import Update
+from .update import Update
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = (
     "q_proj",

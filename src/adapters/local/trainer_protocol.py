@@ -6,28 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import attrs
 import torch
 
-from ...core.config import CustomLoss, TrainConfig
 from ...core.errors import InvalidInputError
-from .packing import PackedBatch
+from .update import Update
+
+__all__ = ["Trainer", "Update", "make_trainer"]
 
 if TYPE_CHECKING:
     from .distributed.world import World
     from .trainer import TrainerSettings
-
-
-@attrs.frozen
-class Update:
-    """What one train call trains on: the packed batch and its config, the KL reference
-    checkpoint (None: the base weights; used only when the config's KL coefficient is > 0),
-    and a custom loss that replaces the config's (loss.custom_token_loss)."""
-
-    batch: PackedBatch
-    config: TrainConfig
-    reference: Path | None
-    custom_loss: CustomLoss | None = None
 
 
 class Trainer(Protocol):

@@ -27,7 +27,7 @@ from ....core.errors import InvalidInputError
 from .. import checkpoint_io
 from .. import checkpoints as ckpt
 from ..trainer import TrainerSettings
-from ..trainer_protocol import Update
+from ..update import Update
 from .channel import encode_batch
 from .supervisor import Supervisor
 from .world import World
