@@ -5,11 +5,19 @@ runs on the one compute thread, and `retrieve_future` long-polls for the result 
 after `long_poll_s`). Requests on one training run run in `seq_id` order (`RequestOrder`), as
 on the service: the SDK may send a later request before an earlier one's POST returns. The
 last `MAX_KEPT_RESULTS` promises are kept; older finished ones are forgotten.
+
+Promises live in memory only: a request id carries the id of the server's life that made it
+(`boot_id`), and a restarted server answers one of an earlier life with 410, which the SDK
+raises as its retryable error (`RetryableException`), never as a user error or as another
+request's result. Its work is lost with the process; a training run resumes from its last
+saved state. Requests a stop dropped before they ran are answered the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 import threading
 import time
 import uuid
@@ -21,11 +29,13 @@ from typing import Any
 import attrs
 
 from .errors import HttpError, UserError
+from .store import hold_point
 from .wire import Reply, failure
 
 logger = logging.getLogger(__name__)
 
 MAX_KEPT_RESULTS = 4096
+_REQUEST_ID = re.compile(r"([0-9a-f]{12})\.[0-9a-f]{32}")  # <boot id>.<uuid4 hex>
 
 Work = Callable[[], Reply]
 """What a request does on the compute thread; a UserError it raises fails it as the user's."""
@@ -53,17 +63,19 @@ class Futures:
 
     def __init__(self, long_poll_s: float) -> None:
         self.long_poll_s = long_poll_s
+        self.boot_id = secrets.token_hex(6)
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="tinker-emulator-compute")
         self._lock = threading.Lock()
         self._promises: OrderedDict[str, Promise] = OrderedDict()
 
     def close(self) -> None:
-        """Finish the running work, drop the queued work, fail what is still pending."""
+        """Finish the running work, drop the queued work; what never ran is answered as the
+        SDK's retryable error (410), as after a restart."""
         self._compute.shutdown(wait=True, cancel_futures=True)
         with self._lock:
-            for promise in self._promises.values():
+            for request_id, promise in self._promises.items():
                 if not promise.done.is_set():
-                    promise.reply = failure("the tinker emulator stopped", "server")
+                    promise.reply = _gone(request_id, "the server stopped before it ran")
                     promise.done.set()
 
     def submit(self, work: Work) -> str:
@@ -93,6 +105,9 @@ class Futures:
         request_id = str(body.get("request_id"))
         promise = self._promises.get(request_id)
         if promise is None:
+            earlier = _REQUEST_ID.fullmatch(request_id)
+            if earlier is not None and earlier.group(1) != self.boot_id:
+                raise HttpError(410, _gone_text(request_id, "the server restarted since"))
             raise HttpError(404, f"unknown request_id {request_id!r}")
         if not promise.done.wait(self.long_poll_s):
             return Reply.json(
@@ -102,7 +117,7 @@ class Futures:
         return promise.reply
 
     def _promise(self) -> tuple[str, Promise]:
-        request_id = str(uuid.uuid4())
+        request_id = f"{self.boot_id}.{uuid.uuid4().hex}"
         promise = Promise()
         with self._lock:
             self._promises[request_id] = promise
@@ -119,7 +134,9 @@ class Futures:
 
 def _resolve(work: Work, promise: Promise) -> None:
     try:
-        promise.reply = work()
+        reply = work()
+        hold_point("answer")
+        promise.reply = reply
     except UserError as exc:
         promise.reply = failure(str(exc), "user")
     except Exception as exc:
@@ -127,3 +144,14 @@ def _resolve(work: Work, promise: Promise) -> None:
         promise.reply = failure(f"{type(exc).__name__}: {exc}", "server")
     finally:
         promise.done.set()
+
+
+def _gone_text(request_id: str, why: str) -> str:
+    return (
+        f"request {request_id} is lost: {why}; send it again (a training run goes on from its "
+        "last saved state)"
+    )
+
+
+def _gone(request_id: str, why: str) -> Reply:
+    return Reply.json({"detail": _gone_text(request_id, why)}, 410)
