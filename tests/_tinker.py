@@ -74,11 +74,11 @@ def server_process(
     state_dir: Path,
     key: str,
     log: Path,
-    env: Mapping[str, str] = {},
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
     """Start the server, wait until it answers `healthz`, and kill it at the end if it still
     runs."""
-    environment = {**os.environ, "TINKER_TELEMETRY": "0", "OMP_NUM_THREADS": "1", **env}
+    environment = {**os.environ, "TINKER_TELEMETRY": "0", "OMP_NUM_THREADS": "1", **(env or {})}
     command = server_command(base_model, port=port, state_dir=state_dir, key=key)
     with log.open("ab") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment)

@@ -60,8 +60,10 @@ def datums() -> list[types.Datum]:
         types.Datum(
             model_input=types.ModelInput.from_ints(tokens[:-1]),
             loss_fn_inputs={
-                "target_tokens": tokens[1:],
-                "weights": [0.0, 0.0, *[1.0] * (len(tokens) - 3)],
+                "target_tokens": types.TensorData(data=tokens[1:], dtype="int64"),
+                "weights": types.TensorData(
+                    data=[0.0, 0.0, *[1.0] * (len(tokens) - 3)], dtype="float32"
+                ),
             },
         )
         for tokens in SEQUENCES
