@@ -18,6 +18,7 @@ BENCHMARKS = (
     "view",
     "diagnostics",
     "memory",
+    "tinker_server",
 )
 
 

@@ -9,11 +9,19 @@ last `MAX_KEPT_RESULTS` promises are kept; older finished ones are forgotten.
 The compute thread is shared fairly: each training run (and sampling) has a lane of its own,
 and the thread takes one request from each lane with work in turn, so a run that queued 50
 forward_backwards delays another run's one request by one request, not by 50.
+
+Promises live in memory only: a request id carries the id of the server's life that made it
+(`boot_id`), and a restarted server answers one of an earlier life with 410, which the SDK
+raises as its retryable error (`RetryableException`), never as a user error or as another
+request's result. Its work is lost with the process; a training run resumes from its last
+saved state. Requests a stop dropped before they ran are answered the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 import threading
 import time
 import uuid
@@ -24,12 +32,14 @@ from typing import Any
 import attrs
 
 from .errors import HttpError, UserError
+from .store import hold_point
 from .wire import Reply, failure
 
 logger = logging.getLogger(__name__)
 
 MAX_KEPT_RESULTS = 4096
 SAMPLING_LANE = "sampling"
+_REQUEST_ID = re.compile(r"([0-9a-f]{12})\.[0-9a-f]{32}")  # <boot id>.<uuid4 hex>
 
 Work = Callable[[], Reply]
 """What a request does on the compute thread; a UserError it raises fails it as the user's."""
@@ -57,17 +67,19 @@ class Futures:
 
     def __init__(self, long_poll_s: float) -> None:
         self.long_poll_s = long_poll_s
+        self.boot_id = secrets.token_hex(6)
         self._compute = FairQueue("tinker-emulator-compute")
         self._lock = threading.Lock()
         self._promises: OrderedDict[str, Promise] = OrderedDict()
 
     def close(self) -> None:
-        """Finish the running work, drop the queued work, fail what is still pending."""
+        """Finish the running work, drop the queued work; what never ran is answered as the
+        SDK's retryable error (410), as after a restart."""
         self._compute.close()
         with self._lock:
-            for promise in self._promises.values():
+            for request_id, promise in self._promises.items():
                 if not promise.done.is_set():
-                    promise.reply = failure("the tinker emulator stopped", "server")
+                    promise.reply = _gone(request_id, "the server stopped before it ran")
                     promise.done.set()
 
     def submit(self, work: Work, *, lane: Hashable = SAMPLING_LANE) -> str:
@@ -97,6 +109,9 @@ class Futures:
         request_id = str(body.get("request_id"))
         promise = self._promises.get(request_id)
         if promise is None:
+            earlier = _REQUEST_ID.fullmatch(request_id)
+            if earlier is not None and earlier.group(1) != self.boot_id:
+                raise HttpError(410, _gone_text(request_id, "the server restarted since"))
             raise HttpError(404, f"unknown request_id {request_id!r}")
         if not promise.done.wait(self.long_poll_s):
             return Reply.json(
@@ -106,7 +121,7 @@ class Futures:
         return promise.reply
 
     def _promise(self) -> tuple[str, Promise]:
-        request_id = str(uuid.uuid4())
+        request_id = f"{self.boot_id}.{uuid.uuid4().hex}"
         promise = Promise()
         with self._lock:
             self._promises[request_id] = promise
@@ -171,7 +186,9 @@ class FairQueue:
 
 def _resolve(work: Work, promise: Promise) -> None:
     try:
-        promise.reply = work()
+        reply = work()
+        hold_point("answer")
+        promise.reply = reply
     except UserError as exc:
         promise.reply = failure(str(exc), "user")
     except Exception as exc:
@@ -179,3 +196,14 @@ def _resolve(work: Work, promise: Promise) -> None:
         promise.reply = failure(f"{type(exc).__name__}: {exc}", "server")
     finally:
         promise.done.set()
+
+
+def _gone_text(request_id: str, why: str) -> str:
+    return (
+        f"request {request_id} is lost: {why}; send it again (a training run goes on from its "
+        "last saved state)"
+    )
+
+
+def _gone(request_id: str, why: str) -> Reply:
+    return Reply.json({"detail": _gone_text(request_id, why)}, 410)

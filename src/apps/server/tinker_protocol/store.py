@@ -8,6 +8,14 @@
 A checkpoint folder is complete once its `meta.json` exists (it is written last and the folder
 renamed into place), so a listing never shows half a checkpoint. A checkpoint holds the adapter
 (`adapter.safetensors`), the optimizer state of a save_state (`optimizer.pt`) and `meta.json`.
+
+Durability (a SIGKILL at any point): a checkpoint is written into a temp folder (`.tmp-...`,
+never listed), its files fsynced, then renamed into place; one being replaced or deleted is
+first renamed aside, so a kill leaves the old checkpoint, the new one, or neither, never a
+part of one. A new store removes the temp folders that processes no longer alive left behind.
+
+`hold_point` is a test-only hook (`ARTHEX_TINKER_TEST_HOLD`): it lets a test kill the server at
+a known point of a request, which timing alone cannot promise.
 """
 
 from __future__ import annotations
@@ -17,12 +25,19 @@ import json
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ....adapters.files import atomic_write_bytes, fsync_dir, temp_path_for
+from ....adapters.files import (
+    TEMP_PREFIX,
+    atomic_write_bytes,
+    fsync_dir,
+    fsync_file,
+    temp_path_for,
+)
 from .base_model import LoraSettings
 from .errors import CHECKPOINT_NAME, HttpError, UserError
 
@@ -34,6 +49,29 @@ OPTIMIZER_FILE = "optimizer.pt"
 META_FILE = "meta.json"
 KINDS = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 _PATH = re.compile(r"tinker://([^/]+)/([^/]+)/([^/]+)")
+HOLD_ENV = "ARTHEX_TINKER_TEST_HOLD"
+_TEMP_PID = re.compile(re.escape(TEMP_PREFIX) + r".*\.(\d+)\.[0-9a-f]+")
+
+
+def hold_point(point: str) -> None:
+    """Test-only: hold the calling thread for good at `point` when a test asks for it.
+
+    When `$ARTHEX_TINKER_TEST_HOLD` names a folder that holds a file named `point`, the file is
+    taken (so one request holds per file), `<point>.held` is written beside it, and the thread
+    waits until the process dies: the test then kills the server there. The points:
+    `"answer"` (a request's work has run, its answer is not yet given) and `"publish"` (a
+    checkpoint's files are all written, its folder not yet renamed into place). Unset, as in
+    any real service, it does nothing.
+    """
+    folder = os.environ.get(HOLD_ENV)
+    if not folder:
+        return
+    try:
+        (Path(folder) / point).unlink()
+    except FileNotFoundError:
+        return
+    (Path(folder) / f"{point}.held").touch()
+    threading.Event().wait()
 
 
 def now() -> str:
@@ -77,6 +115,7 @@ TTL_RANGE_S = (3600, 10 * 365 * 86400)  # what the service accepts for a checkpo
 class RunStore:
     def __init__(self, root: Path) -> None:
         self.root = root
+        sweep_temps(root)
         # How far the emulator's clock runs ahead of the machine's: a test moves it past a
         # checkpoint's TTL instead of waiting an hour.
         self.clock_offset_s = 0.0
@@ -92,7 +131,7 @@ class RunStore:
         ahead = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.clock_offset_s)
         if dt.datetime.fromisoformat(expires) > ahead:
             return False
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_dir(directory)
         return True
 
     def set_ttl(self, path_run_id: str, segment: str, name: str, ttl: Any) -> None:
@@ -202,7 +241,7 @@ class RunStore:
         directory = self.checkpoint_dir(run_id, segment, name)
         if segment not in KINDS or not CHECKPOINT_NAME.fullmatch(name) or not directory.is_dir():
             raise HttpError(404, f"no checkpoint {segment}/{name} in run {run_id}")
-        shutil.rmtree(directory)
+        remove_dir(directory)
 
 
 # --- checkpoint folders -----------------------------------------------------------------
@@ -215,13 +254,58 @@ def publish_dir(directory: Path, write: Callable[[Path], None], meta: Mapping[st
     temp.mkdir()
     try:
         write(temp)
+        for path in temp.iterdir():
+            fsync_file(path)
         atomic_write_bytes(temp / META_FILE, json.dumps(dict(meta), sort_keys=True).encode())
+        hold_point("publish")
         if directory.exists():
-            shutil.rmtree(directory)
+            remove_dir(directory)
         os.replace(temp, directory)
         fsync_dir(directory.parent)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def remove_dir(directory: Path) -> None:
+    """Remove a checkpoint folder: renamed aside first, so a kill midway never leaves a folder
+    that still looks complete with some of its files gone."""
+    aside = temp_path_for(directory)
+    try:
+        os.replace(directory, aside)
+    except FileNotFoundError:
+        return
+    fsync_dir(directory.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def sweep_temps(root: Path) -> None:
+    """Remove the temp folders (and files) under `root/runs` of processes no longer alive:
+    what a kill mid-save or mid-delete left. Those of live processes may be in use."""
+    runs = root / "runs"
+    if not runs.is_dir():
+        return
+    for run in runs.iterdir():
+        for parent in (run, *(run / segment for segment in KINDS)):
+            if not parent.is_dir():
+                continue
+            for entry in parent.iterdir():
+                match = _TEMP_PID.fullmatch(entry.name)
+                if match is None or _alive(int(match.group(1))):
+                    continue
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def load_adapter(directory: Path) -> dict[str, torch.Tensor]:
