@@ -55,10 +55,11 @@ from .audit import AuditLog
 from .http_protocol import head_capped_protocol
 from .keys import KeyRing
 from .limits import ServerLimits
+from .observer import Observer
 from .options import DEFAULT_PORT
 from .preload import preload
 
-__all__ = ["create_app", "run", "serve", "serve_async"]
+__all__ = ["create_app", "run", "serve", "serve_app", "serve_async"]
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -85,10 +86,6 @@ async def serve_async(
 ) -> None:
     """Serve until SIGINT/SIGTERM (or cancellation); the backend is closed on the way out.
     `port=0` picks a free port; `on_ready` gets the base URL once the socket listens."""
-    try:
-        import uvicorn
-    except ImportError as exc:
-        raise MissingExtraError("uvicorn", "server") from exc
     app = create_app(
         backend,
         keys=keys,
@@ -98,7 +95,28 @@ async def serve_async(
         admin_keys=admin_keys,
         audit=audit,
     )
-    sock = listen(host, port, "the training server")
+    await serve_app(
+        app, host=host, port=port, limits=limits, on_ready=on_ready, log_level=log_level
+    )
+
+
+async def serve_app(
+    app: Observer,
+    *,
+    host: str,
+    port: int,
+    limits: ServerLimits | None,
+    on_ready: Callable[[str], None] | None,
+    log_level: str,
+    what: str = "the training server",
+) -> None:
+    """Serve an app of the server (its Observer outermost) with uvicorn until SIGINT/SIGTERM
+    (or cancellation): request heads capped, its lifespan run."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise MissingExtraError("uvicorn", "server") from exc
+    sock = listen(host, port, what)
     limits = limits if limits is not None else ServerLimits()
     config = uvicorn.Config(
         app,
@@ -115,7 +133,7 @@ async def serve_async(
         while not server.started:
             if task.done():
                 await task
-                raise InvalidInputError("the training server stopped while starting")
+                raise InvalidInputError(f"{what} stopped while starting")
             await asyncio.sleep(0.01)
         if on_ready is not None:
             shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
@@ -158,6 +176,11 @@ def run(opts: options.ServeOptions) -> None:
         from .art_protocol.main import run_art
 
         run_art(opts)
+        return
+    if opts.protocol == "tinker":
+        from .tinker_protocol.main import run_tinker
+
+        run_tinker(opts)
         return
     try:
         keys = KeyRing.load(opts.keys)

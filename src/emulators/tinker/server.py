@@ -149,6 +149,7 @@ class TinkerEmulator:
         except ImportError as exc:
             raise MissingExtraError(exc.name or "tinker", "tinker") from exc
         from ...apps.server.tinker_protocol.base_model import BaseModel
+        from ...apps.server.tinker_protocol.served import ServedModels
         from ...apps.server.tinker_protocol.service import TinkerService
 
         if self.torch_threads is not None:
@@ -163,13 +164,13 @@ class TinkerEmulator:
         else:
             root = Path(self._state_dir)
             root.mkdir(parents=True, exist_ok=True)
-        names = {self.base_model_path, self.model_name, str(Path(self.base_model_path).resolve())}
+        models = ServedModels()
+        aliases = {self.base_model_path, str(Path(self.base_model_path).resolve())}
+        models.add(self.model_name, base, aliases - {self.model_name})
         self._stopping = False
         self._service = TinkerService(
-            base,
+            models,
             root,
-            names=names,
-            model_name=self.model_name,
             client_config=self.client_config,
             long_poll_s=self.long_poll_s,
         )

@@ -1,8 +1,9 @@
-"""The tinker emulator's samplers: sampling sessions on the base model or a saved adapter,
+"""The Tinker server's samplers: sampling sessions on a base model or a saved adapter,
 snapshots of a training run's current weights, and `asample` on either.
 
 A sampler holds its adapter's weights (a copy), so a training run that trains on afterwards
-does not change what an earlier snapshot samples.
+does not change what an earlier snapshot samples. A sampler is the tenant's that made it:
+to any other it answers 404, as a missing one.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Any
 
 import attrs
 
-from .base_model import BaseModel, LoraSettings
+from .base_model import LoraSettings
 from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures
 from .sampling import sample
+from .served import ServedModels
 from .sessions import Sessions
-from .store import RunStore, checkpoint_meta, load_adapter, save_adapter
+from .store import checkpoint_meta, load_adapter, save_adapter
 from .training_runs import TrainingRuns
 from .wire import Reply, encode_sample, prompt_tokens, sample_settings
 
@@ -30,30 +32,30 @@ class Sampler:
     model_path: str | None
     lora: LoraSettings | None  # None: the base model
     adapter: dict[str, Any]
+    tenant: str
 
 
 @attrs.define
 class SamplingSessions:
-    """The samplers of one emulator, by id."""
+    """The samplers of one server, by id."""
 
-    _base: BaseModel
-    _store: RunStore
+    _models: ServedModels
     _futures: Futures
     _sessions: Sessions
     _runs: TrainingRuns
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _samplers: dict[str, Sampler] = attrs.field(factory=dict, init=False)
 
-    def create_sampling_session(self, body: dict[str, Any]) -> Reply:
-        self._sessions.require(body)
-        sampler = self._new_sampler(body.get("model_path"), body.get("base_model"))
+    def create_sampling_session(self, body: dict[str, Any], tenant: str) -> Reply:
+        self._sessions.require(body, tenant)
+        sampler = self._new_sampler(body.get("model_path"), body.get("base_model"), tenant)
         self._add(sampler)
         return Reply.json(
             {"type": "create_sampling_session", "sampling_session_id": sampler.sampler_id}
         )
 
-    def save_weights_for_sampler(self, body: dict[str, Any]) -> Reply:
-        run = self._runs.live(body.get("model_id"))
+    def save_weights_for_sampler(self, body: dict[str, Any], tenant: str) -> Reply:
+        run = self._runs.live(body.get("model_id"), tenant)
         if body.get("path") is None:  # an ephemeral sampler of the current weights
 
             def snapshot() -> Reply:
@@ -63,6 +65,7 @@ class SamplingSessions:
                     model_path=None,
                     lora=run.lora,
                     adapter=run.trainer.adapter(),
+                    tenant=tenant,
                 )
                 self._add(sampler)
                 return Reply.json(
@@ -71,7 +74,8 @@ class SamplingSessions:
 
             return self._runs.queue(run, body.get("seq_id"), snapshot)
         name = checkpoint_name(body.get("path"))
-        directory = self._store.checkpoint_dir(run.run_id, "sampler_weights", name)
+        self._runs.admit_save(run)
+        directory = self._runs.store.checkpoint_dir(run.run_id, "sampler_weights", name)
         path = f"tinker://{run.run_id}/sampler_weights/{name}"
 
         def work() -> Reply:
@@ -83,9 +87,9 @@ class SamplingSessions:
 
         return self._runs.queue(run, body.get("seq_id"), work)
 
-    def get_sampler(self, sampler_id: str) -> Reply:
+    def get_sampler(self, sampler_id: str, tenant: str) -> Reply:
         sampler = self._samplers.get(sampler_id)
-        if sampler is None:
+        if sampler is None or sampler.tenant != tenant:
             raise HttpError(404, f"unknown sampler {sampler_id!r}")
         return Reply.json(
             {
@@ -95,19 +99,19 @@ class SamplingSessions:
             }
         )
 
-    def asample(self, body: dict[str, Any]) -> Reply:
+    def asample(self, body: dict[str, Any], tenant: str) -> Reply:
         if body.get("sampling_session_id") is not None:
             sampler = self._samplers.get(str(body["sampling_session_id"]))
-            if sampler is None:
+            if sampler is None or sampler.tenant != tenant:
                 raise HttpError(404, f"unknown sampling session {body['sampling_session_id']!r}")
         else:
-            sampler = self._new_sampler(body.get("model_path"), body.get("base_model"))
+            sampler = self._new_sampler(body.get("model_path"), body.get("base_model"), tenant)
         for key in ("topk_prompt_logprobs", "prompt_alt_tokens_k"):
             if int(body.get(key) or 0) > 0:
-                raise HttpError(400, f"the tinker emulator does not support {key}")
+                raise HttpError(400, f"this server does not support {key}")
         for key in ("target_prompt_logprobs", "record_stability_info"):
             if body.get(key):
-                raise HttpError(400, f"the tinker emulator does not support {key}")
+                raise HttpError(400, f"this server does not support {key}")
         prompt = prompt_tokens(body.get("prompt"))
         n = int(body.get("num_samples") or 1)
         settings = sample_settings(body.get("sampling_params") or {})
@@ -116,10 +120,12 @@ class SamplingSessions:
         # The SDK asserts one id per sample in the promise, and stamps them on the sequences.
         sequence_ids = [f"{sampler.sampler_id}:{body.get('seq_id')}:{i}" for i in range(n)]
 
+        base = self._models.base(sampler.base_model)
+
         def work() -> Reply:
-            module = self._base.sampler_module(sampler.lora, sampler.adapter)
+            module = base.sampler_module(sampler.lora, sampler.adapter)
             rows, prompt_lps = sample(
-                self._base, module, prompt, n, settings, topk=topk, prompt_logprobs=with_prompt
+                base, module, prompt, n, settings, topk=topk, prompt_logprobs=with_prompt
             )
             last_n = body.get("prompt_logprobs_last_n")
             return encode_sample(rows, prompt_lps, topk=topk, last_n=last_n)
@@ -127,18 +133,18 @@ class SamplingSessions:
         request_id = self._futures.submit(work)
         return Reply.json({"request_id": request_id, "sample_sequence_ids": sequence_ids})
 
-    def _new_sampler(self, model_path: object, base_model: object) -> Sampler:
+    def _new_sampler(self, model_path: object, base_model: object, tenant: str) -> Sampler:
         sampler_id = str(uuid.uuid4())
         if model_path is None:
-            self._runs.check_base(base_model)
-            return Sampler(sampler_id, str(base_model), None, None, {})
-        run_id, directory, _segment = self._store.existing(str(model_path))
-        run = self._runs.get(run_id)
+            name = self._runs.check_base(base_model)
+            return Sampler(sampler_id, name, None, None, {}, tenant)
+        run_id, directory, _segment = self._runs.existing(str(model_path), tenant)
+        run = self._runs.get(run_id, tenant)
         try:
             adapter = load_adapter(directory)
         except Exception as exc:
             raise HttpError(400, f"cannot read {model_path}: {exc}") from exc
-        return Sampler(sampler_id, run.base_model, str(model_path), run.lora, adapter)
+        return Sampler(sampler_id, run.base_model, str(model_path), run.lora, adapter, tenant)
 
     def _add(self, sampler: Sampler) -> None:
         with self._lock:
