@@ -35,6 +35,8 @@ TIMEOUT_S = 120.0
 ALPHA = "tml-alpha-tenant-key-0001"
 BETA = "tml-beta-tenant-key-00001"
 SOLO = "tml-solo-tenant-key-00001"
+GAMMA = "tml-gamma-tenant-key-0001"  # the quota tests' tenant
+MAX_CHECKPOINT_BYTES = 2_000_000
 OTHER_CONTEXT = 96  # the second model's max_position_embeddings, set in its config.json
 STEPS = 3
 MAX_BODY = 1024 * 1024
@@ -70,10 +72,14 @@ def server(
     tiny: str, other: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TinkerServer]:
     folder = tmp_path_factory.mktemp("tenants")
-    keys = keys_file(folder, {"alpha": ALPHA, "beta": BETA})
-    running = start_tinker_server(
-        folder / "state", [tiny, other], keys, extra_args=["--max-body-bytes", str(MAX_BODY)]
-    )
+    keys = keys_file(folder, {"alpha": ALPHA, "beta": BETA, "gamma": GAMMA})
+    limits = {
+        "--max-body-bytes": MAX_BODY,
+        "--max-models-per-tenant": 1,
+        "--max-checkpoint-bytes-per-tenant": MAX_CHECKPOINT_BYTES,
+    }
+    extra = [str(part) for option in limits.items() for part in option]
+    running = start_tinker_server(folder / "state", [tiny, other], keys, extra_args=extra)
     try:
         yield running
     finally:
@@ -333,6 +339,47 @@ def test_a_missing_or_unknown_key_is_401_and_a_long_body_413(server: TinkerServe
         "create_session", content=b"{" + b" " * MAX_BODY + b"}", headers={"X-API-Key": ALPHA}
     )
     assert long.status_code == 413
+
+
+def test_a_tenants_open_runs_and_checkpoint_bytes_are_capped_without_retries(
+    server: TinkerServer, tiny: str
+) -> None:
+    """One open run per tenant here: a second while the first's session lives is refused at
+    once (a 403: the SDK retries 429s and 5xxs for minutes); once that session finished, a
+    new one may start. Saves are refused once the tenant's run folders hold
+    MAX_CHECKPOINT_BYTES."""
+    import tinker
+
+    first = tinker.ServiceClient(base_url=server.url, api_key=GAMMA)
+    client = first.create_lora_training_client(tiny, rank=4).result(TIMEOUT_S)
+    second = tinker.ServiceClient(base_url=server.url, api_key=GAMMA)
+    with pytest.raises(tinker.PermissionDeniedError, match="models"):
+        second.create_lora_training_client(tiny, rank=4).result(TIMEOUT_S)
+    second.close("success").result(TIMEOUT_S)
+    saved = 0
+    refused: Exception | None = None
+    while refused is None and saved < 100:
+        try:
+            client.save_state(f"s{saved}").result(TIMEOUT_S)
+            saved += 1
+        except tinker.PermissionDeniedError as exc:
+            refused = exc
+    assert refused is not None and "quota" in str(refused)
+    first.close("success").result(TIMEOUT_S)
+    run_folder = server.state_dir / "runs" / client.model_id
+    stored = sum(p.stat().st_size for p in run_folder.rglob("*") if p.is_file())
+    one = stored / saved
+    assert saved >= 2 and MAX_CHECKPOINT_BYTES - one <= stored <= MAX_CHECKPOINT_BYTES + one
+    again = tinker.ServiceClient(base_url=server.url, api_key=GAMMA)
+    try:
+        assert again.create_lora_training_client(tiny, rank=4).result(TIMEOUT_S).model_id
+    finally:
+        again.close("success").result(TIMEOUT_S)
+    refusals = [
+        line for line in server.audit() if line["tenant"] == "gamma" and line["status"] >= 400
+    ]
+    assert [line["route"] for line in refusals] == ["/api/v1/create_model", "/api/v1/save_weights"]
+    assert {line["status"] for line in refusals} == {403}  # each once: the SDK did not retry
 
 
 def test_the_audit_log_names_tenant_and_route(

@@ -52,6 +52,7 @@ from ..listen import listen
 from . import options
 from .app import create_app
 from .audit import AuditLog
+from .guard import ErrorShape
 from .http_protocol import head_capped_protocol
 from .keys import KeyRing
 from .limits import ServerLimits
@@ -59,7 +60,7 @@ from .observer import Observer
 from .options import DEFAULT_PORT
 from .preload import preload
 
-__all__ = ["create_app", "run", "serve", "serve_app", "serve_async"]
+__all__ = ["create_app", "run", "serve", "serve_app", "serve_async", "uvicorn_server"]
 
 logger = logging.getLogger("arthex.serverless")
 
@@ -109,25 +110,13 @@ async def serve_app(
     on_ready: Callable[[str], None] | None,
     log_level: str,
     what: str = "the training server",
+    error_shape: ErrorShape | None = None,
 ) -> None:
     """Serve an app of the server (its Observer outermost) with uvicorn until SIGINT/SIGTERM
-    (or cancellation): request heads capped, its lifespan run."""
-    try:
-        import uvicorn
-    except ImportError as exc:
-        raise MissingExtraError("uvicorn", "server") from exc
+    (or cancellation): request heads capped, its lifespan run. `error_shape` spells a 431's
+    body for another protocol."""
+    server = uvicorn_server(app, limits=limits, log_level=log_level, error_shape=error_shape)
     sock = listen(host, port, what)
-    limits = limits if limits is not None else ServerLimits()
-    config = uvicorn.Config(
-        app,
-        http=head_capped_protocol(limits.max_header_bytes, app.header_refused),
-        h11_max_incomplete_event_size=limits.max_header_bytes,
-        log_level=log_level,
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-    )
-    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -141,6 +130,33 @@ async def serve_app(
         await task
     finally:
         sock.close()
+
+
+def uvicorn_server(
+    app: Observer,
+    *,
+    limits: ServerLimits | None,
+    log_level: str,
+    error_shape: ErrorShape | None = None,
+    graceful_s: int = 10,
+) -> Any:
+    """The uvicorn Server for an app of the server: h11 with the request head capped (431 in
+    the app's error shape), no access log, the app's lifespan run."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise MissingExtraError("uvicorn", "server") from exc
+    limits = limits if limits is not None else ServerLimits()
+    config = uvicorn.Config(
+        app,
+        http=head_capped_protocol(limits.max_header_bytes, app.header_refused, error_shape),
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=graceful_s,
+    )
+    return uvicorn.Server(config)
 
 
 def _blocking(

@@ -7,9 +7,10 @@ Guard (the key in `X-API-Key`, the rate, the body cap) and Observer (health, met
 The service's calls block (a `retrieve_future` long-polls, a save writes files), so each
 runs on a thread of a pool of its own, never on the event loop. The tenant the Guard found
 for the key goes with every call: the service answers another tenant's ids as missing ones.
-Errors are `{"detail": message}` with the status the service chose; a quota refusal carries
-`x-should-retry: false`, since the SDK would otherwise retry a 429 or a 5xx that waiting
-cannot cure. An unexpected exception is a 500 whose message is scrubbed of the state path.
+Errors are `{"detail": message}` with the status the service chose; a quota refusal is a
+403 (with `x-should-retry: false`), since the SDK retries a 429 or a 5xx for minutes and
+waiting cures no quota. An unexpected exception is a 500 whose message is scrubbed of the
+state path.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ __all__ = ["KEY_HINT", "ROUTES", "create_tinker_app", "tinker_error", "x_api_key
 logger = logging.getLogger("arthex.tinker_protocol")
 
 KEY_HINT = "X-API-Key: tml-<key>"  # what the tinker SDK sends (TINKER_API_KEY)
+# A quota refusal: the SDK retries every 429 and 5xx for minutes whatever the server says,
+# and waiting frees no quota, so it is a 403 (the SDK's PermissionDeniedError, at once).
+QUOTA_STATUS = 403
 REQUEST_THREADS = 64  # blocking calls at once: mostly long polls, waiting on a promise
 
 # The route templates (audit log and metrics labels; the service does the routing).
@@ -109,7 +113,6 @@ class _Service:
             await self._lifespan(receive, send)
             return
         body = spooled(scope)
-        data = body.read() if body is not None else b""
         target = scope.get("raw_path") or str(scope["path"]).encode()
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
@@ -121,19 +124,19 @@ class _Service:
         loop = asyncio.get_running_loop()
         extra: list[tuple[bytes, bytes]] = []
         try:
+            if self.service.closed:
+                raise HttpError(503, "the server is stopping")
+            method, raw = str(scope["method"]), target.decode("latin-1")
             reply = await loop.run_in_executor(
                 self.pool,
-                self.service.handle,
-                str(scope["method"]),
-                target.decode("latin-1"),
-                headers,
-                data,
-                tenant,
+                lambda: self.service.handle(
+                    method, raw, headers, body.read() if body is not None else b"", tenant
+                ),
             )
         except HttpError as exc:
             reply = Reply.json(tinker_error(exc.status, str(exc)), exc.status)
         except QuotaExceededError as exc:
-            reply = Reply.json(tinker_error(exc.status, str(exc)), exc.status)
+            reply = Reply.json(tinker_error(QUOTA_STATUS, str(exc)), QUOTA_STATUS)
             extra.append((b"x-should-retry", b"false"))
         except Exception as exc:
             logger.exception("%s %s failed", scope["method"], scope["path"])
@@ -161,7 +164,9 @@ class _Service:
                     self.audit.open()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await asyncio.to_thread(self.close)
+                # on the loop, which serves nothing now: at interpreter exit (an emulator
+                # stopped by its exit hook) no new thread may start
+                self.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

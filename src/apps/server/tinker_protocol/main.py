@@ -28,7 +28,7 @@ from ..keys import KeyRing
 from ..limits import ServerLimits
 from ..main import serve_app
 from ..options import ServeOptions, is_loopback
-from .app import create_tinker_app
+from .app import create_tinker_app, tinker_error
 from .errors import UserError
 from .quota import TinkerQuotas
 from .served import ServedModels
@@ -93,6 +93,7 @@ async def serve_tinker(
         on_ready=on_ready,
         log_level=log_level,
         what="the Tinker server",
+        error_shape=tinker_error,
     )
 
 

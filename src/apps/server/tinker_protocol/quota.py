@@ -1,13 +1,13 @@
 """The server's tenant quotas (quotas.py) on a Tinker server's runs.
 
 - `--max-models-per-tenant`: the training runs a tenant has open at once (a run is open while
-  the session that created it lives; a finished session's runs no longer count). 429.
+  the session that created it lives; a finished session's runs no longer count).
 - `--max-checkpoint-bytes-per-tenant`: the bytes of the tenant's runs' folders under
   `--state-dir` (checkpoints, sampler weights, external weights). A save is admitted when the
-  tenant has room for one more of the run's average checkpoint; 507.
+  tenant has room for one more of the run's average checkpoint.
 
-Both refusals carry `x-should-retry: false` on the wire (app.py): the SDK retries a 429 or a
-5xx, and waiting frees no quota.
+Both refusals are a 403 on the wire (app.py), not the training server's 429 and 507: the SDK
+retries a 429 or a 5xx for minutes whatever the server says, and waiting frees no quota.
 """
 
 from __future__ import annotations

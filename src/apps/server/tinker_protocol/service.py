@@ -65,9 +65,12 @@ class TinkerService:
         self.route_counts: Counter[str] = Counter()  # "METHOD route" -> requests served
         # request id -> the tenant whose request made the promise (the last ones kept)
         self._promised: OrderedDict[str, str] = OrderedDict()
+        self.closed = False
 
     def close(self) -> None:
-        """Finish the running work, drop the queued work, fail what is still pending."""
+        """Finish the running work, drop the queued work, fail what is still pending; later
+        requests are the front's to refuse (`closed`)."""
+        self.closed = True
         self._futures.close()
 
     def handle(
