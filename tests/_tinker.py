@@ -1,9 +1,10 @@
-"""The Tinker test files' shared emulator: the unmodified SDK's server on the tiny model,
+"""The Tinker test files' shared servers: the unmodified SDK's server on the tiny model,
 in-process (`running_emulator`) or as a process of its own (`server_process`, for tests that
-kill it)."""
+kill it); and `arthex serve --protocol tinker` with keys and tenants (`start_tinker_server`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -11,13 +12,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
+
+from tests._serverless import ready_line
+
+REPO = Path(__file__).resolve().parents[1]
 
 if TYPE_CHECKING:
     from arthex.emulators.tinker import TinkerEmulator
@@ -43,11 +48,14 @@ SERVER_START_S = 180.0  # loading torch and the model on a busy shared machine
 
 
 def server_command(base_model: str, *, port: int, state_dir: Path, key: str) -> list[str]:
-    """The command that serves the Tinker protocol on loopback: the one place that names it."""
-    return [
-        sys.executable, "-m", "arthex.emulators.tinker", "--base-model", base_model,
-        "--port", str(port), "--state-dir", str(state_dir), "--api-key", key, "--threads", "1",
-    ]  # fmt: skip
+    """`arthex serve --protocol tinker` on loopback with one tenant whose key is `key` (its
+    keys file beside the state dir): the one place that names the command."""
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    keys = keys_file(state_dir.parent, {"tenant-a": key})
+    return serve_command(
+        "--base-model", base_model, "--port", str(port), "--state-dir", str(state_dir),
+        "--keys", keys, "--audit-log", "off",
+    )  # fmt: skip
 
 
 @attrs.define
@@ -78,7 +86,7 @@ def server_process(
 ) -> Iterator[ServerProcess]:
     """Start the server, wait until it answers `healthz`, and kill it at the end if it still
     runs."""
-    environment = {**os.environ, "TINKER_TELEMETRY": "0", "OMP_NUM_THREADS": "1", **(env or {})}
+    environment = {**server_environment(), "TINKER_TELEMETRY": "0", **(env or {})}
     command = server_command(base_model, port=port, state_dir=state_dir, key=key)
     with log.open("ab") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment)
@@ -110,3 +118,77 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+# --- `arthex serve --protocol tinker` as a real process ---------------------------------
+
+
+@attrs.define
+class TinkerServer:
+    url: str
+    state_dir: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def audit(self) -> list[dict[str, Any]]:
+        path = self.state_dir / "audit.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def keys_file(folder: Path, keys: dict[str, str]) -> str:
+    """A keys file of `tenant:key` lines."""
+    path = folder / "keys.txt"
+    path.write_text("".join(f"{tenant}:{key}\n" for tenant, key in keys.items()))
+    return str(path)
+
+
+def serve_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "arthex.apps.cli", "serve", "--protocol", "tinker", *args]
+
+
+def server_environment() -> dict[str, str]:
+    paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def start_tinker_server(
+    state_dir: Path,
+    base_models: Sequence[str],
+    keys: str,
+    *,
+    extra_args: Sequence[str] = (),
+    timeout_s: float = 180.0,
+) -> TinkerServer:
+    """`arthex serve --protocol tinker` on a free loopback port, its state in `state_dir`
+    (its audit log there too), one torch thread; returns once it listens."""
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = state_dir.parent / f"tinker-server-{os.getpid()}-{time.monotonic_ns()}.log"
+    models = [arg for model in base_models for arg in ("--base-model", model)]
+    command = serve_command(
+        *models, "--keys", keys, "--state-dir", str(state_dir), "--port", "0",
+        "--log-level", "info", *extra_args,
+    )  # fmt: skip
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=server_environment(), stdout=subprocess.PIPE, stderr=log_file
+        )
+    line = ready_line(process, log, timeout_s, "the Tinker server", "listening on ")
+    url = line.split("listening on ", 1)[1].split()[0]
+    return TinkerServer(url, state_dir, process, log)

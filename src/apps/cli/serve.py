@@ -54,9 +54,10 @@ def _general(
         shown=False,
     ),
     protocol: str = option(
-        "arthex|art",
+        "arthex|art|tinker",
         "arthex: the hosted API for ServerlessBackend. art: ART's remote-backend API "
-        "(`art run`'s), for ART 0.5.17 clients such as NVIDIA NeMo Agent Toolkit's.",
+        "(`art run`'s), for ART 0.5.17 clients such as NVIDIA NeMo Agent Toolkit's. "
+        "tinker: the Tinker API, for the tinker SDK (docs/backends/tinker-server.md).",
     ),
     inference_port: int | None = option(
         "PORT",
@@ -82,6 +83,13 @@ def _general(
         None,
         metavar="MODEL",
         help="A base model tenants may register (repeat for more). Default: any.",
+        show_default=False,
+    ),
+    base_model: list[str] | None = typer.Option(
+        None,
+        metavar="MODEL",
+        help="--protocol tinker: a model folder or a hub id in the local cache, served under "
+        "that name (repeat for more).",
         show_default=False,
     ),
     log_level: str = option("LEVEL", "critical, error, warning, info, debug or trace."),
@@ -152,8 +160,12 @@ def parse_values(values: dict[str, Any]) -> ServeOptions:
 
     limits = ServerLimits(**{field: values.pop(field) for field in BOUNDS})
     allowed = values.pop("allow_base_model")
+    served = values.pop("base_model")
     options = ServeOptions(
-        **values, allow_base_model=tuple(allowed) if allowed else None, limits=limits
+        **values,
+        allow_base_model=tuple(allowed) if allowed else None,
+        base_model=tuple(served) if served else None,
+        limits=limits,
     )
     check_paths(options)
     return options

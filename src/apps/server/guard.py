@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ...adapters.files import disk_full, is_disk_full
 from ...adapters.inference.asgi import (
@@ -40,7 +40,6 @@ from ...adapters.serverless.wire import (
     error_body,
 )
 from .bodies import BODY_SCOPE_KEY
-from .keys import KeyRing
 from .limits import ServerLimits
 from .ratelimit import TokenBuckets
 
@@ -53,6 +52,7 @@ __all__ = [
     "ASGIApp",
     "ErrorShape",
     "Guard",
+    "KeyCheck",
     "identify",
     "send_json",
     "send_unauthorized",
@@ -68,6 +68,17 @@ ErrorShape = Callable[[int, str, str], dict[str, Any]]
 OPEN_TENANT = "open"  # who every request is on a Guard without keys
 
 
+class KeyCheck(Protocol):
+    """Who a presented key speaks for: (tenant, a digest naming the key), or None. KeyRing is
+    one; a loopback test server may accept any key of a shape."""
+
+    def identify(self, presented: str) -> tuple[str, bytes] | None: ...
+
+
+Credential = Callable[[Scope], "str | None"]
+"""Where a protocol's clients put their key (`Authorization: Bearer` by default)."""
+
+
 def _openai_shape(status: int, message: str, kind: str) -> dict[str, Any]:
     return error_body(status, message, kind)
 
@@ -77,22 +88,27 @@ class Guard:
 
     `keys` None opens the API (every request is OPEN_TENANT, rate-limited as one key): for a
     protocol that carries no credentials, served on loopback. `error_shape` spells the
-    refusals' bodies for another protocol (ART's `{"detail": ...}`)."""
+    refusals' bodies for another protocol (ART's `{"detail": ...}`); `credential` reads the
+    key where that protocol's clients send it, and `key_hint` tells a refused client so."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
-        keys: KeyRing | None,
+        keys: KeyCheck | None,
         limits: ServerLimits,
         spool_dir: Callable[[], str | None] = lambda: None,
         on_rate_limited: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         error_shape: ErrorShape = _openai_shape,
+        credential: Credential | None = None,
+        key_hint: str = "Authorization: Bearer <key>",
     ) -> None:
         self.app = app
         self.keys = keys
         self.error_shape = error_shape
+        self.credential = credential if credential is not None else bearer_token
+        self.key_hint = key_hint
         self.limits = limits
         self.spool_dir = spool_dir
         self.on_rate_limited = on_rate_limited
@@ -106,9 +122,13 @@ class Guard:
         if refusal is not None:
             await self._refuse(send, 431, refusal, HEADERS_TOO_LARGE)
             return
-        identity = identify(scope, self.keys) if self.keys is not None else (OPEN_TENANT, b"")
+        identity = (
+            identify(scope, self.keys, self.credential)
+            if self.keys is not None
+            else (OPEN_TENANT, b"")
+        )
         if identity is None:
-            await send_unauthorized(send, "API key", "<key>", self.error_shape)
+            await send_unauthorized(send, "API key", "<key>", self.error_shape, self.key_hint)
             return
         tenant, key_digest = identity
         scope[TENANT_SCOPE_KEY] = tenant
@@ -197,16 +217,24 @@ class Guard:
         )
 
 
-def identify(scope: Scope, keys: KeyRing | None) -> tuple[str, bytes] | None:
-    """(name, key digest) of the request's bearer key in `keys`, or None."""
-    token = bearer_token(scope)
+def identify(
+    scope: Scope, keys: KeyCheck | None, credential: Credential | None = None
+) -> tuple[str, bytes] | None:
+    """(name, key digest) of the request's key (its bearer token unless `credential` reads
+    it elsewhere) in `keys`, or None."""
+    token = (credential or bearer_token)(scope)
     return keys.identify(token) if token is not None and keys is not None else None
 
 
 async def send_unauthorized(
-    send: Send, what: str, placeholder: str, error_shape: ErrorShape = _openai_shape
+    send: Send,
+    what: str,
+    placeholder: str,
+    error_shape: ErrorShape = _openai_shape,
+    hint: str | None = None,
 ) -> None:
-    message = f"missing or wrong {what}; send 'Authorization: Bearer {placeholder}'"
+    sent = hint if hint is not None else f"Authorization: Bearer {placeholder}"
+    message = f"missing or wrong {what}; send '{sent}'"
     await send_json(
         send,
         401,

@@ -35,6 +35,7 @@ __all__ = [
     "ServeOptions",
     "admin_keys_of",
     "audit_of",
+    "base_model_folder",
     "check_paths",
     "integer",
     "is_loopback",
@@ -46,7 +47,7 @@ DEFAULT_PORT = 8000
 ART_PORT = 7999  # `art run`'s port
 ART_INFERENCE_PORT = 8000  # where ART (and NAT's health check) expects the inference server
 ART_BASE_PATH = ".art"  # ART's LocalBackend default
-PROTOCOLS = ("arthex", "art")
+PROTOCOLS = ("arthex", "art", "tinker")
 LOOPBACK_NAMES = ("localhost",)
 ADMIN_KEYS_ENV = "ARTHEX_SERVER_ADMIN_KEYS"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -141,7 +142,11 @@ class ServeOptions:
     `protocol` "art" serves ART's remote-backend API (see `art_protocol`): `port` None is
     then ART's 7999 (else 8000), `inference_port` None ART's 8000, `base_path` None ART's
     `.art`; `keys` None leaves that API open (ART's protocol carries no key), so it listens
-    on loopback only unless `insecure_bind`."""
+    on loopback only unless `insecure_bind`.
+
+    `protocol` "tinker" serves the Tinker API (see `tinker_protocol`) on the `base_model`
+    models (folders or hub ids in the local cache, each served under the name given), its
+    runs and checkpoints under `state_dir`, with the keys, limits and audit log above."""
 
     backend: str = "local"
     host: str = "127.0.0.1"
@@ -153,6 +158,7 @@ class ServeOptions:
     keys: str | None = None
     state_dir: str = ".arthex-server"
     allow_base_model: tuple[str, ...] | None = None
+    base_model: tuple[str, ...] | None = None
     log_level: str = attrs.field(default="warning", converter=_lower, validator=_log_level)
     admin_keys: str | None = None
     audit_log: str | None = None
@@ -193,6 +199,28 @@ class ServeOptions:
                 raise InvalidInputError(f"{name} is an option of --protocol art")
         if self.insecure_bind:
             raise InvalidInputError("--insecure-bind is an option of --protocol art")
+        if self.protocol != "tinker":
+            if self.base_model:
+                raise InvalidInputError("--base-model is an option of --protocol tinker")
+            return
+        if not self.base_model:
+            raise InvalidInputError(
+                "--protocol tinker needs --base-model: a model folder or a hub id in the local "
+                "cache (repeat it to serve several)"
+            )
+        if self.allow_base_model is not None:
+            raise InvalidInputError(
+                "--allow-base-model is not an option of --protocol tinker; it serves exactly "
+                "its --base-model models"
+            )
+        if self.backend != "local":
+            raise InvalidInputError(
+                "--backend is not an option of --protocol tinker (it trains and samples its "
+                "--base-model models itself)"
+            )
+        repeated = sorted({name for name in self.base_model if self.base_model.count(name) > 1})
+        if repeated:
+            raise InvalidInputError(f"--base-model {repeated[0]!r} is given twice")
 
     @property
     def listen_port(self) -> int:
@@ -232,6 +260,8 @@ def check_paths(options: ServeOptions) -> None:
     if options.protocol == "art":
         _creatable_directory(Path(options.art_base_path), "--base-path", options.art_base_path)
         return
+    for name in options.base_model or ():
+        base_model_folder(name)
     _creatable_directory(Path(options.state_dir), "--state-dir", options.state_dir)
     if options.audit_log is not None and options.audit_log != AUDIT_OFF:
         audit = Path(options.audit_log)
@@ -240,6 +270,32 @@ def check_paths(options: ServeOptions) -> None:
                 f"--audit-log {options.audit_log!r} is a directory; pass a file path or 'off'"
             )
         _creatable_directory(audit.parent, "--audit-log", options.audit_log)
+
+
+def base_model_folder(name: str) -> str:
+    """The folder of a `--base-model`: the folder itself, or a hub id's snapshot in the local
+    cache (nothing is downloaded); InvalidInputError naming it when it is neither."""
+    folder = Path(name)
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise InvalidInputError(
+                f"--base-model {name!r} is a folder without config.json; pass a Hugging Face "
+                "model folder (save_pretrained's)"
+            )
+        return str(folder)
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", name) is not None:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(name, "config.json")
+        except (ImportError, ValueError):
+            found = None
+        if isinstance(found, str):
+            return str(Path(found).parent)
+    raise InvalidInputError(
+        f"--base-model {name!r} is neither a model folder nor a hub id in the local cache; "
+        "download it first (huggingface-cli download <id>) or pass its folder"
+    )
 
 
 def audit_of(options: ServeOptions) -> AuditLog | None:

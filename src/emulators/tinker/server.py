@@ -13,11 +13,16 @@ Endpoints (all under /api/v1): POST client/config, client/dynamic_config, create
 session_heartbeat, telemetry, create_model, get_info, forward_backward (protobuf in and out),
 optim_step, save_weights, save_weights_for_sampler, save_weights_external, load_weights,
 create_sampling_session, asample (protobuf out), retrieve_future, cancel_future,
-sessions/{id}/finish; GET healthz, get_server_capabilities, samplers/{id}, training_runs/{id},
-training_runs/{id}/checkpoints,
+sessions/{id}/finish; GET healthz, get_server_capabilities, samplers/{id}, training_runs,
+checkpoints, training_runs/{id}, training_runs/{id}/checkpoints,
 training_runs/{id}/checkpoints/external_weights/{name}/external_weights_urls; PUT
 training_runs/{id}/checkpoints/{kind}/{name}/ttl (a TTL expires a checkpoint, store.py); DELETE
 training_runs/{id}/checkpoints/{kind}/{name}; and GET /files/... (signed URLs, external.py).
+
+It is `arthex serve --protocol tinker` (docs/backends/tinker-server.md) with test settings:
+the same ASGI app and service, served by uvicorn on a thread of this process, with one open
+tenant (any key of the SDK's shape, or only `api_key`), no rate limit, no quotas and no audit
+log.
 
 Behaviour worth knowing: one base model per emulator (accepted under its directory path and an
 optional `model_name`); LoRA training only, AdamW only; losses cross_entropy,
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
+import hashlib
 import logging
 import secrets
 import shutil
@@ -43,13 +48,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ...apps.server.tinker_protocol.errors import FILES_PREFIX, HttpError, UserError
-from ...apps.server.tinker_protocol.wire import Reply
+from ...apps.server.guard import OPEN_TENANT
+from ...apps.server.tinker_protocol.errors import UserError
 from ...core.errors import BackendError, InvalidInputError, MissingExtraError
 
 if TYPE_CHECKING:
@@ -59,7 +63,23 @@ if TYPE_CHECKING:
 __all__ = ["TinkerEmulator", "main"]
 
 logger = logging.getLogger(__name__)
-JOIN_TIMEOUT_S = 10.0  # for a thread to end once its work is failed and its socket shut
+JOIN_TIMEOUT_S = 10.0  # for the server's thread to end once its work is failed
+GRACEFUL_S = 2  # open connections get this long to finish at stop (long polls have ended)
+SDK_KEY_PREFIXES = ("tml-", "eyJ")  # the SDK's API keys, and its JWTs
+
+
+class OpenKeys:
+    """The emulator's keys: any key of the SDK's shape, or only `api_key`; all one tenant."""
+
+    def __init__(self, api_key: str | None) -> None:
+        self.api_key = api_key
+
+    def identify(self, presented: str) -> tuple[str, bytes] | None:
+        if self.api_key is not None:
+            accepted = secrets.compare_digest(presented, self.api_key)
+        else:
+            accepted = presented.startswith(SDK_KEY_PREFIXES)
+        return (OPEN_TENANT, hashlib.sha256(presented.encode()).digest()) if accepted else None
 
 
 class TinkerEmulator:
@@ -88,7 +108,7 @@ class TinkerEmulator:
         long_poll_s: float = 10.0,
         torch_threads: int | None = None,
     ) -> None:
-        if api_key is not None and not api_key.startswith(("tml-", "eyJ")):
+        if api_key is not None and not api_key.startswith(SDK_KEY_PREFIXES):
             raise InvalidInputError(
                 f"api_key must start with 'tml-' as the tinker SDK requires, got {api_key[:4]!r}..."
             )
@@ -104,17 +124,17 @@ class TinkerEmulator:
         self._state_dir = state_dir
         self._temp_root: Path | None = None
         self._previous_threads: int | None = None
-        self._stopping = False  # requests on connections still open get a 503
         self._service: TinkerService | None = None
-        self._server: _Server | None = None
+        self._server: Any = None  # uvicorn.Server
+        self._url: str | None = None
+        self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
-        if self._server is None:
+        if self._url is None:
             raise BackendError("the tinker emulator is not started; call start()")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._url
 
     def advance_clock(self, seconds: float) -> None:
         """Run the emulator's clock `seconds` ahead: a checkpoint whose TTL (set at its save or
@@ -139,16 +159,23 @@ class TinkerEmulator:
     def start(self) -> str:
         """Load the base model, bind, serve on a daemon thread; return the base URL. An
         emulator never stopped is stopped at interpreter exit."""
-        if self._server is not None:
-            return self.base_url
+        if self._url is not None:
+            return self._url
         try:
             import peft  # noqa: F401
             import torch
             import transformers  # noqa: F401
+            import uvicorn  # noqa: F401
             from tinker.proto import tinker_public_pb2  # noqa: F401
         except ImportError as exc:
-            raise MissingExtraError(exc.name or "tinker", "tinker") from exc
+            extra = "server" if exc.name in ("uvicorn", "starlette") else "tinker"
+            raise MissingExtraError(exc.name or extra, extra) from exc
+        from ...apps.listen import listen
+        from ...apps.server.limits import ServerLimits
+        from ...apps.server.main import uvicorn_server
+        from ...apps.server.tinker_protocol.app import create_tinker_app, tinker_error
         from ...apps.server.tinker_protocol.base_model import BaseModel
+        from ...apps.server.tinker_protocol.served import ServedModels
         from ...apps.server.tinker_protocol.service import TinkerService
 
         if self.torch_threads is not None:
@@ -163,41 +190,51 @@ class TinkerEmulator:
         else:
             root = Path(self._state_dir)
             root.mkdir(parents=True, exist_ok=True)
-        names = {self.base_model_path, self.model_name, str(Path(self.base_model_path).resolve())}
-        self._stopping = False
-        self._service = TinkerService(
-            base,
-            root,
-            names=names,
-            model_name=self.model_name,
-            client_config=self.client_config,
-            long_poll_s=self.long_poll_s,
+        models = ServedModels()
+        aliases = {self.base_model_path, str(Path(self.base_model_path).resolve())}
+        models.add(self.model_name, base, aliases - {self.model_name})
+        service = self._service = TinkerService(
+            models, root, client_config=self.client_config, long_poll_s=self.long_poll_s
         )
-        server = _Server((self.host, self.port), self)
-        self._server = server
+        # test settings: no rate limit, the largest bodies, no quotas, no audit log
+        limits = ServerLimits(rate_per_s=0, max_body_bytes=4096 * 1024 * 1024)
+        app = create_tinker_app(service, keys=OpenKeys(self.api_key), limits=limits)
+        sock = self._socket = listen(self.host, self.port, "the tinker emulator")
+        server = self._server = uvicorn_server(
+            app, limits=limits, log_level="warning", error_shape=tinker_error, graceful_s=GRACEFUL_S
+        )
         self._thread = threading.Thread(
-            target=server.serve_forever, name="tinker-emulator-http", daemon=True
+            target=server.run, kwargs={"sockets": [sock]}, name="tinker-emulator-http", daemon=True
         )
         self._thread.start()
+        while not server.started:
+            if not self._thread.is_alive():
+                self.stop()
+                raise BackendError("the tinker emulator stopped while starting")
+            time.sleep(0.01)
+        host, port = sock.getsockname()[:2]
+        self._url = f"http://{host!s}:{port}"
         atexit.register(self.stop)
-        return self.base_url
+        return self._url
 
     def stop(self) -> None:
-        """Stop serving, fail what is still pending, end every open connection and join the
-        threads that served them, and drop the temp state folder."""
+        """Fail what is still pending (long polls return), stop serving, end the open
+        connections and join the server's threads, and drop the temp state folder."""
         atexit.unregister(self.stop)
-        self._stopping = True
+        self._url = None
+        if self._service is not None:
+            self._service.close()  # later requests get a 503
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()  # no new connections
+            server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=JOIN_TIMEOUT_S)
+            self._thread.join(timeout=JOIN_TIMEOUT_S + GRACEFUL_S)
+            if self._thread.is_alive():
+                logger.warning("tinker emulator: the server thread did not end at stop")
             self._thread = None
-        if self._service is not None:
-            self._service.close()  # long polls return, compute work ends
-        if server is not None:
-            server.end_connections()
-            server.server_close()
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
         if self._temp_root is not None:
             shutil.rmtree(self._temp_root, ignore_errors=True)
             self._temp_root = None
@@ -218,111 +255,6 @@ class TinkerEmulator:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-    def authorized(self, key: str | None) -> bool:
-        if key is None:
-            return False
-        if self.api_key is not None:
-            return secrets.compare_digest(key, self.api_key)
-        return key.startswith(("tml-", "eyJ"))
-
-    def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Reply:
-        if self._service is None or self._stopping:
-            raise HttpError(503, "the tinker emulator is stopping")
-        return self._service.handle(method, target, headers, body)
-
-
-class _Server(ThreadingHTTPServer):
-    """Serves each connection on a thread of its own and keeps track of them, so `stop` can
-    end the connections (an SDK keeps its connections open between requests) and join their
-    threads. The threads are daemons only so that an emulator never stopped cannot hold up
-    interpreter exit before `stop` runs at exit."""
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], emulator: TinkerEmulator) -> None:
-        super().__init__(address, _Handler)
-        self.emulator = emulator
-        self._lock = threading.Lock()
-        self._open: dict[threading.Thread, socket.socket] = {}
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self.process_request_thread,
-            args=(request, client_address),
-            name="tinker-emulator-request",
-            daemon=True,
-        )
-        with self._lock:
-            self._open[thread] = request
-        thread.start()
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._lock:
-                self._open.pop(threading.current_thread(), None)
-
-    def end_connections(self) -> None:
-        """Shut every open connection down (its thread's next read ends) and join the
-        threads. Call after `shutdown`, so that no connection opens meanwhile."""
-        with self._lock:
-            serving = list(self._open.items())
-        for _, connection in serving:
-            with contextlib.suppress(OSError):  # the client closed it already
-                connection.shutdown(socket.SHUT_RDWR)
-        for thread, _ in serving:
-            thread.join(timeout=JOIN_TIMEOUT_S)
-            if thread.is_alive():
-                logger.warning("tinker emulator: a request thread did not end at stop")
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a connection ended by `stop` mid-request; anything a request raises is answered
-        # with a 500 by the handler and never gets here
-        logger.debug("tinker emulator: connection from %s ended", client_address, exc_info=True)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "tinker-emulator"
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def _dispatch(self, method: str) -> None:
-        emulator: TinkerEmulator = self.server.emulator  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        try:
-            signed = method == "GET" and self.path.startswith(FILES_PREFIX)  # its own key
-            if not signed and not emulator.authorized(headers.get("x-api-key")):
-                raise HttpError(401, "missing or wrong X-API-Key (the SDK sends TINKER_API_KEY)")
-            reply = emulator.handle(method, self.path, headers, body)
-        except HttpError as exc:
-            reply = Reply.json({"detail": str(exc)}, exc.status)
-        except Exception as exc:
-            logger.exception("tinker emulator: %s %s failed", method, self.path)
-            reply = Reply.json({"detail": f"{type(exc).__name__}: {exc}"}, 500)
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.wfile.write(reply.body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("tinker emulator: " + format, *args)
 
 
 def main(argv: list[str] | None = None) -> None:

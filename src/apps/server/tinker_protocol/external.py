@@ -52,9 +52,10 @@ class ExternalWeights:
     faults: DownloadFaults = attrs.Factory(DownloadFaults)
     _secret: bytes = attrs.Factory(lambda: secrets.token_bytes(32))
 
-    def save(self, body: dict[str, Any]) -> Reply:
-        run = self._runs.live(body.get("model_id"))
+    def save(self, body: dict[str, Any], tenant: str) -> Reply:
+        run = self._runs.live(body.get("model_id"), tenant)
         name = checkpoint_name(body.get("path"))
+        self._runs.admit_save(run)
         directory = self._store.checkpoint_dir(run.run_id, SEGMENT, name)
         path = f"tinker://{run.run_id}/{SEGMENT}/{name}"
 
@@ -78,8 +79,8 @@ class ExternalWeights:
 
         return self._runs.queue(run, body.get("seq_id"), work)
 
-    def urls(self, run_id: str, name: str, headers: Mapping[str, str]) -> Reply:
-        self._runs.get(run_id)
+    def urls(self, run_id: str, name: str, headers: Mapping[str, str], tenant: str) -> Reply:
+        self._runs.get(run_id, tenant)
         directory = self._store.checkpoint_dir(run_id, SEGMENT, name)
         if not (directory / META_FILE).is_file():
             raise HttpError(404, f"no external weights {name!r} in run {run_id}")

@@ -1,4 +1,4 @@
-"""The tinker emulator's samplers: sampling sessions on the base model or a saved adapter,
+"""The Tinker server's samplers: sampling sessions on a base model or a saved adapter,
 snapshots of a training run's current weights, and `asample` on either.
 
 A sampler holds its adapter's weights (a copy), so a training run that trains on afterwards
@@ -7,7 +7,8 @@ does not change what an earlier snapshot samples.
 `asample` requests that wait for the compute thread are sampled together: the first of them
 to run takes every waiting request of its base model (up to `MAX_BATCH_ROWS` rows and
 `MAX_SAMPLER_ADAPTERS` adapters) into one batch of the decode code, each row on its own
-sampler's adapter; the others find their result ready when their turn comes.
+sampler's adapter; the others find their result ready when their turn comes. A sampler is the
+tenant's that made it: to any other it answers 404, as a missing one.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from typing import Any
 
 import attrs
 
-from .base_model import MAX_SAMPLER_ADAPTERS, BaseModel, LoraSettings
+from .base_model import MAX_SAMPLER_ADAPTERS, LoraSettings
 from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures
 from .sampling import Sampled, SampleRequest, decode_rows, sample_batch
+from .served import ServedModels
 from .sessions import Sessions
-from .store import RunStore, checkpoint_meta, load_adapter, save_adapter
+from .store import checkpoint_meta, load_adapter, save_adapter
 from .training_runs import TrainingRuns
 from .wire import Reply, encode_sample, prompt_tokens, sample_settings
 
@@ -35,6 +37,7 @@ class Sampler:
     model_path: str | None
     lora: LoraSettings | None  # None: the base model
     adapter: dict[str, Any]
+    tenant: str
 
 
 MAX_BATCH_ROWS = 64
@@ -52,10 +55,9 @@ class _Waiting:
 
 @attrs.define
 class SamplingSessions:
-    """The samplers of one emulator, by id."""
+    """The samplers of one server, by id."""
 
-    _base: BaseModel
-    _store: RunStore
+    _models: ServedModels
     _futures: Futures
     _sessions: Sessions
     _runs: TrainingRuns
@@ -63,16 +65,16 @@ class SamplingSessions:
     _samplers: dict[str, Sampler] = attrs.field(factory=dict, init=False)
     _waiting: list[_Waiting] = attrs.field(factory=list, init=False)
 
-    def create_sampling_session(self, body: dict[str, Any]) -> Reply:
-        self._sessions.require(body)
-        sampler = self._new_sampler(body.get("model_path"), body.get("base_model"))
+    def create_sampling_session(self, body: dict[str, Any], tenant: str) -> Reply:
+        self._sessions.require(body, tenant)
+        sampler = self._new_sampler(body.get("model_path"), body.get("base_model"), tenant)
         self._add(sampler)
         return Reply.json(
             {"type": "create_sampling_session", "sampling_session_id": sampler.sampler_id}
         )
 
-    def save_weights_for_sampler(self, body: dict[str, Any]) -> Reply:
-        run = self._runs.live(body.get("model_id"))
+    def save_weights_for_sampler(self, body: dict[str, Any], tenant: str) -> Reply:
+        run = self._runs.live(body.get("model_id"), tenant)
         if body.get("path") is None:  # an ephemeral sampler of the current weights
 
             def snapshot() -> Reply:
@@ -82,6 +84,7 @@ class SamplingSessions:
                     model_path=None,
                     lora=run.lora,
                     adapter=run.trainer.adapter(),
+                    tenant=tenant,
                 )
                 self._add(sampler)
                 return Reply.json(
@@ -90,7 +93,8 @@ class SamplingSessions:
 
             return self._runs.queue(run, body.get("seq_id"), snapshot)
         name = checkpoint_name(body.get("path"))
-        directory = self._store.checkpoint_dir(run.run_id, "sampler_weights", name)
+        self._runs.admit_save(run)
+        directory = self._runs.store.checkpoint_dir(run.run_id, "sampler_weights", name)
         path = f"tinker://{run.run_id}/sampler_weights/{name}"
 
         def work() -> Reply:
@@ -102,9 +106,9 @@ class SamplingSessions:
 
         return self._runs.queue(run, body.get("seq_id"), work)
 
-    def get_sampler(self, sampler_id: str) -> Reply:
+    def get_sampler(self, sampler_id: str, tenant: str) -> Reply:
         sampler = self._samplers.get(sampler_id)
-        if sampler is None:
+        if sampler is None or sampler.tenant != tenant:
             raise HttpError(404, f"unknown sampler {sampler_id!r}")
         return Reply.json(
             {
@@ -114,19 +118,19 @@ class SamplingSessions:
             }
         )
 
-    def asample(self, body: dict[str, Any]) -> Reply:
+    def asample(self, body: dict[str, Any], tenant: str) -> Reply:
         if body.get("sampling_session_id") is not None:
             sampler = self._samplers.get(str(body["sampling_session_id"]))
-            if sampler is None:
+            if sampler is None or sampler.tenant != tenant:
                 raise HttpError(404, f"unknown sampling session {body['sampling_session_id']!r}")
         else:
-            sampler = self._new_sampler(body.get("model_path"), body.get("base_model"))
+            sampler = self._new_sampler(body.get("model_path"), body.get("base_model"), tenant)
         for key in ("topk_prompt_logprobs", "prompt_alt_tokens_k"):
             if int(body.get(key) or 0) > 0:
-                raise HttpError(400, f"the tinker emulator does not support {key}")
+                raise HttpError(400, f"this server does not support {key}")
         for key in ("target_prompt_logprobs", "record_stability_info"):
             if body.get(key):
-                raise HttpError(400, f"the tinker emulator does not support {key}")
+                raise HttpError(400, f"this server does not support {key}")
         prompt = prompt_tokens(body.get("prompt"))
         n = int(body.get("num_samples") or 1)
         settings = sample_settings(body.get("sampling_params") or {})
@@ -172,7 +176,7 @@ class SamplingSessions:
                 rows += waiting.request.n
                 adapters |= keys
             self._waiting = [waiting for waiting in self._waiting if waiting not in taken]
-        base = self._base
+        base = self._models.base(first)
         batch: list[tuple[_Waiting, SampleRequest, list[Any]]] = []
         for waiting in taken:
             sampler = waiting.sampler
@@ -197,18 +201,18 @@ class SamplingSessions:
         for (waiting, _, _), result in zip(batch, results):
             waiting.result = result
 
-    def _new_sampler(self, model_path: object, base_model: object) -> Sampler:
+    def _new_sampler(self, model_path: object, base_model: object, tenant: str) -> Sampler:
         sampler_id = str(uuid.uuid4())
         if model_path is None:
-            self._runs.check_base(base_model)
-            return Sampler(sampler_id, str(base_model), None, None, {})
-        run_id, directory, _segment = self._store.existing(str(model_path))
-        run = self._runs.get(run_id)
+            name = self._runs.check_base(base_model)
+            return Sampler(sampler_id, name, None, None, {}, tenant)
+        run_id, directory, _segment = self._runs.existing(str(model_path), tenant)
+        run = self._runs.get(run_id, tenant)
         try:
             adapter = load_adapter(directory)
         except Exception as exc:
             raise HttpError(400, f"cannot read {model_path}: {exc}") from exc
-        return Sampler(sampler_id, run.base_model, str(model_path), run.lora, adapter)
+        return Sampler(sampler_id, run.base_model, str(model_path), run.lora, adapter, tenant)
 
     def _add(self, sampler: Sampler) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
 """Where the tinker emulator keeps its checkpoints: plain folders under one root.
 
-    root/runs/<quoted run id>/run.json                      base model and LoRA settings
+    root/runs/<quoted run id>/run.json                      base model, LoRA settings, tenant
     root/runs/<quoted run id>/weights/<name>/               save_state: adapter + optimizer
     root/runs/<quoted run id>/sampler_weights/<name>/       save_weights_for_sampler: adapter
     root/runs/<quoted run id>/external_weights/<name>/      save_weights_external: PEFT files
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from ....adapters.files import (
     TEMP_PREFIX,
@@ -38,6 +38,7 @@ from ....adapters.files import (
     fsync_file,
     temp_path_for,
 )
+from ..guard import OPEN_TENANT
 from .base_model import LoraSettings
 from .errors import CHECKPOINT_NAME, HttpError, UserError
 
@@ -163,16 +164,39 @@ class RunStore:
         lora: LoraSettings,
         session_id: str | None,
         user_metadata: dict[str, str] | None = None,
+        *,
+        tenant: str,
     ) -> None:
         record = {
             "run_id": run_id,
             "base_model": base_model,
             "lora": lora.to_json(),
             "session_id": session_id,
+            "tenant": tenant,
             "created": now(),
             "user_metadata": user_metadata,
         }
         atomic_write_bytes(self.run_dir(run_id) / "run.json", json.dumps(record).encode())
+
+    def run_record(self, run_id: str) -> dict[str, Any] | None:
+        """The run's `run.json`, or None. A record from before tenants is the open tenant's
+        (a server without keys)."""
+        try:
+            record = json.loads((self.run_dir(run_id) / "run.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict):
+            return None
+        record.setdefault("tenant", OPEN_TENANT)
+        return record
+
+    def run_ids(self) -> list[str]:
+        """The ids of the runs recorded here, oldest first."""
+        folder = self.root / "runs"
+        if not folder.is_dir():
+            return []
+        found = [(p.stat().st_mtime, unquote(p.parent.name)) for p in folder.glob("*/run.json")]
+        return [run_id for _, run_id in sorted(found)]
 
     def read_run(self, run_id: str) -> tuple[str, LoraSettings] | None:
         """(base model, LoRA settings) of a run recorded here, or None."""

@@ -1,24 +1,28 @@
-"""The tinker emulator's training runs: creating and loading them, their training requests,
+"""The Tinker server's training runs: creating and loading them, their training requests,
 saving their state, and the REST view of their checkpoints.
 
-A run lives as long as the emulator that created it; its record (`run.json`) and checkpoints
-stay on disk, so a restarted emulator still lists, serves and resumes from them, but trains a
-recorded run only through a new run loaded from one of its saved states.
+A run lives as long as the server that created it; its record (`run.json`, with the tenant
+that created it) and checkpoints stay on disk, so a restarted server still lists, serves and
+resumes from them, but trains a recorded run only through a new run loaded from one of its
+saved states. A run is its tenant's: to any other tenant it answers 404, as a missing one.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
-from .base_model import BaseModel, LoraSettings
+from .base_model import LoraSettings
 from .compute import TrainingRun
 from .errors import HttpError, UserError, checkpoint_name
 from .futures import Futures, RequestOrder, Work
+from .quota import TinkerQuotas
+from .served import ServedModels
 from .sessions import Sessions
 from .store import RunStore, checkpoint_meta, iso, run_metadata
 from .wire import (
@@ -35,7 +39,8 @@ class Run:
     run_id: str
     base_model: str
     lora: LoraSettings
-    session_id: str | None  # None: recorded on disk by an earlier emulator, not live here
+    session_id: str | None  # None: recorded on disk by an earlier server, not live here
+    tenant: str
     built: TrainingRun | None = None  # made by the run's first request, on the compute thread
     order: RequestOrder = attrs.Factory(RequestOrder)
 
@@ -46,55 +51,86 @@ class Run:
         return self.built
 
 
-def _name_set(names: Iterable[str]) -> frozenset[str]:
-    return frozenset(names)
-
-
 @attrs.define
 class TrainingRuns:
-    """The training runs of one emulator (live ones, and recorded ones looked up on demand)."""
+    """The training runs of one server (live ones, and recorded ones looked up on demand)."""
 
-    _base: BaseModel
+    _models: ServedModels
     _store: RunStore
     _futures: Futures
     _sessions: Sessions
-    _names: frozenset[str] = attrs.field(kw_only=True, converter=_name_set)
-    _model_name: str = attrs.field(kw_only=True)
+    _quotas: TinkerQuotas | None = attrs.field(default=None, kw_only=True)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _runs: dict[str, Run] = attrs.field(factory=dict, init=False)
 
+    @property
+    def store(self) -> RunStore:
+        return self._store
+
     # --- finding runs -------------------------------------------------------------------
 
-    def check_base(self, base_model: object) -> None:
-        if base_model not in self._names:
-            raise HttpError(
-                400,
-                f"base model {base_model!r} is not served by this emulator; it serves "
-                f"{self._model_name!r}",
-            )
+    def check_base(self, base_model: object) -> str:
+        """The served name of the base model a request names, or a 400 naming those served."""
+        return self._models.resolve(base_model).name
 
-    def get(self, run_id: str) -> Run:
-        """A run of this emulator's lifetime, or one recorded in `state_dir` (not live)."""
+    def get(self, run_id: str, tenant: str) -> Run:
+        """The tenant's run of this server's lifetime, or one recorded in `state_dir` (not
+        live); a 404 for a missing run and for another tenant's alike."""
         with self._lock:
             run = self._runs.get(run_id)
-        if run is not None:
-            return run
-        recorded = self._store.read_run(run_id)
-        if recorded is None:
+        if run is None:
+            record = self._store.run_record(run_id)
+            try:
+                lora = LoraSettings.from_json(record["lora"]) if record is not None else None
+            except (KeyError, TypeError, ValueError):
+                lora = None
+            if record is not None and lora is not None:
+                recorded = Run(
+                    run_id=run_id,
+                    base_model=str(record.get("base_model")),
+                    lora=lora,
+                    session_id=None,
+                    tenant=str(record["tenant"]),
+                )
+                with self._lock:
+                    run = self._runs.setdefault(run_id, recorded)
+        if run is None or run.tenant != tenant:
             raise HttpError(404, f"unknown training run {run_id!r}")
-        run = Run(run_id=run_id, base_model=recorded[0], lora=recorded[1], session_id=None)
-        with self._lock:
-            return self._runs.setdefault(run_id, run)
+        return run
 
-    def live(self, model_id: object) -> Run:
-        run = self.get(str(model_id))
+    def live(self, model_id: object, tenant: str) -> Run:
+        run = self.get(str(model_id), tenant)
         if run.session_id is None:
             raise HttpError(
                 400,
-                f"training run {model_id} is not live in this emulator (it was restarted); "
+                f"training run {model_id} is not live in this server (it was restarted); "
                 "create a training client from one of its saved states",
             )
         return run
+
+    def _admit(self, run: Run) -> None:
+        """Add a new run, within the tenant's quota of open runs."""
+        if self._quotas is None:
+            with self._lock:
+                self._add(run)
+            return
+        with self._lock:
+            open_runs = sum(
+                1
+                for other in self._runs.values()
+                if other.tenant == run.tenant and self._sessions.is_live(other.session_id)
+            )
+            with self._quotas.registering(run.tenant, (run.run_id, ""), open_runs):
+                self._add(run)
+
+    def _add(self, run: Run) -> None:
+        if run.run_id in self._runs:
+            raise HttpError(400, f"model {run.run_id} already exists")
+        self._runs[run.run_id] = run
+
+    def admit_save(self, run: Run) -> None:
+        if self._quotas is not None:
+            self._quotas.admit_save(run.tenant, run.run_id)
 
     def queue(self, run: Run, seq_id: object, work: Work) -> Reply:
         """Queue `work` as request `seq_id` of `run`; the reply that names its promise."""
@@ -103,35 +139,38 @@ class TrainingRuns:
 
     # --- creating and loading -----------------------------------------------------------
 
-    def create_model(self, body: dict[str, Any]) -> Reply:
-        session_id = self._sessions.require(body)
-        self.check_base(body.get("base_model"))
+    def create_model(self, body: dict[str, Any], tenant: str) -> Reply:
+        session_id = self._sessions.require(body, tenant)
+        base_model = self.check_base(body.get("base_model"))
         lora = body.get("lora_config")
         if not isinstance(lora, dict):
-            raise HttpError(400, "the tinker emulator trains LoRA only; pass a lora_config")
+            raise HttpError(400, "this server trains LoRA only; pass a lora_config")
         check_adam_config(body.get("optimizer_config"))
         metadata = run_metadata(body)
         settings = LoraSettings.from_json(lora)
         run = Run(
             run_id=str(uuid.uuid4()),
-            base_model=str(body["base_model"]),
+            base_model=base_model,
             lora=settings,
             session_id=session_id,
+            tenant=tenant,
         )
-        self._store.write_run(run.run_id, run.base_model, run.lora, run.session_id, metadata)
-        with self._lock:
-            self._runs[run.run_id] = run
+        self._admit(run)
+        self._store.write_run(
+            run.run_id, run.base_model, run.lora, run.session_id, metadata, tenant=tenant
+        )
+        base = self._models.base(base_model)
 
         def work() -> Reply:
-            run.built = TrainingRun(self._base, settings)
+            run.built = TrainingRun(base, settings)
             return Reply.json({"type": "create_model", "model_id": run.run_id})
 
         request_id = self._futures.submit(work)
         return Reply.json({"request_id": request_id, "model_id": run.run_id})
 
-    def load_weights(self, body: dict[str, Any]) -> Reply:
+    def load_weights(self, body: dict[str, Any], tenant: str) -> Reply:
         path = str(body.get("path"))
-        source_id, directory, segment = self._store.existing(path)
+        source_id, directory, segment = self.existing(path, tenant)
         with_optimizer = bool(body.get("optimizer"))
         if with_optimizer and segment != "weights":
             raise HttpError(
@@ -139,9 +178,9 @@ class TrainingRuns:
                 f"{path} holds sampler weights; load optimizer state from a "
                 "save_state checkpoint (tinker://<run>/weights/<name>)",
             )
-        source = self.get(source_id)
+        source = self.get(source_id, tenant)
         if body.get("session_id") is not None:  # create-via-load: a new training run
-            session_id = self._sessions.require(body)
+            session_id = self._sessions.require(body, tenant)
             metadata = run_metadata(body)
             if body.get("base_model") is not None:
                 self.check_base(body.get("base_model"))
@@ -150,21 +189,22 @@ class TrainingRuns:
                 base_model=source.base_model,
                 lora=source.lora,
                 session_id=session_id,
+                tenant=tenant,
             )
-            with self._lock:
-                if run.run_id in self._runs:
-                    raise HttpError(400, f"model {run.run_id} already exists")
-                self._runs[run.run_id] = run
-            self._store.write_run(run.run_id, run.base_model, run.lora, run.session_id, metadata)
+            base = self._models.base(run.base_model)
+            self._admit(run)
+            self._store.write_run(
+                run.run_id, run.base_model, run.lora, run.session_id, metadata, tenant=tenant
+            )
 
             def create() -> Reply:
-                run.built = TrainingRun(self._base, run.lora)
+                run.built = TrainingRun(base, run.lora)
                 run.trainer.load(directory, with_optimizer=with_optimizer)
                 return Reply.json({"type": "load_weights", "path": path, "model_id": run.run_id})
 
             request_id = self._futures.submit(create)
             return Reply.json({"request_id": request_id, "model_id": run.run_id})
-        run = self.live(body.get("model_id"))
+        run = self.live(body.get("model_id"), tenant)
 
         def load() -> Reply:
             if run.lora != source.lora:
@@ -174,8 +214,8 @@ class TrainingRuns:
 
         return self.queue(run, body.get("seq_id"), load)
 
-    def get_info(self, body: dict[str, Any]) -> Reply:
-        run = self.get(str(body.get("model_id")))
+    def get_info(self, body: dict[str, Any], tenant: str) -> Reply:
+        run = self.get(str(body.get("model_id")), tenant)
         return Reply.json(
             {
                 "type": "get_info",
@@ -189,9 +229,9 @@ class TrainingRuns:
 
     # --- training -----------------------------------------------------------------------
 
-    def forward_backward(self, body: bytes, headers: Mapping[str, str]) -> Reply:
+    def forward_backward(self, body: bytes, headers: Mapping[str, str], tenant: str) -> Reply:
         request = decode_forward_backward(body, headers)
-        run = self.live(request.model_id)
+        run = self.live(request.model_id, tenant)
 
         def work() -> Reply:
             outputs, loss_sum = run.trainer.forward_backward(
@@ -201,8 +241,8 @@ class TrainingRuns:
 
         return self.queue(run, request.seq_id, work)
 
-    def optim_step(self, body: dict[str, Any]) -> Reply:
-        run = self.live(body.get("model_id"))
+    def optim_step(self, body: dict[str, Any], tenant: str) -> Reply:
+        run = self.live(body.get("model_id"), tenant)
         adam = adam_settings(body)
 
         def work() -> Reply:
@@ -210,9 +250,10 @@ class TrainingRuns:
 
         return self.queue(run, body.get("seq_id"), work)
 
-    def save_weights(self, body: dict[str, Any]) -> Reply:
-        run = self.live(body.get("model_id"))
+    def save_weights(self, body: dict[str, Any], tenant: str) -> Reply:
+        run = self.live(body.get("model_id"), tenant)
         name = checkpoint_name(body.get("path"))
+        self.admit_save(run)
         directory = self._store.checkpoint_dir(run.run_id, "weights", name)
         overwrite = bool(body.get("overwrite"))
         path = f"tinker://{run.run_id}/weights/{name}"
@@ -228,38 +269,87 @@ class TrainingRuns:
 
     # --- checkpoints (REST) -------------------------------------------------------------
 
-    def list_checkpoints(self, run_id: str) -> Reply:
-        self.get(run_id)
+    def existing(self, path: str, tenant: str) -> tuple[str, Path, str]:
+        """(run id, folder, segment) of the tenant's saved checkpoint at `path`, or a 404
+        (the same for another tenant's)."""
+        run_id, _segment, _name = self._store.parse(path)
+        try:
+            self.get(run_id, tenant)
+        except HttpError:
+            raise HttpError(404, f"checkpoint {path} does not exist") from None
+        return self._store.existing(path)
+
+    def list_checkpoints(self, run_id: str, tenant: str) -> Reply:
+        self.get(run_id, tenant)
         return Reply.json({"checkpoints": self._store.checkpoints(run_id), "cursor": None})
 
-    def get_training_run(self, run_id: str) -> Reply:
-        run = self.get(run_id)
-        last: dict[str, dict[str, Any]] = {}
-        for checkpoint in self._store.checkpoints(
-            run.run_id
-        ):  # oldest first: the newest of each kind wins
-            last[checkpoint["checkpoint_type"]] = checkpoint
-        return Reply.json(
-            {
-                "training_run_id": run.run_id,
-                "base_model": run.base_model,
-                "model_owner": "tinker-emulator",
-                "is_lora": True,
-                "corrupted": False,
-                "lora_rank": run.lora.rank,
-                "last_request_time": iso(run.order.last_request),
-                "last_checkpoint": last.get("training"),
-                "last_sampler_checkpoint": last.get("sampler"),
-                "user_metadata": self._store.run_user_metadata(run.run_id),
-            }
-        )
+    def list_user_checkpoints(self, query: Mapping[str, str], tenant: str) -> Reply:
+        """Every checkpoint of the tenant's runs, newest first, a page of them."""
+        found = [c for r in self._owned(tenant) for c in self._store.checkpoints(r.run_id)]
+        found.sort(key=lambda c: (c["time"], c["checkpoint_id"]), reverse=True)
+        offset, limit = _page(query, 100)
+        cursor = {"offset": offset, "limit": limit, "total_count": len(found)}
+        return Reply.json({"checkpoints": found[offset : offset + limit], "cursor": cursor})
 
-    def set_checkpoint_ttl(self, run_id: str, segment: str, name: str, body: Any) -> Reply:
-        self.get(run_id)
+    def list_training_runs(self, query: Mapping[str, str], tenant: str) -> Reply:
+        """The tenant's training runs, newest first, a page of them."""
+        runs = list(reversed(self._owned(tenant)))
+        offset, limit = _page(query, 20)
+        cursor = {"offset": offset, "limit": limit, "total_count": len(runs)}
+        page = [self._training_run(run) for run in runs[offset : offset + limit]]
+        return Reply.json({"training_runs": page, "cursor": cursor})
+
+    def get_training_run(self, run_id: str, tenant: str) -> Reply:
+        return Reply.json(self._training_run(self.get(run_id, tenant)))
+
+    def set_checkpoint_ttl(
+        self, run_id: str, segment: str, name: str, body: Any, tenant: str
+    ) -> Reply:
+        self.get(run_id, tenant)
         self._store.set_ttl(run_id, segment, name, body.get("ttl_seconds"))
         return Reply.json({})
 
-    def delete_checkpoint(self, run_id: str, segment: str, name: str) -> Reply:
-        self.get(run_id)
+    def delete_checkpoint(self, run_id: str, segment: str, name: str, tenant: str) -> Reply:
+        self.get(run_id, tenant)
         self._store.delete(run_id, segment, name)
         return Reply.json({})
+
+    def _owned(self, tenant: str) -> list[Run]:
+        """The tenant's runs, recorded and live, oldest first."""
+        owned = []
+        for run_id in self._store.run_ids():
+            try:
+                owned.append(self.get(run_id, tenant))
+            except HttpError:
+                continue
+        return owned
+
+    def _training_run(self, run: Run) -> dict[str, Any]:
+        last: dict[str, dict[str, Any]] = {}
+        # oldest first: the newest of each kind wins
+        for checkpoint in self._store.checkpoints(run.run_id):
+            last[checkpoint["checkpoint_type"]] = checkpoint
+        return {
+            "training_run_id": run.run_id,
+            "base_model": run.base_model,
+            "model_owner": run.tenant,
+            "is_lora": True,
+            "corrupted": False,
+            "lora_rank": run.lora.rank,
+            "last_request_time": iso(run.order.last_request),
+            "last_checkpoint": last.get("training"),
+            "last_sampler_checkpoint": last.get("sampler"),
+            "user_metadata": self._store.run_user_metadata(run.run_id),
+        }
+
+
+def _page(query: Mapping[str, str], default_limit: int) -> tuple[int, int]:
+    """(offset, limit) of a listing's query, or a 400."""
+    try:
+        offset = int(query.get("offset", 0))
+        limit = int(query.get("limit", default_limit))
+    except ValueError:
+        raise HttpError(400, "offset and limit must be whole numbers") from None
+    if offset < 0 or not 1 <= limit <= 1000:
+        raise HttpError(400, "offset must be >= 0 and limit from 1 to 1000")
+    return offset, limit
