@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.filterwarnings("error::DeprecationWarning:tinker"),
 ]
 
-KEY = "tml-kill"
+KEY = "tml-kill-0123456789abcdef"  # a server key is at least 16 characters
 TIMEOUT_S = 180.0
 SEED, RANK = 11, 4
 ADAM = types.AdamParams(learning_rate=2e-2)

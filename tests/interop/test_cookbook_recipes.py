@@ -1,5 +1,5 @@
 """tinker-cookbook's own training loops (0.5.8, in its own venv: cookbook_env.py), unmodified,
-train the tiny model through arthex's Tinker server on loopback: the supervised recipe's
+train the tiny model through `arthex serve --protocol tinker` on loopback: the supervised recipe's
 loss falls and the RL recipe's reward rises, as each recipe logs them in its own
 `metrics.jsonl`; the checkpoints each recipe records in its `checkpoints.jsonl` are the
 server's, listed by the SDK's REST client; and the SFT recipe run again on its log folder
@@ -15,16 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-from tests._tinker import running_emulator
+from tests._tinker import TinkerServer, keys_file, start_tinker_server
 
 from .cookbook_env import cookbook_environment, cookbook_python, run_recipe
-
-if TYPE_CHECKING:
-    from arthex.emulators.tinker import TinkerEmulator
 
 pytestmark = pytest.mark.slow
 
@@ -38,10 +35,21 @@ def cookbook() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerEmulator]:
-    """The Tinker server the recipes train against (its `base_url` is all they are told)."""
+def server(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerServer]:
+    """`arthex serve --protocol tinker` on the tiny model, one tenant: the server the recipes
+    train against (its `url` and the tenant's key are all they are told)."""
     pytest.importorskip("tinker")
-    yield from running_emulator(tiny, KEY, tmp_path_factory)
+    folder = tmp_path_factory.mktemp("cookbook-server")
+    running = start_tinker_server(
+        folder / "state",
+        [tiny],
+        keys_file(folder, {"cookbook": KEY}),
+        extra_args=["--audit-log", "off"],
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def metrics(log_path: Path) -> list[dict[str, Any]]:
@@ -57,17 +65,17 @@ def final_checkpoint(log_path: Path) -> dict[str, Any]:
     return final
 
 
-def listed_paths(server: TinkerEmulator, tinker_path: str) -> set[str]:
+def listed_paths(server: TinkerServer, tinker_path: str) -> set[str]:
     """The checkpoints of `tinker_path`'s training run, as the server lists them to the SDK."""
     import tinker
 
     run_id = tinker_path.removeprefix("tinker://").split("/", 1)[0]
-    rest = tinker.RestClient(base_url=server.base_url, api_key=KEY)
+    rest = tinker.RestClient(base_url=server.url, api_key=KEY)
     listing = rest.list_checkpoints(run_id).result(60)
     return {c.tinker_path for c in listing.checkpoints}
 
 
-def run_sft(cookbook: Path, server: TinkerEmulator, tiny: str, log_path: Path, epochs: int) -> None:
+def run_sft(cookbook: Path, server: TinkerServer, tiny: str, log_path: Path, epochs: int) -> None:
     """The SFT recipe for `epochs` passes over its one batch, logging to `log_path` (where a
     checkpoint it recorded earlier is resumed from, as the recipe does)."""
     payload = {
@@ -77,13 +85,13 @@ def run_sft(cookbook: Path, server: TinkerEmulator, tiny: str, log_path: Path, e
         "learning_rate": 1e-2,
         "lora_rank": 8,
     }
-    env = cookbook_environment(server.base_url, KEY)
+    env = cookbook_environment(server.url, KEY)
     run_recipe(cookbook, "sft_recipe.py", payload, env, log_path.parent, RECIPE_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
 def sft_log(
-    cookbook: Path, server: TinkerEmulator, tiny: str, tmp_path_factory: pytest.TempPathFactory
+    cookbook: Path, server: TinkerServer, tiny: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The log folder of an SFT recipe run for 6 epochs, without interruption."""
     log_path = tmp_path_factory.mktemp("sft") / "log"
@@ -91,7 +99,7 @@ def sft_log(
     return log_path
 
 
-def test_the_supervised_recipe_lowers_its_loss(sft_log: Path, server: TinkerEmulator) -> None:
+def test_the_supervised_recipe_lowers_its_loss(sft_log: Path, server: TinkerServer) -> None:
     rows = metrics(sft_log)
     assert [row["step"] for row in rows] == list(range(6))
     assert all(row["num_sequences"] == 4 for row in rows)
@@ -104,7 +112,7 @@ def test_the_supervised_recipe_lowers_its_loss(sft_log: Path, server: TinkerEmul
 
 
 def test_a_resumed_supervised_recipe_continues_as_if_never_stopped(
-    cookbook: Path, server: TinkerEmulator, tiny: str, sft_log: Path, tmp_path: Path
+    cookbook: Path, server: TinkerServer, tiny: str, sft_log: Path, tmp_path: Path
 ) -> None:
     log_path = tmp_path / "log"
     run_sft(cookbook, server, tiny, log_path, epochs=4)
@@ -121,13 +129,13 @@ def test_a_resumed_supervised_recipe_continues_as_if_never_stopped(
     assert nll == pytest.approx(whole, rel=1e-5), (nll, whole)
     import tinker
 
-    rest = tinker.RestClient(base_url=server.base_url, api_key=KEY)
+    rest = tinker.RestClient(base_url=server.url, api_key=KEY)
     run = rest.get_training_run_by_tinker_path(resumed["state_path"]).result(60)
     assert (run.user_metadata or {}).get("renderer_name") == "role_colon"
 
 
 def test_the_rl_recipe_raises_its_reward(
-    cookbook: Path, server: TinkerEmulator, tiny: str, tmp_path: Path
+    cookbook: Path, server: TinkerServer, tiny: str, tmp_path: Path
 ) -> None:
     log_path = tmp_path / "rl"
     steps = 10
@@ -141,7 +149,7 @@ def test_the_rl_recipe_raises_its_reward(
         "learning_rate": 2e-2,
         "lora_rank": 8,
     }
-    env = cookbook_environment(server.base_url, KEY)
+    env = cookbook_environment(server.url, KEY)
     run_recipe(cookbook, "rl_recipe.py", payload, env, tmp_path, RECIPE_TIMEOUT_S)
     rows = metrics(log_path)
     assert [row["step"] for row in rows] == list(range(steps))

@@ -174,11 +174,12 @@ def test_several_adapters_and_the_base_sample_in_one_batch(base: BaseModel) -> N
 def test_waiting_asample_requests_are_sampled_as_one_batch(base: BaseModel, tmp_path: Path) -> None:
     import tinker.proto.tinker_public_pb2 as pb
 
+    from arthex.apps.server.tinker_protocol.served import ServedModels
     from arthex.apps.server.tinker_protocol.service import TinkerService
 
-    service = TinkerService(
-        base, tmp_path, names={"tiny"}, model_name="tiny", client_config={}, long_poll_s=10.0
-    )
+    models = ServedModels()
+    models.add("tiny", base)
+    service = TinkerService(models, tmp_path, client_config={}, long_poll_s=10.0)
 
     def post(route: str, payload: dict[str, Any]) -> Any:
         return service.handle("POST", f"/api/v1/{route}", {}, json.dumps(payload).encode())
