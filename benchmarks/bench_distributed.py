@@ -51,6 +51,7 @@ import torch.distributed as dist
 from arthex.adapters.local import LocalBackend
 from arthex.adapters.local.packing import PackedBatch, pack
 from arthex.adapters.local.trainer import PolicyTrainer, TrainerSettings
+from arthex.adapters.local.update import Update
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
 
@@ -70,7 +71,7 @@ def build_batch(model_dir: str, trainer: PolicyTrainer) -> PackedBatch:
 
 def timed_step(trainer: PolicyTrainer, batch: PackedBatch, device: str) -> float:
     started = time.perf_counter()
-    for _ in trainer.train(batch, CONFIG, reference=None):
+    for _ in trainer.train(Update(batch, CONFIG, None)):
         pass
     _sync(device)
     return time.perf_counter() - started

@@ -116,6 +116,7 @@ def child(spec: dict[str, Any]) -> dict[str, float]:
 
     from arthex.adapters.local.packing import pack
     from arthex.adapters.local.trainer import PolicyTrainer, TrainerSettings
+    from arthex.adapters.local.update import Update
     from arthex.core.config import TrainConfig
 
     torch.set_num_threads(spec["threads"])
@@ -141,7 +142,7 @@ def child(spec: dict[str, Any]) -> dict[str, float]:
     if path == "bare":
         _bare_step(trainer, batch)
     else:
-        for _ in trainer.train(batch, config, reference=None):
+        for _ in trainer.train(Update(batch, config, None)):
             pass
     seconds = time.perf_counter() - started
     return {

@@ -50,6 +50,7 @@ from arthex.adapters.local import LocalBackend
 from arthex.adapters.local import checkpoints as ckpt
 from arthex.adapters.local.packing import PackedBatch, pack
 from arthex.adapters.local.trainer import PolicyTrainer, TrainerSettings
+from arthex.adapters.local.update import Update
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
@@ -182,7 +183,7 @@ def measure(
         bare.run(batch, plan)
 
     def run_step() -> None:
-        for _ in trainer.train(batch, config, reference=None):
+        for _ in trainer.train(Update(batch, config, None)):
             pass
         _sync(dev)
 
@@ -190,7 +191,7 @@ def measure(
         packed = pack(
             groups, config, max_length=trainer.max_length, pad_token_id=trainer.pad_token_id
         )
-        for _ in trainer.train(packed, config, reference=None):
+        for _ in trainer.train(Update(packed, config, None)):
             pass
         _sync(dev)
 

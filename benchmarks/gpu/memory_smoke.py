@@ -60,6 +60,7 @@ def child(model: str, checkpointing: bool, steps: int) -> dict[str, Any]:
 
     from arthex.adapters.local.packing import pack
     from arthex.adapters.local.trainer import PolicyTrainer, TrainerSettings
+    from arthex.adapters.local.update import Update
     from arthex.core.config import TrainConfig
 
     trainer = PolicyTrainer(
@@ -73,13 +74,13 @@ def child(model: str, checkpointing: bool, steps: int) -> dict[str, Any]:
     trainer.load(None)
     config = TrainConfig(learning_rate=1e-5)
     batches = [pack(groups(s), config, max_length=32768, pad_token_id=0) for s in range(steps + 1)]
-    for _ in trainer.train(batches[0], config, reference=None):
+    for _ in trainer.train(Update(batches[0], config, None)):
         pass
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     for batch in batches[1:]:
-        for _ in trainer.train(batch, config, reference=None):
+        for _ in trainer.train(Update(batch, config, None)):
             pass
     torch.cuda.synchronize()
     seconds = time.perf_counter() - started
