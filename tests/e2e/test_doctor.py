@@ -133,9 +133,11 @@ def test_a_plan_that_does_not_fit_the_stated_memory_says_which_knob_to_turn(demo
     # 256 x 637 x 12 B = 1,956,864; with the weights 459,264, AdamW 1,377,792, the engine's
     # two copies 918,528 and its KV cache 8,388,608: 82,307,072 B (78.5 MiB). The first
     # lever is the micro-batch: 4096 tokens keep half the activations (47,703,040 B, 45.5
-    # MiB); then checkpointed layers, a token keeping 2 x 64 x 4 B of inputs plus one layer's
-    # 4,224 B: 8192 x 4,736 = 38,797,312, in all 51,898,368 B (49.5 MiB); then rows of 384
-    # (16 rows, 6144 tokens, cache 6,291,456): 62,908,416 B, under 64 MiB
+    # MiB); then checkpointed layers, a token keeping 2 x 64 x 4 B of inputs plus the layer's
+    # attention part (4*64 + 3*6*16) x 4 = 2,176 B, its MLP part 4*128 x 4 = 2,048 B for
+    # one chunk of 1024 tokens: 8192 x 2,688 + 1024 x 2,048 = 24,117,248, in all 37,218,304 B
+    # (35.5 MiB); then rows of 384 (16 rows, 6144 tokens, cache 6,291,456): 62,908,416 B,
+    # under 64 MiB
     result = arthex_cli("doctor", "--base-model", base_model, "--device-memory", "64MiB")
     assert result.returncode == 2, result.stdout + result.stderr
     memory = lines_of(result)["memory"]
@@ -144,7 +146,7 @@ def test_a_plan_that_does_not_fit_the_stated_memory_says_which_knob_to_turn(demo
     assert memory.split(" -> ", 1)[1].split("; or ") == [
         "a smaller micro-batch (LocalBackend(micro_batch_tokens=4096), from 8192: the same "
         "gradient, more passes)",
-        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 49.5 MiB, "
+        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 35.5 MiB, "
         "about a third more compute)",
         "lower --max-seq-len from 1024 to 384 (shorter rollouts, or "
         "TrainConfig.packed_sequence_length)",
