@@ -21,7 +21,10 @@ stated with a worked example in docs/troubleshooting.md:
   for LoRA in bfloat16 `4(H + AD)` bytes) for every token of the micro-batch, its MLP part
   (`4I` values, and `4(H + I)` bytes) for `MLP_CHUNK_TOKENS` (1024) tokens only, the
   checkpointed layer's MLP running that many tokens at a time. Measured against the bytes
-  torch saves for backward (tests/unit/test_doctor_memory.py): within 15%;
+  torch saves for backward (tests/unit/test_doctor_memory.py): within 15%. Besides what is
+  saved, the layer being differentiated holds its gradients: as many bytes as its attention
+  part, `(4H + 3(A + K)D) b` a token, checkpointed or not. The trainer's measured peak on the
+  CPU (tests/e2e/test_memory_plan_measured.py): within 15%;
 - one chunk of log-probs: the trainer projects `logprob_calculation_chunk_size` (256)
   positions at a time onto the vocabulary, `V (b + 8)` bytes a position (the projection, its
   float32 copy turned log-softmax in place, and the probabilities); no `[tokens x V]` tensor;
@@ -233,6 +236,13 @@ def activation_bytes(
     return tokens * shape.layers * per_layer
 
 
+def gradient_bytes(shape: ModelShape, weight_bytes: int, tokens: int) -> int:
+    """Bytes of the gradients one layer's backward holds at once over `tokens` tokens (the
+    gradients of its norms, q, k, v and attention output: module docstring)."""
+    attention = 4 * shape.hidden + 3 * (shape.heads + shape.kv_heads) * shape.head_dim
+    return tokens * attention * weight_bytes
+
+
 def checkpointing_on(shape: ModelShape, settings: PlanSettings, tokens: int, b: int) -> bool:
     """The trainer's rule (adapters/local/layers.py): True, False, or "auto" past 1 GiB."""
     if settings.gradient_checkpointing == "auto":
@@ -256,7 +266,7 @@ def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) 
     checkpointed = checkpointing_on(shape, settings, tokens, weight_bytes)
     activations = activation_bytes(
         shape, weight_bytes, lora=not full, tokens=tokens, checkpointed=checkpointed
-    )
+    ) + gradient_bytes(shape, weight_bytes, tokens)
     parts: list[tuple[str, int]] = [("weights", params * weight_bytes)]
     if full:
         parts.append(("gradients+AdamW", 12 * params))
