@@ -9,12 +9,15 @@ counter (`/proc/self/clear_refs`), trains one optimizer step of one micro-batch,
 peak back. Sizes are the peak minus the child's resident memory before the model was loaded
 (the interpreter and libraries, which no trainer can avoid).
 
-The two depths give a per-layer cost; extrapolated linearly to Qwen2.5-0.5B's 24 layers, and
-the step's increase scaled linearly from the measured tokens to an 8,192-token micro-batch
-(which overstates the fixed per-step buffers, one log-prob chunk among them), the table shows
-the peak per 8k-token micro-batch against the floor: the weights, the LoRA weights' gradients
-and AdamW moments, one stored hidden state per layer per token, one layer's activations
-recomputed, and one float32 chunk of logits.
+The two depths give a per-layer cost, extrapolated linearly to Qwen2.5-0.5B's 24 layers. The
+checkpointed trainer is measured on an 8,192-token micro-batch itself (its child stays under
+~2 GiB); the unchecked one at `--tokens` with the step's increase scaled linearly to 8,192
+tokens (which overstates the fixed per-step buffers, one log-prob chunk among them: scaled
+from 2,048 tokens, the checkpointed figure read 4.09 GiB; measured at 8k it reads 3.0). The
+table shows the peak per 8k-token micro-batch against the floor: the weights, the LoRA
+weights' gradients and AdamW moments, one stored hidden state per layer per token, one
+layer's activations recomputed (its MLP for one chunk of tokens, as the trainer runs it),
+and one float32 chunk of logits.
 
 The old path (a bare torch loop: forward, full logits, log-softmax over the whole vocabulary,
 the completion tokens' weighted log-probs, backward, AdamW) is measured once, at 2 layers and
@@ -50,6 +53,7 @@ DEPTHS = (2, 4)
 MICRO = 8192
 CHUNK_SIZES = (64, 256, 1024)
 GiB = 2**30
+MLP_CHUNK_TOKENS = 1024  # a checkpointed layer's MLP, this many tokens at a time (layers.py)
 
 
 def _rss(field: str) -> int:
@@ -213,12 +217,12 @@ def floor_bytes(tokens: int, chunk: int) -> dict[str, int]:
     q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
     sides = 4 * HIDDEN + 2 * kv + 2 * q + 3 * (HIDDEN + INTERMEDIATE)
     lora = LAYERS * 8 * sides
-    per_token_layer = 4 * HIDDEN + 3 * (HEADS + KV_HEADS) * HEAD_DIM + 4 * INTERMEDIATE
+    attention = 4 * HIDDEN + 3 * (HEADS + KV_HEADS) * HEAD_DIM
     return {
         "weights": 4 * params,
         "LoRA gradients+AdamW": 16 * lora,
         "stored hidden states": 4 * tokens * HIDDEN * LAYERS,
-        "one layer recomputed": 4 * tokens * per_token_layer,
+        "one layer recomputed": 4 * (tokens * attention + MLP_CHUNK_TOKENS * 4 * INTERMEDIATE),
         "one log-prob chunk": 4 * chunk * VOCAB,
     }
 
@@ -250,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
             spec = {"model": models[depth], "path": path, "tokens": at, "threads": threads}
             return measure(spec)
 
-        checked = {d: run(d, "checkpointed") for d in DEPTHS}
+        checked = {d: run(d, "checkpointed", MICRO) for d in DEPTHS}
         plain = {d: run(d, "plain") for d in DEPTHS}
         bare = run(DEPTHS[0], "bare", tokens // 2)
         _report(tokens, checked, plain, bare, DEFAULT_CHUNK_TOKENS)
@@ -304,8 +308,9 @@ def _report(
     total_floor = sum(floor.values())
     rows: list[list[object]] = []
     slopes = {}
-    for name, found in (("checkpointing on", checked), ("checkpointing off", plain)):
-        static, step, slopes[name] = _at_24(found, tokens)
+    paths = (("checkpointing on", checked, MICRO), ("checkpointing off", plain, tokens))
+    for name, found, measured_at in paths:
+        static, step, slopes[name] = _at_24(found, measured_at)
         measured = ", ".join(f"{d} layers {found[d]['peak'] / GiB:.2f}" for d in sorted(found))
         planned = doctor_plan(name == "checkpointing on")
         rows.append(
@@ -330,7 +335,7 @@ def _report(
     )
     print_table(
         f"Peak memory of one LoRA step, Qwen2.5-0.5B shape, per {MICRO}-token micro-batch at "
-        f"{LAYERS} layers (measured at {tokens} tokens; GiB)",
+        f"{LAYERS} layers (checkpointed measured at {MICRO} tokens, unchecked at {tokens}; GiB)",
         [
             "trainer",
             "measured peaks",

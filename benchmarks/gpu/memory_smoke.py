@@ -142,7 +142,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for row in rows:
         if "error" in row:
-            print(f"| {row['checkpointing']} | failed: {str(row['error']).splitlines()[-1]} |")
+            last = (str(row["error"]).strip().splitlines() or ["no output (killed?)"])[-1]
+            print(f"| {row['checkpointing']} | failed: {last} |")
             continue
         print(
             f"| {row['checkpointing']} | {row['peak_gib']:.2f} | {row['planned_gib']:.2f} | "

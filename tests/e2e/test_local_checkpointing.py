@@ -1,7 +1,8 @@
 """Activation checkpointing changes memory, never the numbers: the LocalBackend trained with
 `gradient_checkpointing=True` gives, step for step, the metrics and weights (and Adam's
-moments) of the same training without it, for LoRA, full fine-tuning, SFT and two FSDP2 ranks;
-and the layers really are recomputed (the oracle is the unchecked run)."""
+moments) of the same training without it, for LoRA, full fine-tuning, SFT and two FSDP2 ranks
+(in one process with the MLP run 16 tokens at a time, so its chunks are exercised on the tiny
+model's short rows); and the layers really are recomputed (the oracle is the unchecked run)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
-from arthex.adapters.local import LocalBackend  # noqa: E402
+from arthex.adapters.local import LocalBackend, layers  # noqa: E402
 from arthex.adapters.local.layers import decoder_layers  # noqa: E402
 from arthex.adapters.local.packing import pack  # noqa: E402
 from arthex.adapters.local.trainer import PolicyTrainer, TrainerSettings  # noqa: E402
@@ -94,9 +95,10 @@ def assert_same(a: tuple[list[dict[str, float]], dict[str, Any]], b: Any) -> Non
 
 @pytest.mark.parametrize("full_finetune", [True, False], ids=["full", "lora"])
 def test_checkpointed_rl_steps_equal_the_plain_ones(
-    base_model: str, tmp_path: Path, full_finetune: bool
+    base_model: str, tmp_path: Path, full_finetune: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plain = trained(base_model, tmp_path / "a", rl_steps, full_finetune=full_finetune)
+    monkeypatch.setattr(layers, "MLP_CHUNK_TOKENS", 16)
     checked = trained(
         base_model,
         tmp_path / "b",
@@ -107,8 +109,11 @@ def test_checkpointed_rl_steps_equal_the_plain_ones(
     assert_same(plain, checked)
 
 
-def test_checkpointed_sft_steps_equal_the_plain_ones(base_model: str, tmp_path: Path) -> None:
+def test_checkpointed_sft_steps_equal_the_plain_ones(
+    base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plain = trained(base_model, tmp_path / "a", sft_steps, full_finetune=False)
+    monkeypatch.setattr(layers, "MLP_CHUNK_TOKENS", 16)
     checked = trained(
         base_model, tmp_path / "b", sft_steps, full_finetune=False, gradient_checkpointing=True
     )

@@ -95,6 +95,7 @@ def test_the_tiny_model_counts_what_torch_counts(tmp_path: Path) -> None:
 
 def test_the_trainer_constants_are_the_trainers() -> None:
     pytest.importorskip("torch")
+    from arthex.adapters.local import layers
     from arthex.adapters.local.trainer import (
         DEFAULT_LORA_TARGETS,
         FULL_FINETUNE_BELOW_PARAMS,
@@ -105,6 +106,8 @@ def test_the_trainer_constants_are_the_trainers() -> None:
     assert memory.LORA_TARGETS == DEFAULT_LORA_TARGETS
     assert memory.FULL_FINETUNE_BELOW_PARAMS == FULL_FINETUNE_BELOW_PARAMS
     assert TrainerSettings(base_model="x").micro_batch_tokens == memory.MICRO_BATCH_TOKENS
+    assert layers.MLP_CHUNK_TOKENS == memory.MLP_CHUNK_TOKENS
+    assert layers.AUTO_ABOVE_BYTES == memory.CHECKPOINT_ABOVE_BYTES
 
 
 def test_qwen_half_b_lora_on_a_24_gib_gpu_worked_by_hand(tmp_path: Path) -> None:
@@ -119,16 +122,20 @@ def test_qwen_half_b_lora_on_a_24_gib_gpu_worked_by_hand(tmp_path: Path) -> None
     assert found.part("LoRA+AdamW") == 70_385_664
     # rows of 2048: min(16, 8192 // 2048) = 4 rows = 8192 tokens. Unchecked, a layer keeps
     # (4*896 + 3*(14+2)*64 + 4*4864) = 26,112 values x 2 B a token: 24 x 8192 x 52,224 B =
-    # 10.3 GB > 1 GiB, so the layers are checkpointed: 24 x 896 x 2 B = 43,008 B of layer
-    # inputs a token, plus one layer rebuilt: 52,224 B + peft's float32 inputs
-    # 4*(2*896 + 896 + 4864) = 30,208 B: 125,440 B a token
+    # 10.3 GB > 1 GiB, so the layers are checkpointed: every token keeps 24 x 896 x 2 B =
+    # 43,008 B of layer inputs and the rebuilt layer's attention part, (4*896 + 3*16*64) x 2
+    # = 13,312 B + peft's float32 inputs to q/k/v and o 4*(896 + 896) = 7,168 B: 63,488 B;
+    # 1024 tokens (one MLP chunk) keep its MLP part, 4*4864 x 2 = 38,912 B + peft's float32
+    # inputs to gate/up and down 4*(896 + 4864) = 23,040 B: 61,952 B. And the layer being
+    # differentiated holds gradients of its attention part: 8192 x 13,312 B
     assert found.micro_tokens == 8192 and found.checkpointed
-    assert found.part("activations") == 8192 * 125_440 == 1_027_604_480
+    saved = 8192 * 63_488 + 1024 * 61_952
+    assert found.part("activations") == saved + 8192 * 13_312 == 692_584_448
     # one chunk: 256 positions x 151,936 x (2 + 4 + 4) B
     assert found.part("log-prob chunk") == 388_956_160
     assert found.part("vLLM") == 12_884_901_888  # 0.5 of 24 GiB
     assert found.part("CUDA") == GiB
-    assert found.needed == 16_433_655_552 and found.fits  # 15.31 GiB
+    assert found.needed == 16_098_635_520 and found.fits  # 14.99 GiB
 
 
 def test_qwen_7b_on_8k_rows_on_an_80_gib_gpu_worked_by_hand(tmp_path: Path) -> None:
@@ -141,34 +148,38 @@ def test_qwen_7b_on_8k_rows_on_an_80_gib_gpu_worked_by_hand(tmp_path: Path) -> N
     # LoRA r=8 per layer: q 7,168, k 4,096, v 4,096, o 7,168, gate/up/down 22,528 each:
     # 90,112 x 8 x 28 = 20,185,088 params, x16 bytes
     assert found.part("LoRA+AdamW") == 322_961_408
-    # one row of 8192 tokens, checkpointed: 28 x 3584 x 2 = 200,704 B of inputs; one layer
-    # (4*3584 + 3*32*128 + 4*18944) x 2 = 204,800 B + 4*(2*3584 + 3584 + 18944) = 118,784 B
+    # one row of 8192 tokens, checkpointed: a token keeps 28 x 3584 x 2 = 200,704 B of
+    # inputs and the rebuilt layer's attention part (4*3584 + 3*32*128) x 2 = 53,248 B +
+    # 4*(3584 + 3584) = 28,672 B: 282,624 B; 1024 tokens its MLP part 4*18944 x 2 = 151,552 B
+    # + 4*(3584 + 18944) = 90,112 B: 241,664 B; the gradients of one attention part, 8192 x
+    # 53,248 B
     assert found.checkpointed and found.micro_tokens == 8192
-    assert found.part("activations") == 8192 * 524_288 == 4 * GiB
+    saved = 8192 * 282_624 + 1024 * 241_664
+    assert found.part("activations") == saved + 8192 * 53_248 == 2_998_927_360
     assert found.part("log-prob chunk") == 256 * 152_064 * 10
-    assert found.needed == 64_261_860_352 and found.fits  # 59.85 GiB of 80
+    assert found.needed == 62_965_820_416 and found.fits  # 58.64 GiB of 80
 
 
 def test_a_plan_that_does_not_fit_names_the_knob_that_makes_it_fit(tmp_path: Path) -> None:
     shape = shape_of(tmp_path, QWEN_05B)
     # rows of 128: 16 rows = 2048 tokens, checkpointed (24 x 2048 x 52,224 B > 1 GiB):
-    # 2048 x 125,440 = 256,901,120; chunk 388,956,160; + weights 988,065,536 + LoRA
-    # 70,385,664 + CUDA 1 GiB = 2,778,050,304 besides vLLM; vLLM at 0.9 of 24 GiB =
-    # 23,192,823,398: 25,970,873,702 (24.19 GiB). vLLM may keep
-    # (25,769,803,776 - 2,778,050,304) / 25,769,803,776 = 0.892...: 0.89. No smaller
-    # micro-batch fits: at 1024 tokens 24.07 GiB, and at 256 or fewer the layers are no longer
+    # 2048 x (63,488 + 13,312) + 1024 x 61,952 = 220,725,248 (as worked above); chunk
+    # 388,956,160; + weights 988,065,536 + LoRA 70,385,664 + CUDA 1 GiB = 2,741,874,432
+    # besides vLLM; vLLM at 0.9 of 24 GiB = 23,192,823,398: 25,934,697,830 (24.15 GiB). vLLM
+    # may keep (25,769,803,776 - 2,741,874,432) / 25,769,803,776 = 0.893...: 0.89. No smaller
+    # micro-batch fits: at 1024 tokens 24.08 GiB, and at 512 or fewer the layers are no longer
     # checkpointed ("auto"), which costs more than the tokens save.
     settings = PlanSettings(max_seq_len=128, gpu=True, engine="vllm", gpu_memory_utilization=0.9)
     check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
-    assert check.status == "fail" and "needs 24.19 GiB" in check.message
+    assert check.status == "fail" and "needs 24.15 GiB" in check.message
     assert check.fix == "lower gpu_memory_utilization from 0.9 to 0.89"
 
 
 def test_the_micro_batch_is_the_first_lever(tmp_path: Path) -> None:
     shape = shape_of(tmp_path, QWEN_05B)
-    # unchecked, rows of 512: 16 rows = 8192 tokens x 24 x 82,432 B = 15.09 GiB of
-    # activations, beside weights 0.92, LoRA 0.07, chunk 0.36, vLLM 12 and CUDA 1 GiB: 29.44
-    # GiB. 4096 tokens keep half (7.55 GiB: 21.90 GiB), and checkpointing the layers fits too
+    # unchecked, rows of 512: 16 rows = 8192 tokens x (24 x 82,432 + 13,312) B = 15.20 GiB of
+    # activations, beside weights 0.92, LoRA 0.07, chunk 0.36, vLLM 12 and CUDA 1 GiB: 29.54
+    # GiB. 4096 tokens keep half (7.60 GiB: 21.94 GiB), and checkpointing the layers fits too
     settings = PlanSettings(max_seq_len=512, gpu=True, engine="vllm", gradient_checkpointing=False)
     check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
     assert check.status == "fail"
@@ -185,24 +196,27 @@ def test_lora_is_the_knob_when_full_fine_tuning_does_not_fit(tmp_path: Path) -> 
     # P = 637*64 + 2*(2*64*4*16 + 2*64*2*16 + 3*64*128 + 2*64) + 64 = 114,816 (torch agrees)
     # rows of 128 on the CPU, 16 rows = 2048 tokens; a token keeps (float32, unchecked: 2 x
     # 2048 x 1,056 x 4 B is far below 1 GiB) 2 layers x (4*64 + 3*(4+2)*16 + 4*128) x 4 B =
-    # 8,448 B: 17,301,504; one log-prob chunk 256 x 637 x (4 + 8) B = 1,956,864.
+    # 8,448 B, and one layer's gradients (4*64 + 3*6*16) x 4 = 2,176 B: 2048 x 10,624 =
+    # 21,757,952; one log-prob chunk 256 x 637 x (4 + 8) B = 1,956,864.
     # KV cache 16 x 128 x 2*2*2*16 x 4 B = 1,048,576.
-    # full: 4P + 12P + acts + chunk + 2 engine copies 8P + cache = 23,062,528 (21.99 MiB)
-    # LoRA: 4P + 16 x 16,384 + acts + chunk + 4P + cache = 21,487,616 (20.49 MiB)
-    # micro-batches of 1024 tokens (8 rows) keep half the activations: 14,411,776; with
-    # checkpointed layers a token keeps 2 x 64 x 4 B of inputs plus one layer's 4,224 B:
-    # 2048 x 4,736 = 9,699,328, and full fine-tuning needs 15,460,352 (14.74 MiB)
-    memory = 21 * MiB
+    # full: 4P + 12P + acts + chunk + 2 engine copies 8P + cache = 27,518,976 (26.24 MiB)
+    # LoRA: 4P + 16 x 16,384 + acts + chunk + 4P + cache = 25,944,064 (24.74 MiB)
+    # micro-batches of 1024 tokens (8 rows) keep half the activations: 10,878,976, and full
+    # fine-tuning needs 16,640,000 (15.87 MiB); with checkpointed layers a token keeps 2 x 64
+    # x 4 B of inputs plus the rebuilt layer's attention part 2,176 B and its gradients 2,176
+    # B, and 1024 tokens its MLP part 4*128 x 4 = 2,048 B: 2048 x 4,864 + 1024 x 2,048 =
+    # 12,058,624, and full fine-tuning needs 17,819,648 (16.99 MiB)
+    memory = 25 * MiB
     settings = PlanSettings(max_seq_len=128, mode="full")
     full = plan(shape, settings, memory, memory)
-    assert full.needed == 23_062_528 and full.full and not full.fits and not full.checkpointed
+    assert full.needed == 27_518_976 and full.full and not full.fits and not full.checkpointed
     check = check_memory(shape, settings, memory, memory, "stated")
     assert check.fix.split("; or ") == [
         "a smaller micro-batch (LocalBackend(micro_batch_tokens=1024), from 8192: the same "
         "gradient, more passes)",
-        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 14.7 MiB, "
+        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 17.0 MiB, "
         "about a third more compute)",
-        "LoRA instead of full fine-tuning (full_finetune=False: 20.5 MiB)",
+        "LoRA instead of full fine-tuning (full_finetune=False: 24.7 MiB)",
     ]
     auto = plan(shape, PlanSettings(max_seq_len=128), memory, memory)
     assert auto.full, "below 50M parameters the backend fine-tunes fully"
@@ -285,5 +299,6 @@ def test_activation_bytes_match_what_torch_saves_for_backward(
         select = torch.ones((rows, seq_len - 1), dtype=torch.bool)
         selected_logprobs(model, select, 64, input_ids=tokens)
     measured = sum(size for pointer, size in storages.items() if pointer not in weights)
-    planned = rows * seq_len * activation_bytes(shape, 2 if dtype == "bfloat16" else 4, lora=lora)
+    b = 2 if dtype == "bfloat16" else 4
+    planned = activation_bytes(shape, b, lora=lora, tokens=rows * seq_len)
     assert 0.85 <= measured / planned <= 1.15, (measured, planned, measured / planned)

@@ -10,6 +10,14 @@ Transformers' own switch only checkpoints in training mode, and the trainer keep
 eval mode (dropout off, so its logprobs are the sampler's); so the layers are wrapped here, the
 same way for LoRA and full fine-tuning, before any FSDP2 sharding (so the recomputation runs
 inside the sharded layer's hooks, its parameters gathered).
+
+The rebuilt layer's largest part is its MLP (gate, up, activation and product: 4I values a
+token, three quarters of a Qwen or Llama layer's activations). A checkpointed layer's MLP
+therefore runs `MLP_CHUNK_TOKENS` tokens at a time, each chunk checkpointed in turn, so a
+layer rebuilt in backward holds the MLP's intermediates of one chunk, never of the whole
+micro-batch. The MLP acts on each token alone, so the chunks give the same values (the
+weights' gradients are summed over chunks instead of in one product: float rounding); the
+price is one more forward of the MLP in backward.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import torch
 
 AUTO_ABOVE_BYTES = 2**30
 """"auto" checkpoints a micro-batch whose stored layer activations would pass 1 GiB."""
+MLP_CHUNK_TOKENS = 1024
+"""Tokens of a checkpointed layer's MLP run (and rebuilt) at a time."""
 
 
 def decoder_layers(model: Any, *, full: bool) -> list[torch.nn.Module]:
@@ -57,6 +67,7 @@ class Recompute:
     a micro-batch of its own, which may need it when the planned size did not)."""
 
     def __init__(self, choice: bool | str, config: Any, dtype: torch.dtype, tokens: int) -> None:
+        self.mlp_chunk = MLP_CHUNK_TOKENS
         self.choice = choice
         self.config = config
         self.dtype = dtype
@@ -83,8 +94,12 @@ def checkpoint_layer(layer: torch.nn.Module, switch: Recompute) -> None:
     """The layer's forward, recomputed in backward instead of stored while `switch` is on
     (and only while a graph is being recorded: no-grad passes such as the KL reference's run
     it plainly). An instance attribute, so parameter names, hooks and the class stay the
-    layer's own."""
+    layer's own. A gated MLP inside it (`layer.mlp` with a `down_proj`: the dense decoders'
+    kind; a mixture of experts routes tokens and is left whole) runs in token chunks."""
     layer.forward = functools.partial(_recomputed, switch, layer.forward)
+    mlp = getattr(layer, "mlp", None)
+    if isinstance(mlp, torch.nn.Module) and hasattr(mlp, "down_proj"):
+        mlp.forward = functools.partial(_chunked_mlp, switch, mlp.forward)
 
 
 def _recomputed(switch: Recompute, forward: Any, *args: Any, **kwargs: Any) -> Any:
@@ -93,3 +108,14 @@ def _recomputed(switch: Recompute, forward: Any, *args: Any, **kwargs: Any) -> A
     from torch.utils.checkpoint import checkpoint
 
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+
+def _chunked_mlp(switch: Recompute, forward: Any, hidden: torch.Tensor) -> Any:
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    chunk = switch.mlp_chunk
+    if not (switch.on and torch.is_grad_enabled()) or flat.shape[0] <= chunk:
+        return forward(hidden)
+    from torch.utils.checkpoint import checkpoint
+
+    parts = [checkpoint(forward, part, use_reentrant=False) for part in torch.split(flat, chunk)]
+    return torch.cat(parts).reshape(*hidden.shape[:-1], -1)

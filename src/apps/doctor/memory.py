@@ -17,8 +17,14 @@ stated with a worked example in docs/troubleshooting.md:
   the float32 copies of the adapted layers' inputs (peft runs adapters in float32). With
   activation checkpointing (on when that would pass 1 GiB, or as LocalBackend's
   `gradient_checkpointing` says) each layer keeps only its input, `H b` a token, and one
-  layer's worth of the above is rebuilt at a time in backward. Measured against the bytes
-  torch saves for backward (tests/unit/test_doctor_memory.py): within 15%;
+  layer is rebuilt at a time in backward: its attention part (`4H + 3(A + K)D` values, and
+  for LoRA in bfloat16 `4(H + AD)` bytes) for every token of the micro-batch, its MLP part
+  (`4I` values, and `4(H + I)` bytes) for `MLP_CHUNK_TOKENS` (1024) tokens only, the
+  checkpointed layer's MLP running that many tokens at a time. Measured against the bytes
+  torch saves for backward (tests/unit/test_doctor_memory.py): within 15%. Besides what is
+  saved, the layer being differentiated holds its gradients: as many bytes as its attention
+  part, `(4H + 3(A + K)D) b` a token, checkpointed or not. The trainer's measured peak on the
+  CPU (tests/e2e/test_memory_plan_measured.py): within 15%;
 - one chunk of log-probs: the trainer projects `logprob_calculation_chunk_size` (256)
   positions at a time onto the vocabulary, `V (b + 8)` bytes a position (the projection, its
   float32 copy turned log-softmax in place, and the probabilities); no `[tokens x V]` tensor;
@@ -57,6 +63,7 @@ FULL_FINETUNE_BELOW_PARAMS = 50_000_000
 MICRO_BATCH_TOKENS = 8192
 LOGPROB_CHUNK_TOKENS = 256
 CHECKPOINT_ABOVE_BYTES = 2**30  # "auto" checkpoints past this much stored layer activations
+MLP_CHUNK_TOKENS = 1024  # a checkpointed layer's MLP runs this many tokens at a time
 CUDA_OVERHEAD = 2**30
 ROW_MULTIPLE = 128
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
@@ -212,16 +219,28 @@ def layer_values(shape: ModelShape) -> int:
 
 
 def activation_bytes(
-    shape: ModelShape, weight_bytes: int, *, lora: bool, checkpointed: bool = False
+    shape: ModelShape, weight_bytes: int, *, lora: bool, tokens: int, checkpointed: bool = False
 ) -> int:
-    """Bytes one token of a micro-batch takes at the peak of backward (module docstring)."""
+    """Bytes a micro-batch of `tokens` tokens takes at the peak of backward (module
+    docstring): unchecked, every layer's values for every token; checkpointed, the layers'
+    inputs and one layer rebuilt, its MLP part for one chunk of tokens."""
+    h, i = shape.hidden, shape.intermediate
     per_layer = layer_values(shape) * weight_bytes
+    mlp = 4 * i * weight_bytes
     if weight_bytes != 4 and lora:  # peft's float32 copies of each adapted input
-        h = shape.hidden
-        per_layer += 4 * (2 * h + shape.heads * shape.head_dim + shape.intermediate)
+        per_layer += 4 * (2 * h + shape.heads * shape.head_dim + i)
+        mlp += 4 * (h + i)
     if checkpointed:
-        return shape.layers * shape.hidden * weight_bytes + per_layer
-    return shape.layers * per_layer
+        inputs = shape.layers * h * weight_bytes
+        return tokens * (inputs + per_layer - mlp) + min(tokens, MLP_CHUNK_TOKENS) * mlp
+    return tokens * shape.layers * per_layer
+
+
+def gradient_bytes(shape: ModelShape, weight_bytes: int, tokens: int) -> int:
+    """Bytes of the gradients one layer's backward holds at once over `tokens` tokens (the
+    gradients of its norms, q, k, v and attention output: module docstring)."""
+    attention = 4 * shape.hidden + 3 * (shape.heads + shape.kv_heads) * shape.head_dim
+    return tokens * attention * weight_bytes
 
 
 def checkpointing_on(shape: ModelShape, settings: PlanSettings, tokens: int, b: int) -> bool:
@@ -245,13 +264,15 @@ def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) 
     tokens = rows * seq_len
     d = shape.head_dim
     checkpointed = checkpointing_on(shape, settings, tokens, weight_bytes)
-    per_token = activation_bytes(shape, weight_bytes, lora=not full, checkpointed=checkpointed)
+    activations = activation_bytes(
+        shape, weight_bytes, lora=not full, tokens=tokens, checkpointed=checkpointed
+    ) + gradient_bytes(shape, weight_bytes, tokens)
     parts: list[tuple[str, int]] = [("weights", params * weight_bytes)]
     if full:
         parts.append(("gradients+AdamW", 12 * params))
     else:
         parts.append(("LoRA+AdamW", 16 * shape.lora_params(settings.lora_rank)))
-    parts.append(("activations", tokens * per_token))
+    parts.append(("activations", activations))
     chunk = min(settings.logprob_chunk, tokens)
     parts.append(("log-prob chunk", chunk * shape.vocab * (weight_bytes + 8)))
     if settings.engine == "vllm":
