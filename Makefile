@@ -71,7 +71,8 @@ test: lint typecheck browser
 test-vllm: setup
 	$(BIN)/pytest -q tests/vllm_api
 
-# Long fault sweeps (not in CI): a SIGKILL before every write of a training step, resumed.
+# Long fault sweeps (not in CI): a SIGKILL before every write of a training step and of a
+# pipeline update, resumed; the serve soak (ARTHEX_SOAK_SECONDS, default 1800).
 soak: setup
 	nice -n 10 $(BIN)/pytest -q -p no:xdist -s -m soak tests/faults
 

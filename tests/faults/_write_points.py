@@ -9,6 +9,9 @@ wrapped. Libraries that write in their own code (safetensors in Rust, parquet in
 and write without Python; the points before and after them (their temp path made, then
 fsynced and renamed) bound what they leave.
 
+`pipeline=True` runs the pipeline trainer's loop (`_pipeline_loop`) instead, over
+`range(scenarios)`.
+
 `count=True`: the child reports each write as an event `{"event": "op", "n", "op", "path"}`.
 `kill_op=K`: the child SIGKILLs itself just before its K-th write (1-based), so the write
 and all after it never happen; a kill before K+1 is a kill right after K. With `tear=True`
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import _training_loop
+from . import _pipeline_loop, _training_loop
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _PATH_EVENTS = {
@@ -129,4 +132,7 @@ def child_main(options: dict[str, Any], events: Connection) -> None:
     points.wrap_fd_call("fsync")
     points.wrap_fd_call("write")
     sys.addaudithook(points.audit)  # lives as long as this child, which is its purpose
-    _training_loop.child_main(options, events)
+    if options.get("pipeline"):
+        _pipeline_loop.child_main(options, events)
+    else:
+        _training_loop.child_main(options, events)

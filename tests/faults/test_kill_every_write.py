@@ -65,11 +65,19 @@ def lease_path(base: Path) -> Path:
     return model_dir(base) / "trainer.lease"
 
 
-def run_child(base: Path, base_model: str, dump: Path, **options: Any) -> Attempt:
+def run_child(
+    base: Path,
+    base_model: str,
+    dump: Path,
+    *,
+    lease: Path | None = None,
+    preload: list[str] | None = None,
+    **options: Any,
+) -> Attempt:
     """One child run until it dies or ends; at its `registered` event the parent checks that
-    it holds the run's lease."""
+    it holds the run's lease (`lease`, the training loop's by default)."""
     options.update(base_path=str(base), base_model=base_model, dump=str(dump))
-    process, events_in = start_child(options, target=_write_points.child_main)
+    process, events_in = start_child(options, target=_write_points.child_main, preload=preload)
     events: list[dict[str, Any]] = []
     deadline = time.monotonic() + ATTEMPT_TIMEOUT_S
     try:
@@ -84,7 +92,7 @@ def run_child(base: Path, base_model: str, dump: Path, **options: Any) -> Attemp
                 break
             events.append(event)
             if event["event"] == "registered":
-                state, holder = lease_state(lease_path(base))
+                state, holder = lease_state(lease or lease_path(base))
                 assert state == "held" and holder is not None, (state, holder)
                 assert holder.pid == event["pid"], f"lease held by {holder}, not the child"
     finally:
