@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ._table import print_table
 
-KEY = "tml-bench"
+KEY = "tml-bench-0123456789abcdef"  # the server takes keys of 16 characters or more
 MIB = 1024 * 1024
 START_S = 300.0
 TIMEOUT_S = 600.0
@@ -98,19 +98,22 @@ class Server:
             "HF_HUB_OFFLINE": "1",
         }
         self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            server_command(model, port, state, keys_file(root)),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
+        self.log = state.with_suffix(".log")
+        with self.log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                server_command(model, port, state, keys_file(root)),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         self.idle_mib = 0.0
 
     def ready(self) -> None:
         deadline = time.monotonic() + START_S
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"a server exited with {self.process.returncode}")
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"a server exited with {self.process.returncode}: {tail}")
             try:
                 request = urllib.request.Request(
                     f"{self.url}/api/v1/healthz", headers={"X-API-Key": KEY}
