@@ -231,6 +231,7 @@ class FairQueue:
 
 def _resolve_many(items: list[Queued]) -> None:
     batches = [batch for _, _, batch in items if batch is not None]
+    logger.debug("%d requests of different runs in one pass", len(batches))
     try:
         replies = batches[0].run_many([batch.item for batch in batches])
     except UserError:
