@@ -7,8 +7,9 @@ K clients (K = 1, 2, 4, 8 by default), each the tinker SDK's own `ServiceClient`
 of its own with a LoRA training run of its own, make `--steps` steps (a forward_backward and
 an optim_step) on the same small batch of datums:
 
-- shared: the K runs on ONE server process (`python -m arthex.emulators.tinker`);
-- separate: each run on a single-run server process of its own, the K processes side by side.
+- shared: the K runs on ONE server process (`arthex serve --protocol tinker`);
+- separate: each run on a server process of its own (the same command), the K processes side
+  by side.
 
 Memory is the kernel's high-water mark of resident memory (`VmHWM`, /proc/PID/status), reset
 once a server has loaded its model and answers (`/proc/PID/clear_refs`), so it is the peak
@@ -20,7 +21,8 @@ run beyond the first on the shared server, (peak(K) - peak(1)) / (K - 1), with t
 adapter + gradient + AdamW moments: 16 bytes per LoRA parameter in float32, the parameters
 counted from config.json (rank x (in + out) per adapted projection and the output head).
 
-Every server gets `--threads` torch threads (1 by default); the clients run in this process.
+Every server gets `--threads` torch threads (1 by default, through OMP_NUM_THREADS), a keys
+file with the one tenant the clients use, and no audit log; the clients run in this process.
 `--layers N` uses a Qwen2.5-0.5B-shaped model of N layers (bench_memory.make_model, ~0.6 GB of
 float32 embeddings per server process: mind the separate processes, or skip them with
 `--no-separate`). Linux only.
@@ -45,19 +47,27 @@ from pathlib import Path
 
 from ._table import print_table
 
-KEY = "tml-bench"
+KEY = "tml-bench-0123456789abcdef"  # the server takes keys of 16 characters or more
 MIB = 1024 * 1024
 START_S = 300.0
 TIMEOUT_S = 600.0
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def server_command(model: str, port: int, state: Path, threads: int) -> list[str]:
+def server_command(model: str, port: int, state: Path, keys: Path) -> list[str]:
+    """`arthex serve --protocol tinker`; its torch threads come from OMP_NUM_THREADS."""
     return [
-        sys.executable, "-m", "arthex.emulators.tinker", "--base-model", model,
-        "--port", str(port), "--state-dir", str(state), "--api-key", KEY,
-        "--threads", str(threads),
+        sys.executable, "-m", "arthex.apps.cli", "serve", "--protocol", "tinker",
+        "--base-model", model, "--port", str(port), "--state-dir", str(state),
+        "--keys", str(keys), "--audit-log", "off",
     ]  # fmt: skip
+
+
+def keys_file(root: Path) -> Path:
+    """The keys file every server reads: one tenant, whose key the clients send."""
+    path = root / "keys.txt"
+    path.write_text(f"bench:{KEY}\n")
+    return path
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -80,21 +90,30 @@ class Server:
     def __init__(self, model: str, root: Path, threads: int) -> None:
         port = _free_port()
         state = Path(tempfile.mkdtemp(prefix="state-", dir=root))
-        env = {**os.environ, "TINKER_TELEMETRY": "0", "OMP_NUM_THREADS": str(threads)}
+        env = {
+            **os.environ,
+            "TINKER_TELEMETRY": "0",
+            "OMP_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+        }
         self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            server_command(model, port, state, threads),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
+        self.log = state.with_suffix(".log")
+        with self.log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                server_command(model, port, state, keys_file(root)),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         self.idle_mib = 0.0
 
     def ready(self) -> None:
         deadline = time.monotonic() + START_S
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"a server exited with {self.process.returncode}")
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"a server exited with {self.process.returncode}: {tail}")
             try:
                 request = urllib.request.Request(
                     f"{self.url}/api/v1/healthz", headers={"X-API-Key": KEY}

@@ -6,13 +6,15 @@ reports about itself."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from arthex.apps.server.tinker_protocol.futures import Futures, RequestOrder, Work
+from arthex.apps.server.tinker_protocol.errors import UserError
+from arthex.apps.server.tinker_protocol.futures import Batchable, Futures, RequestOrder, Work
 from arthex.apps.server.tinker_protocol.wire import Reply
 
 
@@ -78,3 +80,48 @@ def test_runs_with_work_take_turns(futures: Futures) -> None:
     release.set()
     wait_all(futures, [held, *ids])
     assert log == ["a1", "b1", "c1", "sample", "a2", "b2", "c2", "a3", "c3", "a4"]
+
+
+def batchable(log: list[str], key: str, name: str, *, fail: bool = False) -> Batchable:
+    def run_many(items: list[str]) -> list[Reply]:
+        if fail:
+            raise UserError("one of them is bad")
+        log.append("+".join(items))
+        return [Reply.json({"done": item}) for item in items]
+
+    return Batchable(key, name, run_many)
+
+
+def test_waiting_batchable_heads_of_other_runs_share_one_call(futures: Futures) -> None:
+    log: list[str] = []
+    release, held = gate(futures)
+    orders = {name: RequestOrder() for name in "abcd"}
+    ids = []
+    plan = [("a", 1, "k"), ("a", 2, "k"), ("b", 1, "k"), ("c", 1, "other"), ("d", 1, None)]
+    plan += [("d", 2, "k")]
+    for name, seq, key in plan:
+        label = f"{name}{seq}"
+        batch = batchable(log, key, label) if key is not None else None
+        ids.append(
+            futures.ordered(orders[name], seq, recorder(log, label), model_id=name, batch=batch)
+        )
+    release.set()
+    replies = wait_all(futures, [held, *ids])
+    # a1 takes b1 (same key, at the head of its lane) but not c1 (another key) nor d2 (behind
+    # d1); a2 waits for a's next turn, after the lanes that did not run.
+    assert log == ["a1+b1", "c1", "d1", "a2+d2"]
+    done = [json.loads(r.body)["done"] for r in replies[1:] if isinstance(r, Reply)]
+    assert done == ["a1", "a2", "b1", "c1", "d1", "d2"]
+
+
+def test_a_batch_that_fails_as_the_users_runs_each_request_alone(futures: Futures) -> None:
+    log: list[str] = []
+    release, held = gate(futures)
+    ids = []
+    for name in "ab":
+        batch = batchable(log, "k", f"{name}1", fail=True)
+        work = recorder(log, f"{name}1")
+        ids.append(futures.ordered(RequestOrder(), 1, work, model_id=name, batch=batch))
+    release.set()
+    wait_all(futures, [held, *ids])
+    assert log == ["a1", "b1"]

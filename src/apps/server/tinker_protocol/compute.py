@@ -58,6 +58,11 @@ class TrainingRun:
         for layer in decoder_layers(self.model, full=False):
             checkpoint_layer(layer, self._recompute)
 
+    @property
+    def recompute(self) -> Recompute:
+        """Whether the run's layers recompute in backward (set per batch from its tokens)."""
+        return self._recompute
+
     # training ----------------------------------------------------------------------------
 
     def forward_backward(
@@ -69,28 +74,10 @@ class TrainingRun:
         forward_only: bool,
     ) -> tuple[list[torch.Tensor], float]:
         """Per-datum target logprobs and the summed loss; adds the gradient unless forward_only."""
-        if loss_fn not in LOSSES:
-            raise UserError(
-                f"loss_fn {loss_fn!r} is not supported by the tinker emulator; use one of {LOSSES}"
-            )
-        checked = [
-            checked_inputs(index, datum, loss_fn, self.base.vocab_size)
-            for index, datum in enumerate(data)
-        ]
+        tokens, targets, mask, checked = padded(self, data, loss_fn)
         if not data:
             return [], 0.0
-        # One right-padded batch: causal attention keeps padding out of the real positions,
-        # and only the real positions are scored (chunk by chunk, no [tokens x vocab] logits).
         device = self.base.device
-        width = max(len(datum.tokens) for datum in data)
-        tokens = torch.zeros((len(data), width), dtype=torch.long)
-        targets = torch.zeros((len(data), width), dtype=torch.long)
-        mask = torch.zeros((len(data), width), dtype=torch.long)
-        for row, (datum, inputs) in enumerate(zip(data, checked)):
-            n = len(datum.tokens)
-            tokens[row, :n] = torch.tensor(datum.tokens)
-            targets[row, :n] = inputs["target_tokens"].long()
-            mask[row, :n] = 1
         self._recompute.set_for(int(mask.sum()))
         with torch.set_grad_enabled(not forward_only):
             scored, _entropy = target_logprobs(
@@ -175,3 +162,29 @@ class TrainingRun:
         return torch.optim.AdamW(
             self.params, lr=adam.learning_rate, foreach=False, betas=(adam.beta1, adam.beta2)
         )
+
+
+def padded(
+    run: TrainingRun, data: Sequence[DatumIn], loss_fn: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[dict[str, torch.Tensor]]]:
+    """The datums checked, as one right-padded batch: (tokens, targets, mask, inputs).
+    Causal attention keeps padding out of the real positions, and only the real positions
+    are scored (chunk by chunk, no [tokens x vocab] logits)."""
+    if loss_fn not in LOSSES:
+        raise UserError(
+            f"loss_fn {loss_fn!r} is not supported by the tinker emulator; use one of {LOSSES}"
+        )
+    checked = [
+        checked_inputs(index, datum, loss_fn, run.base.vocab_size)
+        for index, datum in enumerate(data)
+    ]
+    width = max((len(datum.tokens) for datum in data), default=0)
+    tokens = torch.zeros((len(data), width), dtype=torch.long)
+    targets = torch.zeros((len(data), width), dtype=torch.long)
+    mask = torch.zeros((len(data), width), dtype=torch.long)
+    for row, (datum, inputs) in enumerate(zip(data, checked)):
+        n = len(datum.tokens)
+        tokens[row, :n] = torch.tensor(datum.tokens)
+        targets[row, :n] = inputs["target_tokens"].long()
+        mask[row, :n] = 1
+    return tokens, targets, mask, checked

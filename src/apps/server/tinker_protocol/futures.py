@@ -8,7 +8,11 @@ last `MAX_KEPT_RESULTS` promises are kept; older finished ones are forgotten.
 
 The compute thread is shared fairly: each training run (and sampling) has a lane of its own,
 and the thread takes one request from each lane with work in turn, so a run that queued 50
-forward_backwards delays another run's one request by one request, not by 50.
+forward_backwards delays another run's one request by one request, not by 50. When the
+request whose turn it is may share a pass with the requests at the head of other lanes
+(`Batchable`, equal keys: forward_backwards of runs on one base, batched.py), they run as
+one, up to `MAX_BATCH` of them, and those lanes count as having had their turn; a lane's
+requests still run one after another, in order.
 
 Promises live in memory only: a request id carries the id of the server's life that made it
 (`boot_id`), and a restarted server answers one of an earlier life with 410, which the SDK
@@ -38,11 +42,26 @@ from .wire import Reply, failure
 logger = logging.getLogger(__name__)
 
 MAX_KEPT_RESULTS = 4096
+MAX_BATCH = 8
 SAMPLING_LANE = "sampling"
 _REQUEST_ID = re.compile(r"([0-9a-f]{12})\.[0-9a-f]{32}")  # <boot id>.<uuid4 hex>
 
 Work = Callable[[], Reply]
 """What a request does on the compute thread; a UserError it raises fails it as the user's."""
+
+
+@attrs.frozen
+class Batchable:
+    """A request that may run in one call with others of the same `key`: `run_many` takes
+    their `item`s and answers each, in order. If it raises a UserError (before it changed
+    anything), each request runs alone instead, so its error is its own."""
+
+    key: Hashable
+    item: Any
+    run_many: Callable[[list[Any]], list[Reply]]
+
+
+Queued = tuple[Work, "Promise", Batchable | None]
 
 
 @attrs.define(eq=False)
@@ -57,7 +76,7 @@ class RequestOrder:
     before their turn, and when the last one arrived."""
 
     next_seq: int = 1
-    pending: dict[int, tuple[Work, Promise]] = attrs.Factory(dict)
+    pending: dict[int, Queued] = attrs.Factory(dict)
     lock: threading.Lock = attrs.Factory(threading.Lock)
     last_request: float = attrs.Factory(time.time)
 
@@ -88,7 +107,15 @@ class Futures:
         self._compute.put(lane, work, promise)
         return request_id
 
-    def ordered(self, order: RequestOrder, seq_id: object, work: Work, *, model_id: str) -> str:
+    def ordered(
+        self,
+        order: RequestOrder,
+        seq_id: object,
+        work: Work,
+        *,
+        model_id: str,
+        batch: Batchable | None = None,
+    ) -> str:
         """Queue `work` as request `seq_id` of model `model_id`; requests run in seq_id order."""
         if isinstance(seq_id, bool) or not isinstance(seq_id, int):
             raise HttpError(400, f"seq_id must be an integer, got {seq_id!r}")
@@ -96,11 +123,11 @@ class Futures:
         with order.lock:
             if seq_id < order.next_seq or seq_id in order.pending:
                 raise HttpError(400, f"seq_id {seq_id} of model {model_id} was already used")
-            order.pending[seq_id] = (work, promise)
+            order.pending[seq_id] = (work, promise, batch)
             order.last_request = time.time()
             while order.next_seq in order.pending:
-                queued, queued_promise = order.pending.pop(order.next_seq)
-                self._compute.put(("run", model_id), queued, queued_promise)
+                queued, queued_promise, queued_batch = order.pending.pop(order.next_seq)
+                self._compute.put(("run", model_id), queued, queued_promise, queued_batch)
                 order.next_seq += 1
         return request_id
 
@@ -140,17 +167,19 @@ class FairQueue:
     def __init__(self, name: str) -> None:
         self._name = name
         self._wake = threading.Condition()
-        self._lanes: OrderedDict[Hashable, deque[tuple[Work, Promise]]] = OrderedDict()
+        self._lanes: OrderedDict[Hashable, deque[Queued]] = OrderedDict()
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def put(self, lane: Hashable, work: Work, promise: Promise) -> None:
+    def put(
+        self, lane: Hashable, work: Work, promise: Promise, batch: Batchable | None = None
+    ) -> None:
         with self._wake:
             if self._closed:
                 promise.reply = failure("the tinker emulator stopped", "server")
                 promise.done.set()
                 return
-            self._lanes.setdefault(lane, deque()).append((work, promise))
+            self._lanes.setdefault(lane, deque()).append((work, promise, batch))
             if self._thread is None:  # started on first use: it takes torch's settings then
                 self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
@@ -167,21 +196,55 @@ class FairQueue:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
-    def _next(self) -> tuple[Work, Promise] | None:
+    def _next(self) -> list[Queued] | None:
+        """The next lane's first item, and the first items of the lanes after it that may
+        run with it (all those lanes to the back of the line)."""
         with self._wake:
             while not self._lanes and not self._closed:
                 self._wake.wait()
             if self._closed:
                 return None
-            lane, queue = self._lanes.popitem(last=False)
-            item = queue.popleft()
-            if queue:  # back of the line: every other lane with work goes first
-                self._lanes[lane] = queue
-            return item
+            taken = [next(iter(self._lanes))]
+            head = self._lanes[taken[0]][0][2]
+            if head is not None:
+                for lane, queue in self._lanes.items():
+                    if len(taken) == MAX_BATCH:
+                        break
+                    other = queue[0][2]
+                    if lane != taken[0] and other is not None and other.key == head.key:
+                        taken.append(lane)
+            items = []
+            for lane in taken:
+                queue = self._lanes.pop(lane)
+                items.append(queue.popleft())
+                if queue:  # back of the line: every other lane with work goes first
+                    self._lanes[lane] = queue
+            return items
 
     def _serve(self) -> None:
-        while (item := self._next()) is not None:
-            _resolve(*item)
+        while (items := self._next()) is not None:
+            if len(items) == 1:
+                _resolve(items[0][0], items[0][1])
+            else:
+                _resolve_many(items)
+
+
+def _resolve_many(items: list[Queued]) -> None:
+    batches = [batch for _, _, batch in items if batch is not None]
+    logger.debug("%d requests of different runs in one pass", len(batches))
+    try:
+        replies = batches[0].run_many([batch.item for batch in batches])
+    except UserError:
+        for work, promise, _ in items:
+            _resolve(work, promise)
+        return
+    except Exception as exc:
+        logger.exception("tinker emulator batched request failed")
+        replies = [failure(f"{type(exc).__name__}: {exc}", "server")] * len(items)
+    for (_, promise, _), reply in zip(items, replies):
+        hold_point("answer")
+        promise.reply = reply
+        promise.done.set()
 
 
 def _resolve(work: Work, promise: Promise) -> None:

@@ -18,9 +18,10 @@ from typing import Any
 import attrs
 
 from .base_model import LoraSettings
+from .batched import Request, batch_key, forward_backward_many
 from .compute import TrainingRun
 from .errors import HttpError, UserError, checkpoint_name
-from .futures import Futures, RequestOrder, Work
+from .futures import Batchable, Futures, RequestOrder, Work
 from .quota import TinkerQuotas
 from .served import ServedModels
 from .sessions import Sessions
@@ -132,9 +133,11 @@ class TrainingRuns:
         if self._quotas is not None:
             self._quotas.admit_save(run.tenant, run.run_id)
 
-    def queue(self, run: Run, seq_id: object, work: Work) -> Reply:
+    def queue(self, run: Run, seq_id: object, work: Work, batch: Batchable | None = None) -> Reply:
         """Queue `work` as request `seq_id` of `run`; the reply that names its promise."""
-        request_id = self._futures.ordered(run.order, seq_id, work, model_id=run.run_id)
+        request_id = self._futures.ordered(
+            run.order, seq_id, work, model_id=run.run_id, batch=batch
+        )
         return Reply.json({"request_id": request_id, "model_id": run.run_id})
 
     # --- creating and loading -----------------------------------------------------------
@@ -239,7 +242,13 @@ class TrainingRuns:
             )
             return encode_forward_backward([o.numpy() for o in outputs], loss_sum)
 
-        return self.queue(run, request.seq_id, work)
+        # Requests of other runs on this base waiting at the same time share one pass.
+        base = self._models.base(run.base_model)
+        batch = None
+        if request.data:
+            key = batch_key(base, run.lora, request.forward_only)
+            batch = Batchable(key, (run, request), _forward_backward_many)
+        return self.queue(run, request.seq_id, work, batch)
 
     def optim_step(self, body: dict[str, Any], tenant: str) -> Reply:
         run = self.live(body.get("model_id"), tenant)
@@ -341,6 +350,16 @@ class TrainingRuns:
             "last_sampler_checkpoint": last.get("sampler"),
             "user_metadata": self._store.run_user_metadata(run.run_id),
         }
+
+
+def _forward_backward_many(items: list[Any]) -> list[Reply]:
+    """Batchable forward_backwards (equal keys: one base, one forward_only) in one pass."""
+    requests = [
+        Request(run.trainer, request.data, request.loss_fn, request.config)
+        for run, request in items
+    ]
+    results = forward_backward_many(requests, forward_only=items[0][1].forward_only)
+    return [encode_forward_backward([o.numpy() for o in out], loss) for out, loss in results]
 
 
 def _page(query: Mapping[str, str], default_limit: int) -> tuple[int, int]:
