@@ -48,6 +48,7 @@ def _child(spec: dict[str, Any]) -> int:
 
     from arthex.adapters.local.packing import pack
     from arthex.adapters.local.trainer import PolicyTrainer, TrainerSettings
+    from arthex.adapters.local.update import Update
     from arthex.core.config import TrainConfig
     from arthex.core.trajectories import Trajectory, TrajectoryGroup
     from arthex.testing.builders import make_choice
@@ -77,10 +78,10 @@ def _child(spec: dict[str, Any]) -> int:
     batch = pack([TrajectoryGroup(rollouts)], config, max_length=SEQ, pad_token_id=0)
     assert tuple(batch.tokens.shape) == (ROWS, SEQ)
     before = _rss("VmRSS")
-    for _ in trainer.train(batch, config, reference=None):
+    for _ in trainer.train(Update(batch, config, None)):
         pass
     Path("/proc/self/clear_refs").write_text("5")
-    for _ in trainer.train(batch, config, reference=None):
+    for _ in trainer.train(Update(batch, config, None)):
         pass
     return _rss("VmHWM") - before + weights
 
