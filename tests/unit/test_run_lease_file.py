@@ -50,7 +50,7 @@ def test_a_held_lease_file_is_one_json_line_naming_this_process_and_release_empt
         "started_at": lease.holder.started_at,
         "registered_at": "train.py:12",
     }
-    assert lease.held and lease.path == path
+    assert lease.path == path
     assert lease_state(path) == ("held", lease.holder)
     assert current_holder(path) == lease.holder
     lease.release_now()
