@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from arthex.adapters.inference.asgi import Receive, Scope, Send
 from arthex.apps.server.bodies import BODY_SCOPE_KEY
 from arthex.apps.server.guard import OPEN_TENANT, TENANT_SCOPE_KEY, Guard
 from arthex.apps.server.keys import KeyRing
 from arthex.apps.server.limits import ServerLimits
+from tests.faults._tiny_disk import fill, tiny_disk
 
 KEY = "k" * 20
 KEYS = KeyRing.parse(f"team-a:{KEY}", "test keys")
@@ -233,7 +238,7 @@ def test_refusals_take_the_protocols_error_shape() -> None:
 
 
 def test_the_body_leaves_the_scope_once_the_route_is_done_and_a_head_without_headers_passes(
-    tmp_path: Any,
+    tmp_path: Path,
 ) -> None:
     route = Route()
     guard = Guard(route, keys=None, limits=ServerLimits(), spool_dir=lambda: str(tmp_path))
@@ -250,3 +255,48 @@ def test_the_body_leaves_the_scope_once_the_route_is_done_and_a_head_without_hea
     assert sent[0]["status"] == 200
     assert BODY_SCOPE_KEY in route.seen[0]
     assert BODY_SCOPE_KEY not in scope
+
+
+def test_a_body_without_its_length_that_fills_the_spool_disk_gets_507_and_the_log_names_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def detail(status: int, message: str, kind: str) -> dict[str, Any]:
+        return {"status": status, "detail": message, "kind": kind}
+
+    route = Route()
+    with tiny_disk(tmp_path / "disk", 8) as disk:
+        guard = Guard(
+            route,
+            keys=None,
+            limits=ServerLimits(max_body_bytes=64 << 20, spool_threshold_bytes=1024),
+            spool_dir=lambda: str(disk),
+            error_shape=detail,
+        )
+        fill(disk, leave=1 << 20)
+        chunks = [b"x" * (1 << 20)] * 4
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            chunk = chunks.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        with caplog.at_level(logging.ERROR, logger="arthex"):
+            asyncio.run(guard({"type": "http", "headers": []}, receive, send))
+        logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(logged) == 1
+        assert logged[0].startswith(f"no space left on the disk of {disk}: the write needs ")
+    assert sent[0]["status"] == 507
+    assert dict(sent[0]["headers"])[b"connection"] == b"close"
+    body = json.loads(sent[1]["body"])
+    assert body["status"] == 507 and body["kind"] == "insufficient_storage"
+    # no Content-Length: the bytes it needs are those received before the disk filled, plus one
+    needed = int(body["detail"].split("-byte request")[0].rsplit(" ", 1)[1])
+    assert 0 < needed <= (1 << 20) * 2
+    assert body["detail"] == (
+        f"the server has no disk space left to hold this {needed}-byte request; retry later "
+        "(its operator was told what to free)"
+    )
+    assert route.seen == []

@@ -148,3 +148,23 @@ def test_storage_is_full_at_the_quota_and_the_next_checkpoint_is_its_average(
                 ServerLimits(max_checkpoint_bytes_per_tenant=19), tmp_path
             ).admit_checkpoint("team-a", model, 1)
         )
+
+
+def test_a_keys_file_is_named_when_unreadable_and_in_each_bad_entry(tmp_path: Path) -> None:
+    missing = tmp_path / "none"
+    with pytest.raises(InvalidInputError) as caught:
+        KeyRing.from_file(missing)
+    assert str(caught.value).startswith(
+        f"cannot read the API keys file {str(missing)!r}: [Errno 2]"
+    )
+    bad = tmp_path / "keys"
+    bad.write_text("team-a:short\n")
+    with pytest.raises(InvalidInputError) as caught:
+        KeyRing.from_file(bad)
+    assert str(caught.value).startswith(f"keys file {str(bad)!r}, entry 1: a key must")
+
+
+def test_rings_overlap_only_when_they_share_a_key() -> None:
+    ring = KeyRing.parse(f"team-a:{A16}", "k")
+    assert ring.overlaps(KeyRing.parse(f"admin:{A16}", "k"))
+    assert not ring.overlaps(KeyRing.parse(f"admin:{B16}", "k"))
