@@ -172,11 +172,11 @@ class TinkerEmulator:
             raise MissingExtraError(exc.name or extra, extra) from exc
         from ...apps.listen import listen
         from ...apps.server.limits import ServerLimits
-        from ...apps.server.main import uvicorn_server
         from ...apps.server.tinker_protocol.app import create_tinker_app, tinker_error
         from ...apps.server.tinker_protocol.base_model import BaseModel
         from ...apps.server.tinker_protocol.served import ServedModels
         from ...apps.server.tinker_protocol.service import TinkerService
+        from ...apps.server.uvicorn_serving import uvicorn_server
 
         if self.torch_threads is not None:
             self._previous_threads = torch.get_num_threads()

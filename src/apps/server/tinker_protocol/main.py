@@ -26,8 +26,8 @@ from ..audit import AuditLog
 from ..guard import KeyCheck
 from ..keys import KeyRing
 from ..limits import ServerLimits
-from ..main import serve_app
 from ..options import ServeOptions, is_loopback
+from ..uvicorn_serving import serve_app
 from .app import create_tinker_app, tinker_error
 from .errors import UserError
 from .quota import TinkerQuotas
