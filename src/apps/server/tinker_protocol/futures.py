@@ -225,9 +225,8 @@ class FairQueue:
             head = self._lanes[first][0][2]
             taken = [first]
             if head is not None:
-                self._await_active(first, head.key)
-                if self._closed:
-                    return None
+                if not self._await_active(first, head.key):
+                    return None  # closed while it waited
                 taken += self._joining(first, head.key)
             items = []
             for lane in taken:
@@ -239,7 +238,7 @@ class FairQueue:
 
     def _joining(self, first: Hashable, key: Hashable) -> list[Hashable]:
         """The lanes after `first` whose head may share its pass (up to MAX_BATCH in all)."""
-        joining = []
+        joining: list[Hashable] = []
         for lane, queue in self._lanes.items():
             if len(joining) == MAX_BATCH - 1:
                 break
@@ -248,11 +247,12 @@ class FairQueue:
                 joining.append(lane)
         return joining
 
-    def _await_active(self, first: Hashable, key: Hashable) -> None:
+    def _await_active(self, first: Hashable, key: Hashable) -> bool:
         """Hold (the lock released) up to the batch window while a lane other than `first`
-        that is active for `key` has nothing queued; at once when there is none."""
+        that is active for `key` has nothing queued; at once when there is none. False when
+        the queue closed meanwhile."""
         if self._window_s <= 0:
-            return
+            return True
         start = time.monotonic()
         deadline = start + self._window_s
         for lane in [lane for lane, (_, last) in self._batched.items() if start - last >= ACTIVE_S]:
@@ -277,6 +277,7 @@ class FairQueue:
                 (time.monotonic() - start) * 1000,
                 len(self._joining(first, key)),
             )
+        return not self._closed
 
     def _serve(self) -> None:
         while (items := self._next()) is not None:
