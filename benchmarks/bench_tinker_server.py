@@ -15,11 +15,13 @@ Memory is the kernel's high-water mark of resident memory (`VmHWM`, /proc/PID/st
 once a server has loaded its model and answers (`/proc/PID/clear_refs`), so it is the peak
 while the runs exist and train; for separate servers the sum of theirs. Throughput is the
 tokens trained per second of wall time, from the moment all K runs exist (each has made one
-untimed warm-up step) until the last step's answer. Both are printed as ratios against the
-shared K=1 baseline measured in the same invocation. The last line compares the memory of a
-run beyond the first on the shared server, (peak(K) - peak(1)) / (K - 1), with the computed
-adapter + gradient + AdamW moments: 16 bytes per LoRA parameter in float32, the parameters
-counted from config.json (rank x (in + out) per adapted projection and the output head).
+untimed warm-up step) until the last step's answer; the clients' process collects its garbage
+and freezes the survivors when the timed steps start (a full collection mid-way stalled every
+client at once, which the K=4 rows of earlier invocations showed). Both are printed as ratios
+against the shared K=1 baseline measured in the same invocation. The last line compares the
+memory of a run beyond the first on the shared server, (peak(K) - peak(1)) / (K - 1), with the
+computed adapter + gradient + AdamW moments: 16 bytes per LoRA parameter in float32, the
+parameters counted from config.json (rank x (in + out) per adapted projection and the output head).
 
 Every server gets `--threads` torch threads (1 by default, through OMP_NUM_THREADS), a keys
 file with the one tenant the clients use, and no audit log; the clients run in this process.
@@ -31,6 +33,7 @@ float32 embeddings per server process: mind the separate processes, or skip them
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -194,7 +197,16 @@ def measure(
         for server in servers:
             server.ready()
         began: list[float] = []
-        start = threading.Barrier(k + 1, action=lambda: began.append(time.perf_counter()))
+
+        def go() -> None:
+            # The clients share this process's garbage collector: a full collection over the
+            # earlier measures' clients stalls every client at once for ~0.2 s, as long as a
+            # few timed steps. Collected and frozen here, it scans only what is new.
+            gc.collect()
+            gc.freeze()
+            began.append(time.perf_counter())
+
+        start = threading.Barrier(k + 1, action=go)
         ends: list[float] = []
         threads = [
             threading.Thread(
@@ -213,6 +225,7 @@ def measure(
         peak = sum(server.peak_mib() for server in servers)
         idle = sum(server.idle_mib for server in servers)
     finally:
+        gc.unfreeze()
         for server in servers:
             server.stop()
     tokens = k * args.steps * sum(len(s) - 1 for s in sequences)

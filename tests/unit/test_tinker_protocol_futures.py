@@ -7,15 +7,25 @@ reports about itself."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 from collections.abc import Iterator
 
 import pytest
 
+from arthex.apps.server.tinker_protocol import futures as futures_module
 from arthex.apps.server.tinker_protocol.errors import UserError
-from arthex.apps.server.tinker_protocol.futures import Batchable, Futures, RequestOrder, Work
+from arthex.apps.server.tinker_protocol.futures import (
+    BATCH_WINDOW_S,
+    Batchable,
+    Futures,
+    RequestOrder,
+    Work,
+)
+from arthex.apps.server.tinker_protocol.main import BATCH_WINDOW_ENV, window_from_env
 from arthex.apps.server.tinker_protocol.wire import Reply
+from arthex.core.errors import InvalidInputError
 
 
 @pytest.fixture
@@ -125,3 +135,91 @@ def test_a_batch_that_fails_as_the_users_runs_each_request_alone(futures: Future
     release.set()
     wait_all(futures, [held, *ids])
     assert log == ["a1", "b1"]
+
+
+class WindowWatch(logging.Handler):
+    """Sets `waiting` when the compute thread starts waiting for active runs to join a pass
+    (its debug log says so), so the test sends the late request only once it does."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.waiting = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("waiting for"):
+            self.waiting.set()
+
+
+@pytest.fixture
+def window() -> Iterator[tuple[Futures, WindowWatch]]:
+    """Futures whose batch window is long (a wait ends early once every active run has a
+    request queued), and a watch on the compute thread's waits."""
+    watch = WindowWatch()
+    logger = futures_module.logger
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(watch)
+    running = Futures(long_poll_s=5.0, batch_window_s=60.0)
+    yield running, watch
+    running.close()
+    logger.removeHandler(watch)
+    logger.setLevel(level)
+
+
+def test_a_request_of_another_active_run_within_the_window_joins_the_pass(
+    window: tuple[Futures, WindowWatch],
+) -> None:
+    futures, watch = window
+    log: list[str] = []
+    orders = {name: RequestOrder() for name in "ab"}
+
+    def send(name: str, seq: int) -> str:
+        label = f"{name}{seq}"
+        batch = batchable(log, "k", label)
+        return futures.ordered(orders[name], seq, recorder(log, label), model_id=name, batch=batch)
+
+    release, held = gate(futures)  # a1 and b1 queue up and share a pass: both runs active
+    ids = [send("a", 1), send("b", 1)]
+    release.set()
+    wait_all(futures, [held, *ids])
+    assert log == ["a1+b1"] and not watch.waiting.is_set()
+    first = send("a", 2)  # b has nothing queued: the thread waits for it
+    assert watch.waiting.wait(10)
+    second = send("b", 2)
+    replies = wait_all(futures, [first, second])
+    assert log[-1] == "a2+b2"
+    assert [json.loads(r.body)["done"] for r in replies if isinstance(r, Reply)] == ["a2", "b2"]
+
+
+def test_with_one_active_run_no_wait_happens(window: tuple[Futures, WindowWatch]) -> None:
+    futures, watch = window
+    log: list[str] = []
+    alone, other = RequestOrder(), RequestOrder()
+    # Another run was active, but with requests that cannot share this run's pass.
+    wait_all(
+        futures,
+        [
+            futures.ordered(
+                other, 1, recorder(log, "o1"), model_id="o", batch=batchable(log, "x", "o1")
+            ),
+            futures.submit(recorder(log, "sample"), lane="sampler"),
+        ],
+    )
+    for seq in (1, 2):
+        label = f"a{seq}"
+        request_id = futures.ordered(
+            alone, seq, recorder(log, label), model_id="a", batch=batchable(log, "k", label)
+        )
+        reply = futures.retrieve({"request_id": request_id})
+        assert isinstance(reply, Reply) and json.loads(reply.body) == {"done": label}
+    assert not watch.waiting.is_set()
+    assert log[-2:] == ["a1", "a2"]
+
+
+def test_the_window_setting_is_milliseconds_and_bad_values_are_named() -> None:
+    assert window_from_env({}) == BATCH_WINDOW_S
+    assert window_from_env({BATCH_WINDOW_ENV: "0"}) == 0.0
+    assert window_from_env({BATCH_WINDOW_ENV: " 25 "}) == 0.025
+    for bad in ("-1", "fast", "nan", "5000"):
+        with pytest.raises(InvalidInputError, match=BATCH_WINDOW_ENV):
+            window_from_env({BATCH_WINDOW_ENV: bad})

@@ -14,6 +14,14 @@ request whose turn it is may share a pass with the requests at the head of other
 one, up to `MAX_BATCH` of them, and those lanes count as having had their turn; a lane's
 requests still run one after another, in order.
 
+A step's compute is short next to the time a client takes between its requests (an answer's
+round trip, its own work), so few requests would be waiting together by chance. When the
+request whose turn it is may be batched and other lanes are active (they put a request of the
+same key in the last `ACTIVE_S`) but have nothing queued, the thread waits up to
+`batch_window_s` for their next requests, which then join the pass. It waits for no one when
+its lane is the only active one, and stops waiting as soon as every active lane has a request
+queued; 0 turns the window off.
+
 Promises live in memory only: a request id carries the id of the server's life that made it
 (`boot_id`), and a restarted server answers one of an earlier life with 410, which the SDK
 raises as its retryable error (`RetryableException`), never as a user error or as another
@@ -43,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 MAX_KEPT_RESULTS = 4096
 MAX_BATCH = 8
+BATCH_WINDOW_S = 0.01  # how long a batchable request waits for active runs to join it
+ACTIVE_S = 1.0  # a lane that put a batchable request this recently is active
 SAMPLING_LANE = "sampling"
 _REQUEST_ID = re.compile(r"([0-9a-f]{12})\.[0-9a-f]{32}")  # <boot id>.<uuid4 hex>
 
@@ -84,10 +94,10 @@ class RequestOrder:
 class Futures:
     """The promises of one emulator and the one compute thread that resolves them."""
 
-    def __init__(self, long_poll_s: float) -> None:
+    def __init__(self, long_poll_s: float, *, batch_window_s: float = BATCH_WINDOW_S) -> None:
         self.long_poll_s = long_poll_s
         self.boot_id = secrets.token_hex(6)
-        self._compute = FairQueue("tinker-emulator-compute")
+        self._compute = FairQueue("tinker-emulator-compute", batch_window_s=batch_window_s)
         self._lock = threading.Lock()
         self._promises: OrderedDict[str, Promise] = OrderedDict()
 
@@ -164,10 +174,15 @@ class FairQueue:
     """One compute thread over lanes of queued work: each lane's work runs in the order it
     was put, and the lanes with work take turns, one item each (round-robin)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, batch_window_s: float = 0.0) -> None:
+        if batch_window_s < 0:
+            raise ValueError(f"batch_window_s must be 0 or more, got {batch_window_s}")
         self._name = name
+        self._window_s = batch_window_s
         self._wake = threading.Condition()
         self._lanes: OrderedDict[Hashable, deque[Queued]] = OrderedDict()
+        # lane -> (the key of its last batchable request, when it was put: monotonic)
+        self._batched: dict[Hashable, tuple[Hashable, float]] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -180,6 +195,8 @@ class FairQueue:
                 promise.done.set()
                 return
             self._lanes.setdefault(lane, deque()).append((work, promise, batch))
+            if batch is not None:
+                self._batched[lane] = (batch.key, time.monotonic())
             if self._thread is None:  # started on first use: it takes torch's settings then
                 self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
@@ -204,15 +221,13 @@ class FairQueue:
                 self._wake.wait()
             if self._closed:
                 return None
-            taken = [next(iter(self._lanes))]
-            head = self._lanes[taken[0]][0][2]
+            first = next(iter(self._lanes))
+            head = self._lanes[first][0][2]
+            taken = [first]
             if head is not None:
-                for lane, queue in self._lanes.items():
-                    if len(taken) == MAX_BATCH:
-                        break
-                    other = queue[0][2]
-                    if lane != taken[0] and other is not None and other.key == head.key:
-                        taken.append(lane)
+                if not self._await_active(first, head.key):
+                    return None  # closed while it waited
+                taken += self._joining(first, head.key)
             items = []
             for lane in taken:
                 queue = self._lanes.pop(lane)
@@ -220,6 +235,49 @@ class FairQueue:
                 if queue:  # back of the line: every other lane with work goes first
                     self._lanes[lane] = queue
             return items
+
+    def _joining(self, first: Hashable, key: Hashable) -> list[Hashable]:
+        """The lanes after `first` whose head may share its pass (up to MAX_BATCH in all)."""
+        joining: list[Hashable] = []
+        for lane, queue in self._lanes.items():
+            if len(joining) == MAX_BATCH - 1:
+                break
+            other = queue[0][2]
+            if lane != first and other is not None and other.key == key:
+                joining.append(lane)
+        return joining
+
+    def _await_active(self, first: Hashable, key: Hashable) -> bool:
+        """Hold (the lock released) up to the batch window while a lane other than `first`
+        that is active for `key` has nothing queued; at once when there is none. False when
+        the queue closed meanwhile."""
+        if self._window_s <= 0:
+            return True
+        start = time.monotonic()
+        deadline = start + self._window_s
+        for lane in [lane for lane, (_, last) in self._batched.items() if start - last >= ACTIVE_S]:
+            del self._batched[lane]  # long quiet (or gone): forgotten, so the map stays small
+        waited = False
+        while not self._closed and len(self._joining(first, key)) < MAX_BATCH - 1:
+            now = time.monotonic()
+            idle = [
+                lane
+                for lane, (last_key, last) in self._batched.items()
+                if lane not in self._lanes and last_key == key and now - last < ACTIVE_S
+            ]
+            if not idle or now >= deadline:
+                break
+            if not waited:
+                waited = True
+                logger.debug("waiting for %d active runs to join a pass", len(idle))
+            self._wake.wait(deadline - now)
+        if waited:
+            logger.debug(
+                "waited %.1f ms; %d runs join the pass",
+                (time.monotonic() - start) * 1000,
+                len(self._joining(first, key)),
+            )
+        return not self._closed
 
     def _serve(self) -> None:
         while (items := self._next()) is not None:

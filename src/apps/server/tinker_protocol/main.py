@@ -8,7 +8,9 @@ Each `--base-model` is loaded once and served under the name given; every traini
 gets its own LoRA adapter and optimizer over it. Keys are the server's (`tenant:key` lines,
 keys.py), and since the SDK refuses a key that does not start with `tml-`, a tenant's keys
 must. Runs, checkpoints and sampler weights live under `--state-dir/runs/`, the audit log
-at `--state-dir/audit.jsonl`. See docs/backends/tinker-server.md.
+at `--state-dir/audit.jsonl`. `$ARTHEX_TINKER_BATCH_WINDOW_MS` sets how long a
+forward_backward waits for other active runs' requests to share its pass (futures.py; 0: never).
+See docs/backends/tinker-server.md.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ....core.errors import ArthexError, InvalidInputError, MissingExtraError, require_extra
@@ -30,16 +34,35 @@ from ..options import ServeOptions, is_loopback
 from ..uvicorn_serving import serve_app
 from .app import create_tinker_app, tinker_error
 from .errors import UserError
+from .futures import BATCH_WINDOW_S
 from .quota import TinkerQuotas
 from .served import ServedModels
 from .service import TinkerService
 
-__all__ = ["LONG_POLL_S", "load_models", "run_tinker", "serve_tinker"]
+__all__ = ["LONG_POLL_S", "load_models", "run_tinker", "serve_tinker", "window_from_env"]
 
 logger = logging.getLogger("arthex.tinker_protocol")
 
 LONG_POLL_S = 10.0  # how long a retrieve_future waits before answering try_again
 TINKER_PACKAGES = ("torch", "transformers", "peft", "safetensors", "tinker")
+BATCH_WINDOW_ENV = "ARTHEX_TINKER_BATCH_WINDOW_MS"
+
+
+def window_from_env(environ: Mapping[str, str]) -> float:
+    """The batch window `environ` sets, in seconds (unset: BATCH_WINDOW_S); InvalidInputError
+    for one that is not a number of milliseconds from 0 to 1000."""
+    text = environ.get(BATCH_WINDOW_ENV, "").strip()
+    if not text:
+        return BATCH_WINDOW_S
+    try:
+        window_ms = float(text)
+    except ValueError:
+        window_ms = math.nan
+    if not 0 <= window_ms <= 1000:
+        raise InvalidInputError(
+            f"${BATCH_WINDOW_ENV} must be milliseconds from 0 to 1000 (0: off), got {text!r}"
+        )
+    return window_ms / 1000
 
 
 def load_models(folders: list[tuple[str, str]], *, device: str = "cpu") -> ServedModels:
@@ -70,6 +93,7 @@ async def serve_tinker(
     audit: AuditLog | None = None,
     on_ready: Callable[[str], None] | None = None,
     log_level: str = "warning",
+    batch_window_s: float = BATCH_WINDOW_S,
 ) -> None:
     """Serve until SIGINT/SIGTERM (or cancellation); pending promises fail at shutdown."""
     limits = limits if limits is not None else ServerLimits()
@@ -81,6 +105,7 @@ async def serve_tinker(
         client_config={},
         long_poll_s=LONG_POLL_S,
         quotas=lambda store: TinkerQuotas(limits, store),
+        batch_window_s=batch_window_s,
     )
     app = create_tinker_app(
         service, keys=keys, limits=limits, audit=audit, admin_keys=admin_keys, state_dir=root
@@ -102,6 +127,7 @@ def run_tinker(opts: ServeOptions) -> None:
     or a model that cannot be loaded exit 1, one line."""
     try:
         require_extra("tinker", *TINKER_PACKAGES)
+        window_s = window_from_env(os.environ)
         keys = KeyRing.load(opts.keys)
         admin_keys = options.admin_keys_of(opts)
         if admin_keys is not None and admin_keys.overlaps(keys):
@@ -137,5 +163,6 @@ def run_tinker(opts: ServeOptions) -> None:
                 audit=options.audit_of(opts),
                 on_ready=ready,
                 log_level=opts.log_level,
+                batch_window_s=window_s,
             )
         )

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlsplit
 from ..guard import OPEN_TENANT
 from .errors import FILES_PREFIX, HttpError
 from .external import ExternalWeights
-from .futures import MAX_KEPT_RESULTS, Futures
+from .futures import BATCH_WINDOW_S, MAX_KEPT_RESULTS, Futures
 from .quota import TinkerQuotas
 from .sampling_sessions import SamplingSessions
 from .served import ServedModels
@@ -50,13 +50,14 @@ class TinkerService:
         client_config: Mapping[str, Any],
         long_poll_s: float,
         quotas: Callable[[RunStore], TinkerQuotas] | None = None,
+        batch_window_s: float = BATCH_WINDOW_S,
     ) -> None:
         self.models = models
         self.client_config = dict(client_config)
         self.long_poll_s = long_poll_s
         self.store = store = RunStore(root)
         self.quotas = quotas(store) if quotas is not None else None
-        self._futures = Futures(long_poll_s)
+        self._futures = Futures(long_poll_s, batch_window_s=batch_window_s)
         self._sessions = Sessions()
         self._runs = TrainingRuns(models, store, self._futures, self._sessions, quotas=self.quotas)
         self._samplers = SamplingSessions(models, self._futures, self._sessions, self._runs)
