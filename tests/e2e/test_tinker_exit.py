@@ -130,3 +130,37 @@ def test_a_process_that_closes_its_tinker_backend_and_emulator_exits_cleanly(
     assert "terminate called" not in done.stderr, done.stderr[-3000:]
     assert "threads at exit: []" in done.stderr, done.stderr[-3000:]
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_an_emulator_that_cannot_bind_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that fails after the model is loaded (the port is taken) releases what it had
+    made: the compute and server threads, its temp state folder, torch's thread count."""
+    import socket
+    import tempfile
+    import threading
+
+    import torch
+
+    from arthex.emulators.tinker import TinkerEmulator
+    from arthex.testing.tiny_model import tiny_model
+
+    tiny = tiny_model(tmp_path / "tiny")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    threads_before = {t.name for t in threading.enumerate()}
+    torch_threads = torch.get_num_threads()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        emulator = TinkerEmulator(
+            tiny, port=port, torch_threads=torch_threads + 1, api_key="tml-bind"
+        )
+        with pytest.raises(Exception, match=str(port)):
+            emulator.start()
+    assert torch.get_num_threads() == torch_threads
+    assert list(temp.iterdir()) == []
+    assert {t.name for t in threading.enumerate()} <= threads_before

@@ -162,6 +162,13 @@ class TinkerEmulator:
         if self._url is not None:
             return self._url
         try:
+            return self._start()
+        except BaseException:
+            self.stop()  # a failed start leaves nothing: threads, temp folder, torch's setting
+            raise
+
+    def _start(self) -> str:
+        try:
             import peft  # noqa: F401
             import torch
             import transformers  # noqa: F401
