@@ -68,7 +68,8 @@ class InferenceTarget:
     def _client_for(self, base_url: str, api_key: str) -> AsyncOpenAI:
         loop = _running_loop()
         if loop is not None and self._client_loop not in (None, loop):
-            # made on a loop that has ended (or another thread's): left to it
+            # made on a loop that has ended (or another thread's)
+            _retire(self._client, self._client_loop)
             self._client, self._client_loop = None, None
         if self._client is None:
             from openai import AsyncOpenAI  # the client class, not only the types
@@ -82,7 +83,30 @@ class InferenceTarget:
         client, made_on = self._client, self._client_loop
         self._client, self._client_loop = None, None
         if client is not None and made_on in (None, _running_loop()):
-            await client.close()  # a client of an ended loop has nothing left to close here
+            await client.close()
+        elif client is not None and made_on is not None:
+            _retire(client, made_on)
+
+
+def _retire(client: AsyncOpenAI | None, made_on: asyncio.AbstractEventLoop) -> None:
+    """Close a client of another loop now, not when it is collected: left open, openai's
+    finaliser schedules its close on whatever loop runs then, where closing the first loop's
+    pooled connections fails ("Event loop is closed") in a task no one awaits. On the loop
+    that made it while that loop still runs; else here, where the pool's closing error is
+    expected and dropped (the connections died with their loop)."""
+    if client is None:
+        return
+    if made_on.is_running() and not made_on.is_closed():
+        asyncio.run_coroutine_threadsafe(client.close(), made_on)
+        return
+    here = _running_loop()
+    if here is not None:
+        here.create_task(client.close()).add_done_callback(_drop_outcome)
+
+
+def _drop_outcome(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: the ended loop's connections could not be closed
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -69,3 +69,32 @@ def test_a_second_event_loop_gets_a_client_of_its_own(url: str) -> None:
         await model.close()
 
     asyncio.run(close())  # the ended loop's client is left to it; this one has none to close
+
+
+def test_the_ended_loops_client_is_closed_when_the_next_loop_replaces_it(url: str) -> None:
+    """Closed at once, with its outcome retrieved, rather than left to a finaliser that would
+    schedule the close on whichever loop runs at collection time ("Task exception was never
+    retrieved ... Event loop is closed")."""
+    model = arthex.Model(
+        name="agent", project="loops", inference_base_url=url, inference_api_key="k",
+        report_metrics=[],
+    )  # fmt: skip
+
+    async def models() -> object:
+        client = model.openai_client()
+        await client.models.list()  # a pooled keep-alive connection of this loop
+        return client
+
+    first = asyncio.run(models())
+    unretrieved: list[object] = []
+
+    async def second() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _l, c: unretrieved.append(c))
+        await models()
+        for _ in range(20):  # the retiring close runs as a task of this loop
+            await asyncio.sleep(0)
+        await model.close()
+
+    asyncio.run(second())
+    assert first.is_closed()  # type: ignore[attr-defined]
+    assert unretrieved == []
