@@ -33,7 +33,6 @@ import json
 import re
 import shutil
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,7 @@ from arthex.testing.tiny_model import tiny_model
 from tests._pipeline_checks import check_run_files
 
 from ._pipeline_loop import BATCH, BOUND, PRELOAD, model_dir
-from .test_kill_every_write import run_child
+from .test_kill_every_write import run_child, sweep
 from .test_kill_resume import Attempt
 from .test_pipeline_kill import RUN, check_no_repeats, check_resumed_weights
 from .test_pipeline_kill import Attempt as PipelineAttempt
@@ -202,18 +201,9 @@ def test_a_kill_before_every_pipeline_write_loses_nothing(
     again = writes_of(tmp_path, base, base_model, dump, "counted-again")
     shape, shape_again = [shape_of(e) for e in ops], [shape_of(e) for e in again]
     assert shape == shape_again, f"the update's writes vary by run:\n{shape}\n{shape_again}"
-    started = time.monotonic()
-    done: list[str] = []
-    failed: list[str] = []
-    tries = [(p, False) for p in range(1, len(ops) + 1)] + [(p, True) for p in appends(ops)]
-    for point, tear in tries:
-        where = tmp_path / f"k{point}-{tear}"
-        try:
-            done.append(kill_and_resume(step_one, point, where, tear))
-        except AssertionError as exc:
-            op = ops[point - 1]
-            failed.append(f"{point} ({op['op']} {op['path']}, torn {tear}): {exc}")
-        shutil.rmtree(where, ignore_errors=True)
-    took = time.monotonic() - started
-    print("\n".join([*done, f"{len(tries)} kills, {len(failed)} failed, {took:.0f}s"]))
-    assert not failed, "\n".join(failed)
+    sweep(
+        ops,
+        appends(ops),
+        lambda point, where, tear: kill_and_resume(step_one, point, where, tear),
+        tmp_path,
+    )

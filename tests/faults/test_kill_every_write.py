@@ -35,6 +35,7 @@ import shutil
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -230,14 +231,30 @@ def test_a_kill_before_every_write_loses_nothing(
     step_one: tuple[Path, str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     ops = step_one[2]
+    sweep(
+        ops,
+        appends(ops),
+        lambda point, where, tear: kill_and_resume(step_one, point, where, tear),
+        tmp_path,
+    )
+
+
+def sweep(
+    ops: list[dict[str, Any]],
+    torn: list[int],
+    kill: Callable[[int, Path, bool], str],
+    tmp_path: Path,
+) -> None:
+    """Kill before every write of `ops` and halfway through each append in `torn` (`kill`
+    resumes and checks one point in a folder of its own); print each outcome, fail on any."""
     started = time.monotonic()
     done: list[str] = []
     failed: list[str] = []
-    tries = [(p, False) for p in range(1, len(ops) + 1)] + [(p, True) for p in appends(ops)]
+    tries = [(p, False) for p in range(1, len(ops) + 1)] + [(p, True) for p in torn]
     for point, tear in tries:
         where = tmp_path / f"k{point}-{tear}"
         try:
-            done.append(kill_and_resume(step_one, point, where, tear))
+            done.append(kill(point, where, tear))
         except AssertionError as exc:
             op = ops[point - 1]
             failed.append(f"{point} ({op['op']} {op['path']}, torn {tear}): {exc}")
