@@ -25,6 +25,9 @@ parameters counted from config.json (rank x (in + out) per adapted projection an
 
 Every server gets `--threads` torch threads (1 by default, through OMP_NUM_THREADS), a keys
 file with the one tenant the clients use, and no audit log; the clients run in this process.
+`--cpus 0` pins every server to the same CPUs (here: core 0), so the shared server and the K
+separate ones compute on one core budget; without it K separate single-thread servers may use
+every core while the shared one computes on one thread.
 `--layers N` uses a Qwen2.5-0.5B-shaped model of N layers (bench_memory.make_model, ~0.6 GB of
 float32 embeddings per server process: mind the separate processes, or skip them with
 `--no-separate`). Linux only.
@@ -90,7 +93,7 @@ def _free_port() -> int:
 class Server:
     """One server process; `idle_mib` is its resident memory once it answers."""
 
-    def __init__(self, model: str, root: Path, threads: int) -> None:
+    def __init__(self, model: str, root: Path, threads: int, cpus: set[int] | None) -> None:
         port = _free_port()
         state = Path(tempfile.mkdtemp(prefix="state-", dir=root))
         env = {
@@ -108,6 +111,7 @@ class Server:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 env=env,
+                preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
             )
         self.idle_mib = 0.0
 
@@ -192,7 +196,8 @@ def measure(
     mode: str, k: int, model: str, args: argparse.Namespace, sequences: list[list[int]],
     root: Path,
 ) -> dict[str, float]:  # fmt: skip
-    servers = [Server(model, root, args.threads) for _ in range(1 if mode == "shared" else k)]
+    count = 1 if mode == "shared" else k
+    servers = [Server(model, root, args.threads, args.cpus) for _ in range(count)]
     try:
         for server in servers:
             server.ready()
@@ -271,6 +276,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per server")
     parser.add_argument("--layers", type=int, default=None, help="a Qwen2.5-0.5B shape")
     parser.add_argument(
+        "--cpus",
+        type=lambda text: {int(cpu) for cpu in text.split(",")},
+        default=None,
+        help="pin every server to these CPUs (e.g. 0 or 0,1): one core budget for both modes",
+    )
+    parser.add_argument(
         "--no-separate", dest="separate", action="store_false", help="only the shared server"
     )
     args = parser.parse_args(argv if argv is not None else [])
@@ -300,10 +311,11 @@ def main(argv: list[str] | None = None) -> None:
         for (mode, k), r in results.items()
     ]
     shape = f"Qwen2.5-0.5B shape, {args.layers} layers" if args.layers else "tiny model"
+    cpus = f", every server on CPUs {sorted(args.cpus)}" if args.cpus else ""
     print_table(
         f"Tinker server: K LoRA runs on one server vs K servers ({shape}, rank {args.rank}, "
         f"{args.datums}x{args.tokens} tokens, {args.steps} steps, {args.threads} thread(s) "
-        "per server)",
+        f"per server{cpus})",
         ["mode", "K", "peak MiB", "peak - idle MiB", "peak / K=1", "tokens/s", "tokens/s / K=1"],
         rows,
     )
