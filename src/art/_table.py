@@ -157,7 +157,6 @@ REFUSED_PACKAGES: dict[str, str] = {
 REFUSED_MODULES: dict[str, str] = {
     "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.dev.sequence_lengths": _BACKEND_SETTINGS,
     "art.guided_completion": "pass response_format or tool_choice to the OpenAI client yourself",
     "art.local.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
@@ -463,6 +462,11 @@ MODULES: dict[str, dict[str, Entry]] = {
         "OpenAIServerConfig": _DEV_OTHERS["OpenAIServerConfig"],
         "ServerArgs": _DEV_OTHERS["ServerArgs"],
         "get_openai_server_config": _SERVER_CONFIG,
+    },
+    "art.dev.sequence_lengths": {
+        "max_seq_length_from_model_config": Use(
+            "arthex.utils.sequence_lengths", "max_seq_length_from_model_config"
+        )
     },
     "art.dev.train": {
         "TrainConfig": _DEV_OTHERS["TrainConfig"],

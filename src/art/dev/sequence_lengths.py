@@ -1,7 +1,21 @@
-"""ART's module `art.dev.sequence_lengths`, not in arthex.
+"""ART's `art.dev.sequence_lengths`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.utils.sequence_lengths import (
+        max_seq_length_from_model_config as max_seq_length_from_model_config,
+    )
+
+    __all__ = [
+        "max_seq_length_from_model_config",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
