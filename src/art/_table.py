@@ -207,22 +207,14 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.format_message": (
         "print trajectory.messages() yourself, or run `arthex trajectories`"
     ),
-    "art.utils.get_model_step": "use await model.get_step()",
     "art.utils.get_repo_root_path": _INTERNAL,
     "art.utils.group_aggregate": _METRICS,
-    "art.utils.grpo": (
-        "arthex.group_advantages(rewards) gives a group's advantages (all zero when the "
-        "rewards are equal)"
-    ),
     "art.utils.lifecycle": _INTERNAL,
     "art.utils.log_http_errors": _INTERNAL,
     "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
     "art.utils.network": _INTERNAL,
-    "art.utils.output_dirs": (
-        "a run lives in {base_path}/{project}/models/{run_name}/ (docs/migrating-from-art.md)"
-    ),
     "art.utils.record_provenance": (
         "arthex records no provenance; pass Model(config=...) to keep settings with the run"
     ),
@@ -657,7 +649,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.utils": {
         "format_message": Refuse(REFUSED_MODULES["art.utils.format_message"]),
-        "get_model_step": Refuse(REFUSED_MODULES["art.utils.get_model_step"]),
+        "get_model_step": Use("arthex.utils.output_dirs", "get_model_step"),
         "iterate_dataset": _ITERATE,
         "limit_concurrency": _LIMIT,
         "log_http_errors": Refuse(_INTERNAL),
@@ -672,6 +664,24 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
+    "art.utils.get_model_step": {
+        "get_model_step": Use("arthex.utils.output_dirs", "get_model_step"),
+        "get_step_from_dir": Use("arthex.utils.output_dirs", "get_step_from_dir"),
+    },
+    "art.utils.grpo": {
+        "rewards_have_zero_variance": Use("arthex.core.advantages", "zero_variance"),
+    },
+    "art.utils.output_dirs": {
+        "get_default_art_path": Use("arthex.utils.output_dirs", "get_default_art_path"),
+        "get_model_dir": Use("arthex.utils.output_dirs", "get_model_dir"),
+        "get_models_dir": Use("arthex.utils.output_dirs", "get_models_dir"),
+        "get_output_dir_from_model_properties": Use(
+            "arthex.utils.output_dirs", "get_output_dir_from_model_properties"
+        ),
+        "get_step_checkpoint_dir": Use("arthex.utils.output_dirs", "get_step_checkpoint_dir"),
+        "get_trajectories_dir": Use("arthex.utils.output_dirs", "get_trajectories_dir"),
+        "get_trajectories_split_dir": Use("arthex.utils.output_dirs", "get_trajectories_split_dir"),
+    },
     "art.utils.strip_logprobs": {
         "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")
     },

@@ -10,6 +10,12 @@ from .metrics import ZERO_VARIANCE_TOLERANCE
 STD_EPSILON = 1e-6
 
 
+def zero_variance(rewards: Sequence[float]) -> bool:
+    """True when `rewards` carry no signal to learn from: fewer than two, or all equal to the
+    first within 1e-12."""
+    return len(rewards) < 2 or all(abs(r - rewards[0]) <= ZERO_VARIANCE_TOLERANCE for r in rewards)
+
+
 def group_advantages(rewards: Sequence[float], *, scale: bool = True) -> list[float]:
     """`A = r - mean(group)`, divided by `population_std + 1e-6` when `scale` is on.
 
@@ -17,7 +23,7 @@ def group_advantages(rewards: Sequence[float], *, scale: bool = True) -> list[fl
     no signal: every advantage is 0.0.
     """
     n = len(rewards)
-    if n < 2 or all(abs(r - rewards[0]) <= ZERO_VARIANCE_TOLERANCE for r in rewards):
+    if zero_variance(rewards):
         return [0.0] * n
     mean = math.fsum(rewards) / n
     centred = [r - mean for r in rewards]

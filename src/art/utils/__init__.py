@@ -12,8 +12,9 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.utils.iterate_dataset import iterate_dataset as iterate_dataset
     from arthex.utils.limit_concurrency import limit_concurrency as limit_concurrency
+    from arthex.utils.output_dirs import get_model_step as get_model_step
     from arthex.utils.retry import retry as retry
 
-    __all__ = ["iterate_dataset", "limit_concurrency", "retry"]
+    __all__ = ["get_model_step", "iterate_dataset", "limit_concurrency", "retry"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
