@@ -19,9 +19,11 @@ untimed warm-up step) until the last step's answer; the clients' process collect
 and freezes the survivors when the timed steps start (a full collection mid-way stalled every
 client at once, which the K=4 rows of earlier invocations showed). Both are printed as ratios
 against the shared K=1 baseline measured in the same invocation. The last line compares the
-memory of a run beyond the first on the shared server, (peak(K) - peak(1)) / (K - 1), with the
-computed adapter + gradient + AdamW moments: 16 bytes per LoRA parameter in float32, the
-parameters counted from config.json (rank x (in + out) per adapted projection and the output head).
+memory of a run beyond the first on the shared server, (peak(K) - peak(1)) / (K - 1) (the peak
+holds the shared pass's activations for every run's datums at once) and the same difference of
+resident memory once the steps are done (the runs' kept state), with the computed adapter +
+gradient + AdamW moments: 16 bytes per LoRA parameter in float32, the parameters counted
+from config.json (rank x (in + out) per adapted projection and the output head).
 
 Every server gets `--threads` torch threads (1 by default, through OMP_NUM_THREADS), a keys
 file with the one tenant the clients use, and no audit log; the clients run in this process.
@@ -137,6 +139,9 @@ class Server:
         except OSError:
             pass  # then the peak includes loading the model
 
+    def resident_mib(self) -> float:
+        return _status_kib(self.process.pid, "VmRSS") / 1024
+
     def peak_mib(self) -> float:
         return _status_kib(self.process.pid, "VmHWM") / 1024
 
@@ -229,12 +234,18 @@ def measure(
             raise RuntimeError(f"{k - len(ends)} of {k} clients failed ({mode})")
         peak = sum(server.peak_mib() for server in servers)
         idle = sum(server.idle_mib for server in servers)
+        settled = sum(server.resident_mib() for server in servers)
     finally:
         gc.unfreeze()
         for server in servers:
             server.stop()
     tokens = k * args.steps * sum(len(s) - 1 for s in sequences)
-    return {"peak": peak, "idle": idle, "tps": tokens / (max(ends) - began[0])}
+    return {
+        "peak": peak,
+        "idle": idle,
+        "settled": settled,
+        "tps": tokens / (max(ends) - began[0]),
+    }
 
 
 def lora_parameters(model: str, rank: int) -> int:
@@ -322,11 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     top = max(ks)
     if top > 1:
         extra = (results[("shared", top)]["peak"] - base["peak"]) / (top - 1)
+        kept = (results[("shared", top)]["settled"] - base["settled"]) / (top - 1)
         computed = 16 * parameters / MIB
         print(
-            f"\nper run beyond the first on one server: {extra:.2f} MiB measured "
-            f"(K=1 -> {top}); adapter + gradient + AdamW computed: {computed:.2f} MiB "
-            f"({parameters:,} LoRA parameters x 16 bytes)"
+            f"\nper run beyond the first on one server: {extra:.2f} MiB at the peak, "
+            f"{kept:.2f} MiB resident after the steps (K=1 -> {top}); adapter + gradient + "
+            f"AdamW computed: {computed:.2f} MiB ({parameters:,} LoRA parameters x 16 bytes)"
         )
 
 
