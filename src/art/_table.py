@@ -204,9 +204,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.chat_template": _INTERNAL,
     "art.utils.convert_moe_lora": _INTERNAL,
     "art.utils.deploy_model": _DEPLOY,
-    "art.utils.format_message": (
-        "print trajectory.messages() yourself, or run `arthex trajectories`"
-    ),
     "art.utils.get_repo_root_path": _INTERNAL,
     "art.utils.group_aggregate": _METRICS,
     "art.utils.lifecycle": _INTERNAL,
@@ -648,7 +645,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "Verbosity": Refuse("pass verbose=True to backend.train(...) or model.train_sft(...)"),
     },
     "art.utils": {
-        "format_message": Refuse(REFUSED_MODULES["art.utils.format_message"]),
+        "format_message": Use("arthex.utils.format_message", "format_message"),
         "get_model_step": Use("arthex.utils.output_dirs", "get_model_step"),
         "iterate_dataset": _ITERATE,
         "limit_concurrency": _LIMIT,
@@ -664,6 +661,9 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
+    "art.utils.format_message": {
+        "format_message": Use("arthex.utils.format_message", "format_message"),
+    },
     "art.utils.get_model_step": {
         "get_model_step": Use("arthex.utils.output_dirs", "get_model_step"),
         "get_step_from_dir": Use("arthex.utils.output_dirs", "get_step_from_dir"),

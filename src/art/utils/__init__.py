@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.utils.format_message import format_message as format_message
     from arthex.utils.iterate_dataset import iterate_dataset as iterate_dataset
     from arthex.utils.limit_concurrency import limit_concurrency as limit_concurrency
     from arthex.utils.output_dirs import get_model_step as get_model_step
     from arthex.utils.retry import retry as retry
 
-    __all__ = ["get_model_step", "iterate_dataset", "limit_concurrency", "retry"]
+    __all__ = ["format_message", "get_model_step", "iterate_dataset", "limit_concurrency", "retry"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
