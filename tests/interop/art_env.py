@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import importlib
 import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -240,3 +242,21 @@ def run_art(python: Path, tasks: list[dict[str, Any]], cwd: Path, tz: str) -> li
     results: list[Any] = json.loads(out.read_text())
     out.unlink()
     return results
+
+
+def both_outcomes(script: str, cases: Any) -> tuple[Any, Any]:
+    """Run the script `art/{script}.py` (one script for both libraries: its `run(lib, cases)`)
+    on `cases` under ART in ART's venv and under `arthex.art` in this process; both outcomes,
+    through JSON (ART's first)."""
+    done = subprocess.run(
+        [str(art_python()), str(SCRIPTS / f"{script}.py"), "art"],
+        input=json.dumps(cases), capture_output=True, text=True, env=art_environment(),
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        run = importlib.import_module(script).run
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return json.loads(done.stdout), json.loads(json.dumps(run("arthex.art", cases)))

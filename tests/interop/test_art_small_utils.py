@@ -6,13 +6,10 @@ same cases (art/small_utils_script.py, one script for both): `utils.format_messa
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from .art_env import SCRIPTS, art_environment, art_python
+from .art_env import both_outcomes
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": "What is 2 + 2?"},
@@ -51,18 +48,6 @@ def run_folders(root: Path) -> list[str]:
 def test_the_small_utilities_give_arts_outcomes(tmp_path: Path) -> None:
     cases = {"messages": MESSAGES, "rewards": REWARDS, "paths": PATHS,
              "run_folders": run_folders(tmp_path)}  # fmt: skip
-    done = subprocess.run(
-        [str(art_python()), str(SCRIPTS / "small_utils_script.py"), "art"],
-        input=json.dumps(cases), capture_output=True, text=True, env=art_environment(),
-        timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    art = json.loads(done.stdout)
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from small_utils_script import run  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    ours = json.loads(json.dumps(run("arthex.art", cases)))
+    art, ours = both_outcomes("small_utils_script", cases)
     assert ours == art
     assert art["format"][0] == "User:\nWhat is 2 + 2?\n" and art["steps"] == [0, 10]

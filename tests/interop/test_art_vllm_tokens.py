@@ -5,12 +5,9 @@ here (art/vllm_tokens_script.py, one script for both), and every outcome agrees.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
-from .art_env import SCRIPTS, art_environment, art_python
+from .art_env import both_outcomes
 
 
 def choice(*, token_ids: list[int] | None = None, prompt: list[int] | None = None,
@@ -80,19 +77,7 @@ CASES: dict[str, list[Any]] = {
 
 
 def test_vllm_tokens_give_arts_outcomes() -> None:
-    done = subprocess.run(
-        [str(art_python()), str(SCRIPTS / "vllm_tokens_script.py"), "art"],
-        input=json.dumps(CASES), capture_output=True, text=True, env=art_environment(),
-        timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    art = json.loads(done.stdout)
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        from vllm_tokens_script import run  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    ours = json.loads(json.dumps(run("arthex.art", CASES)))
+    art, ours = both_outcomes("vllm_tokens_script", CASES)
     assert ours == art
     assert art["key"] == "art_completion_tokens"
     assert "error" in art["attach"] and "error" in art["completion"]  # refusals exercised
