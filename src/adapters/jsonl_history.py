@@ -87,7 +87,7 @@ def encode_row(row: MetricsRow) -> bytes:
     slipped past MetricsRow into an error here instead of an `Infinity` token on disk."""
     text = json.dumps(row.to_json(), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     try:
-        return text.encode("utf-8") + _NEWLINE
+        return text.encode() + _NEWLINE
     except UnicodeEncodeError as exc:
         bad = [key for key in row.values if not _encodable(key)]
         raise InvalidInputError(
@@ -97,7 +97,7 @@ def encode_row(row: MetricsRow) -> bytes:
 
 def _encodable(text: str) -> bool:
     try:
-        text.encode("utf-8")
+        text.encode()
     except UnicodeEncodeError:
         return False
     return True
@@ -207,7 +207,7 @@ def _is_complete_tail(fragment: bytes) -> bool:
 
 def _loads(data: bytes) -> Any:
     # NaN/Infinity/-Infinity are not JSON, but ART writes `Infinity`; they read as None.
-    return json.loads(data.decode("utf-8"), parse_constant=lambda _token: None)
+    return json.loads(data.decode(), parse_constant=lambda _token: None)
 
 
 def read_rows(path: Path) -> list[MetricsRow]:
