@@ -1,7 +1,8 @@
 """The ledger's reading rules at their edges, checked on the physical history.jsonl: the torn
 line's warning (said once, naming the line or the byte it starts at), a ledger that is nothing
-but a torn fragment, reading on from an offset in the middle, ART's non-finite tokens, and a
-ledger read in short preads or cut short while it is read."""
+but a torn fragment, reading on from an offset in the middle, ART's non-finite tokens, a ledger
+read in short preads or cut short while it is read, and the doctor's scan naming each damaged
+line whatever its folder is called."""
 
 from __future__ import annotations
 
@@ -143,3 +144,21 @@ def test_a_ledger_cut_short_while_it_is_read_gives_the_rows_still_there(
     rows, next_offset = asyncio.run(history.rows_since(RUN, 0))
     assert [r.step for r in rows] == [0]
     assert next_offset == len(ROW0)
+
+
+def test_the_doctors_scan_names_what_each_damaged_line_is_not_whatever_the_folder_is_called(
+    tmp_path: Path,
+) -> None:
+    # the folder's name reads like a verdict; only the lines' own damage may be reported
+    folder = tmp_path / "this is not a row"
+    folder.mkdir()
+    path = folder / "history.jsonl"
+    path.write_bytes(ROW0 + b"nope\n" + b"[1]\n" + b'{"x":1}\n' + ROW1)
+    scanned = scan(path)
+    assert [r.step for r in scanned.rows] == [0, 1]
+    assert scanned.lines == 5
+    assert scanned.damaged == (
+        (2, "not valid JSON"),
+        (3, "not a JSON object"),
+        (4, "not a history row"),
+    )
