@@ -72,7 +72,8 @@ test-vllm: setup
 	$(BIN)/pytest -q tests/vllm_api
 
 # Long fault sweeps (not in CI): a SIGKILL before every write of a training step and of a
-# pipeline update, resumed; the serve soak (ARTHEX_SOAK_SECONDS, default 1800).
+# pipeline update, resumed; the 200-step LocalBackend soak; the serve soak
+# (ARTHEX_SOAK_SECONDS, default 1800).
 soak: setup
 	nice -n 10 $(BIN)/pytest -q -p no:xdist -s -m soak tests/faults
 

@@ -18,7 +18,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,7 +86,7 @@ def encode_row(row: MetricsRow) -> bytes:
     slipped past MetricsRow into an error here instead of an `Infinity` token on disk."""
     text = json.dumps(row.to_json(), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     try:
-        return text.encode("utf-8") + _NEWLINE
+        return text.encode() + _NEWLINE
     except UnicodeEncodeError as exc:
         bad = [key for key in row.values if not _encodable(key)]
         raise InvalidInputError(
@@ -97,7 +96,7 @@ def encode_row(row: MetricsRow) -> bytes:
 
 def _encodable(text: str) -> bool:
     try:
-        text.encode("utf-8")
+        text.encode()
     except UnicodeEncodeError:
         return False
     return True
@@ -207,7 +206,7 @@ def _is_complete_tail(fragment: bytes) -> bool:
 
 def _loads(data: bytes) -> Any:
     # NaN/Infinity/-Infinity are not JSON, but ART writes `Infinity`; they read as None.
-    return json.loads(data.decode("utf-8"), parse_constant=lambda _token: None)
+    return json.loads(data.decode(), parse_constant=lambda _token: None)
 
 
 def read_rows(path: Path) -> list[MetricsRow]:
@@ -267,10 +266,9 @@ def scan(path: Path) -> HistoryScan:
             torn = number
         elif line.strip():
             try:
-                rows.append(_row(line, path, position, number, True))
-            except CorruptDataError as error:
-                found = re.search(r" is (not [^(:;]*)", str(error))
-                damaged.append((number, found.group(1).strip() if found else "not a row"))
+                rows.append(_parse_row(line))
+            except _NotARow as bad:
+                damaged.append((number, bad.args[0]))
         position = len(data) if end < 0 else end + 1
     return HistoryScan(tuple(rows), number, torn, tuple(damaged))
 
@@ -332,21 +330,37 @@ def _warn_torn(path: Path, at: int, number: int | None) -> None:
     )
 
 
+class _NotARow(Exception):
+    """Raised by `_parse_row` with two args: what the line is not ("not valid JSON", "not a
+    JSON object", "not a history row"), which `scan` reports, and the rest of the message."""
+
+
 def _row(line: bytes, path: Path, at: int, number: int, count_lines: bool) -> MetricsRow:
-    where = f"line {number} of {path}" if count_lines else f"the line at byte {at} of {path}"
+    """The row on `line`, or CorruptDataError naming the line (its number when `count_lines`,
+    else the byte it starts at) and what is wrong with it."""
+    try:
+        return _parse_row(line)
+    except _NotARow as bad:
+        where = f"line {number} of {path}" if count_lines else f"the line at byte {at} of {path}"
+        problem, detail = bad.args
+        raise CorruptDataError(f"{where} is {problem}{detail}") from bad.__cause__
+
+
+def _parse_row(line: bytes) -> MetricsRow:
     try:
         obj = _loads(line)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise CorruptDataError(
-            f"{where} is not valid JSON ({exc}): {line[:200]!r}; the ledger is damaged in the "
-            "middle: repair or remove that line by hand"
+        raise _NotARow(
+            "not valid JSON",
+            f" ({exc}): {line[:200]!r}; the ledger is damaged in the middle: repair or remove "
+            "that line by hand",
         ) from exc
     if not isinstance(obj, dict):
-        raise CorruptDataError(f"{where} is not a JSON object: {line[:200]!r}")
+        raise _NotARow("not a JSON object", f": {line[:200]!r}")
     try:
         return MetricsRow.from_json(obj)
     except (InvalidInputError, OverflowError) as exc:
-        raise CorruptDataError(f"{where} is not a history row: {exc}") from exc
+        raise _NotARow("not a history row", f": {exc}") from exc
 
 
 if TYPE_CHECKING:

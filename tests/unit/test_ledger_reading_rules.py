@@ -1,11 +1,14 @@
 """The ledger's reading rules at their edges, checked on the physical history.jsonl: the torn
 line's warning (said once, naming the line or the byte it starts at), a ledger that is nothing
-but a torn fragment, reading on from an offset in the middle, and ART's non-finite tokens."""
+but a torn fragment, reading on from an offset in the middle, ART's non-finite tokens, a ledger
+read in short preads or cut short while it is read, and the doctor's scan naming each damaged
+line whatever its folder is called."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -106,3 +109,56 @@ def test_the_doctors_scan_reads_past_a_blank_first_line_and_keeps_an_unfinished_
     assert scanned.lines == 3
     assert scanned.torn_line is None
     assert scanned.damaged == ()
+
+
+def test_a_ledger_read_in_short_preads_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one pread returns at most ~2 GiB on Linux; here every pread returns at most 7 bytes, so
+    # the ledger comes back in many parts, which must join into the same bytes
+    history, _ = ledger_with(tmp_path, ROW0 + ROW1 + ROW2)
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: pread(fd, min(n, 7), at))
+    rows = asyncio.run(history.rows(RUN))
+    assert [(r.step, dict(r.values)) for r in rows] == [
+        (0, {"x": 1.0}),
+        (1, {"x": 2.5}),
+        (2, {"x": 4.0}),
+    ]
+
+
+def test_a_ledger_cut_short_while_it_is_read_gives_the_rows_still_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # flock is advisory: something that takes no lock (`truncate`, an editor) can cut the file
+    # after the reader took its size; the reader stops at the new end instead of failing
+    history, path = ledger_with(tmp_path, ROW0 + ROW1 + ROW2)
+    pread = os.pread
+
+    def cut_first(fd: int, n: int, at: int) -> bytes:
+        monkeypatch.setattr(os, "pread", pread)
+        os.truncate(path, len(ROW0))
+        return pread(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", cut_first)
+    rows, next_offset = asyncio.run(history.rows_since(RUN, 0))
+    assert [r.step for r in rows] == [0]
+    assert next_offset == len(ROW0)
+
+
+def test_the_doctors_scan_names_what_each_damaged_line_is_not_whatever_the_folder_is_called(
+    tmp_path: Path,
+) -> None:
+    # the folder's name reads like a verdict; only the lines' own damage may be reported
+    folder = tmp_path / "this is not a row"
+    folder.mkdir()
+    path = folder / "history.jsonl"
+    path.write_bytes(ROW0 + b"nope\n" + b"[1]\n" + b'{"x":1}\n' + ROW1)
+    scanned = scan(path)
+    assert [r.step for r in scanned.rows] == [0, 1]
+    assert scanned.lines == 5
+    assert scanned.damaged == (
+        (2, "not valid JSON"),
+        (3, "not a JSON object"),
+        (4, "not a history row"),
+    )
