@@ -137,8 +137,8 @@ def test_a_plan_that_does_not_fit_the_stated_memory_says_which_knob_to_turn(demo
     # checkpointed layers, a token keeping 2 x 64 x 4 B of inputs plus the rebuilt layer's
     # attention part, 2,176 B, and at backward's peak that part's gradients, 2,176 B (more
     # than the MLP's moment: 1024 x (2,048 + 1,792) + 8192 x 256 = 6,029,312): 8192 x 4,864 =
-    # 39,845,888, in all 52,946,944 B (50.5 MiB); then rows of 256 (16 rows, 4096 tokens x 10,624 B, cache 4,194,304):
-    # 52,422,656 B, under 64 MiB (rows of 384 need 76,277,760)
+    # 39,845,888, in all 52,946,944 B (50.5 MiB); then rows of 256 (16 rows, 4096 tokens x
+    # 10,624 B, cache 4,194,304): 52,422,656 B, under 64 MiB (rows of 384 need 76,277,760)
     result = arthex_cli("doctor", "--base-model", base_model, "--device-memory", "64MiB")
     assert result.returncode == 2, result.stdout + result.stderr
     memory = lines_of(result)["memory"]
