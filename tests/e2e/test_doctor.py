@@ -135,10 +135,10 @@ def test_a_plan_that_does_not_fit_the_stated_memory_says_which_knob_to_turn(demo
     # 918,528 and its KV cache 8,388,608: 100,132,864 B (95.5 MiB). The first lever is the
     # micro-batch: 4096 tokens keep half the activations (56,616,960 B, 54.0 MiB); then
     # checkpointed layers, a token keeping 2 x 64 x 4 B of inputs plus the rebuilt layer's
-    # attention part and its gradients, 2 x 2,176 B, its MLP part 4*128 x 4 = 2,048 B for one
-    # chunk of 1024 tokens: 8192 x 4,864 + 1024 x 2,048 = 41,943,040, in all 55,044,096 B
-    # (52.5 MiB); then rows of 256 (16 rows, 4096 tokens x 10,624 B, cache 4,194,304):
-    # 52,422,656 B, under 64 MiB (rows of 384 need 76,277,760)
+    # attention part, 2,176 B, and at backward's peak that part's gradients, 2,176 B (more
+    # than the MLP's moment: 1024 x (2,048 + 1,792) + 8192 x 256 = 6,029,312): 8192 x 4,864 =
+    # 39,845,888, in all 52,946,944 B (50.5 MiB); then rows of 256 (16 rows, 4096 tokens x
+    # 10,624 B, cache 4,194,304): 52,422,656 B, under 64 MiB (rows of 384 need 76,277,760)
     result = arthex_cli("doctor", "--base-model", base_model, "--device-memory", "64MiB")
     assert result.returncode == 2, result.stdout + result.stderr
     memory = lines_of(result)["memory"]
@@ -147,7 +147,7 @@ def test_a_plan_that_does_not_fit_the_stated_memory_says_which_knob_to_turn(demo
     assert memory.split(" -> ", 1)[1].split("; or ") == [
         "a smaller micro-batch (LocalBackend(micro_batch_tokens=4096), from 8192: the same "
         "gradient, more passes)",
-        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 52.5 MiB, "
+        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 50.5 MiB, "
         "about a third more compute)",
         "lower --max-seq-len from 1024 to 256 (shorter rollouts, or "
         "TrainConfig.packed_sequence_length)",

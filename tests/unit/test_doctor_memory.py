@@ -126,16 +126,20 @@ def test_qwen_half_b_lora_on_a_24_gib_gpu_worked_by_hand(tmp_path: Path) -> None
     # 43,008 B of layer inputs and the rebuilt layer's attention part, (4*896 + 3*16*64) x 2
     # = 13,312 B + peft's float32 inputs to q/k/v and o 4*(896 + 896) = 7,168 B: 63,488 B;
     # 1024 tokens (one MLP chunk) keep its MLP part, 4*4864 x 2 = 38,912 B + peft's float32
-    # inputs to gate/up and down 4*(896 + 4864) = 23,040 B: 61,952 B. And the layer being
-    # differentiated holds gradients of its attention part: 8192 x 13,312 B
+    # inputs to gate/up and down 4*(896 + 4864) = 23,040 B: 61,952 B. Backward's peak is the
+    # larger moment of the rebuilt layer: its MLP's, the chunk and its gradients (3*4864 +
+    # 896) x 2 = 30,976 B a chunk token, and the layer output's gradient 896 x 2 = 1,792 B a
+    # token: 1024 x 92,928 + 8192 x 1,792 = 109,838,336 B; or its attention part's, whose
+    # gradients are 8192 x 13,312 = 109,051,904 B (the MLP chunk freed by then)
     assert found.micro_tokens == 8192 and found.checkpointed
-    saved = 8192 * 63_488 + 1024 * 61_952
-    assert found.part("activations") == saved + 8192 * 13_312 == 692_584_448
+    mlp_moment = 1024 * (61_952 + 30_976) + 8192 * 1_792
+    assert mlp_moment == 109_838_336 > 8192 * 13_312
+    assert found.part("activations") == 8192 * 63_488 + mlp_moment == 629_932_032
     # one chunk: 256 positions x 151,936 x (2 + 4 + 4) B
     assert found.part("log-prob chunk") == 388_956_160
     assert found.part("vLLM") == 12_884_901_888  # 0.5 of 24 GiB
     assert found.part("CUDA") == GiB
-    assert found.needed == 16_098_635_520 and found.fits  # 14.99 GiB
+    assert found.needed == 16_035_983_104 and found.fits  # 14.93 GiB
 
 
 def test_qwen_7b_on_8k_rows_on_an_80_gib_gpu_worked_by_hand(tmp_path: Path) -> None:
@@ -151,27 +155,30 @@ def test_qwen_7b_on_8k_rows_on_an_80_gib_gpu_worked_by_hand(tmp_path: Path) -> N
     # one row of 8192 tokens, checkpointed: a token keeps 28 x 3584 x 2 = 200,704 B of
     # inputs and the rebuilt layer's attention part (4*3584 + 3*32*128) x 2 = 53,248 B +
     # 4*(3584 + 3584) = 28,672 B: 282,624 B; 1024 tokens its MLP part 4*18944 x 2 = 151,552 B
-    # + 4*(3584 + 18944) = 90,112 B: 241,664 B; the gradients of one attention part, 8192 x
-    # 53,248 B
+    # + 4*(3584 + 18944) = 90,112 B: 241,664 B. Backward's peak: the attention part's
+    # moment, its gradients 8192 x 53,248 = 436,207,616 B, passes the MLP's, 1024 x (241,664
+    # + (3*18944 + 3584) x 2) + 8192 x 3584 x 2 = 429,916,160 B
     assert found.checkpointed and found.micro_tokens == 8192
-    saved = 8192 * 282_624 + 1024 * 241_664
-    assert found.part("activations") == saved + 8192 * 53_248 == 2_998_927_360
+    mlp_moment = 1024 * (241_664 + 120_832) + 8192 * 7_168
+    assert mlp_moment == 429_916_160 < 8192 * 53_248
+    assert found.part("activations") == 8192 * (282_624 + 53_248) == 2_751_463_424
     assert found.part("log-prob chunk") == 256 * 152_064 * 10
-    assert found.needed == 62_965_820_416 and found.fits  # 58.64 GiB of 80
+    assert found.needed == 62_718_356_480 and found.fits  # 58.41 GiB of 80
 
 
 def test_a_plan_that_does_not_fit_names_the_knob_that_makes_it_fit(tmp_path: Path) -> None:
     shape = shape_of(tmp_path, QWEN_05B)
     # rows of 128: 16 rows = 2048 tokens, checkpointed (24 x 2048 x 52,224 B > 1 GiB):
-    # 2048 x (63,488 + 13,312) + 1024 x 61,952 = 220,725,248 (as worked above); chunk
-    # 388,956,160; + weights 988,065,536 + LoRA 70,385,664 + CUDA 1 GiB = 2,741,874,432
-    # besides vLLM; vLLM at 0.9 of 24 GiB = 23,192,823,398: 25,934,697,830 (24.15 GiB). vLLM
-    # may keep (25,769,803,776 - 2,741,874,432) / 25,769,803,776 = 0.893...: 0.89. No smaller
-    # micro-batch fits: at 1024 tokens 24.08 GiB, and at 512 or fewer the layers are no longer
+    # 2048 x 63,488 + 1024 x (61,952 + 30,976) + 2048 x 1,792 = 228,851,712 (as worked
+    # above, the MLP's moment the larger); chunk 388,956,160; + weights 988,065,536 + LoRA
+    # 70,385,664 + CUDA 1 GiB = 2,750,000,896 besides vLLM; vLLM at 0.9 of 24 GiB =
+    # 23,192,823,398: 25,942,824,294 (24.16 GiB). vLLM may keep (25,769,803,776 -
+    # 2,750,000,896) / 25,769,803,776 = 0.893...: 0.89. No smaller micro-batch fits: at 1024
+    # tokens 24.10 GiB, and at 512 or fewer the layers are no longer
     # checkpointed ("auto"), which costs more than the tokens save.
     settings = PlanSettings(max_seq_len=128, gpu=True, engine="vllm", gpu_memory_utilization=0.9)
     check = check_memory(shape, settings, 24 * GiB, 24 * GiB, "stated")
-    assert check.status == "fail" and "needs 24.15 GiB" in check.message
+    assert check.status == "fail" and "needs 24.16 GiB" in check.message
     assert check.fix == "lower gpu_memory_utilization from 0.9 to 0.89"
 
 
@@ -203,9 +210,11 @@ def test_lora_is_the_knob_when_full_fine_tuning_does_not_fit(tmp_path: Path) -> 
     # LoRA: 4P + 16 x 16,384 + acts + chunk + 4P + cache = 25,944,064 (24.74 MiB)
     # micro-batches of 1024 tokens (8 rows) keep half the activations: 10,878,976, and full
     # fine-tuning needs 16,640,000 (15.87 MiB); with checkpointed layers a token keeps 2 x 64
-    # x 4 B of inputs plus the rebuilt layer's attention part 2,176 B and its gradients 2,176
-    # B, and 1024 tokens its MLP part 4*128 x 4 = 2,048 B: 2048 x 4,864 + 1024 x 2,048 =
-    # 12,058,624, and full fine-tuning needs 17,819,648 (16.99 MiB)
+    # x 4 B of inputs plus the rebuilt layer's attention part 2,176 B, and backward's peak
+    # adds either the MLP's moment, 1024 tokens of its part 4*128 x 4 = 2,048 B and their
+    # gradients (3*128 + 64) x 4 = 1,792 B plus the layer output's gradient 2048 x 64 x 4
+    # (4,456,448), or the attention part's gradients 2048 x 2,176 (4,456,448 too): 2048 x
+    # 2,688 + 4,456,448 = 9,961,472, and full fine-tuning needs 15,722,496 (14.99 MiB)
     memory = 25 * MiB
     settings = PlanSettings(max_seq_len=128, mode="full")
     full = plan(shape, settings, memory, memory)
@@ -214,7 +223,7 @@ def test_lora_is_the_knob_when_full_fine_tuning_does_not_fit(tmp_path: Path) -> 
     assert check.fix.split("; or ") == [
         "a smaller micro-batch (LocalBackend(micro_batch_tokens=1024), from 8192: the same "
         "gradient, more passes)",
-        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 17.0 MiB, "
+        "activation checkpointing (LocalBackend(gradient_checkpointing=True): 15.0 MiB, "
         "about a third more compute)",
         "LoRA instead of full fine-tuning (full_finetune=False: 24.7 MiB)",
     ]

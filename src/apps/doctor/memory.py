@@ -22,9 +22,15 @@ stated with a worked example in docs/troubleshooting.md:
   (`4I` values, and `4(H + I)` bytes) for `MLP_CHUNK_TOKENS` (1024) tokens only, the
   checkpointed layer's MLP running that many tokens at a time. Measured against the bytes
   torch saves for backward (tests/unit/test_doctor_memory.py): within 15%. Besides what is
-  saved, the layer being differentiated holds its gradients: as many bytes as its attention
-  part, `(4H + 3(A + K)D) b` a token, checkpointed or not. The trainer's measured peak on the
-  CPU (tests/e2e/test_memory_plan_measured.py): within 15%;
+  saved, the layer being differentiated holds gradients. Unchecked, as many bytes as its
+  attention part, `(4H + 3(A + K)D) b` a token. Checkpointed, backward's peak is the larger
+  of two moments of the rebuilt layer (torch's profiler shows which): its MLP's backward,
+  which holds the MLP chunk, the chunk's gradients (gate, up, activation and the chunk's
+  output, `(3I + H) b` a token of the chunk) and the layer output's gradient (`H b` for
+  every token); or its attention part's backward, after the MLP chunk is freed, with that
+  part's gradients, `(4H + 3(A + K)D) b` for every token. (Counting the MLP chunk and the
+  attention gradients at once overstated a LoRA step's peak by a fifth.) The trainer's
+  measured peak on the CPU (tests/e2e/test_memory_plan_measured.py): within 15%;
 - one chunk of log-probs: the trainer projects `logprob_calculation_chunk_size` (256)
   positions at a time onto the vocabulary, `V (b + 8)` bytes a position (the projection, its
   float32 copy turned log-softmax in place, and the probabilities); no `[tokens x V]` tensor;
@@ -243,6 +249,29 @@ def gradient_bytes(shape: ModelShape, weight_bytes: int, tokens: int) -> int:
     return tokens * attention * weight_bytes
 
 
+def backward_peak_bytes(
+    shape: ModelShape, weight_bytes: int, *, lora: bool, tokens: int, checkpointed: bool
+) -> int:
+    """The activations part: what a micro-batch saves for backward plus the gradients held
+    beside it at backward's peak (module docstring). Unchecked, the gradients of one layer's
+    attention part for every token. Checkpointed, the rebuilt layer's MLP chunk is freed
+    before its attention part is differentiated, so the peak is the larger of two moments:
+    the MLP's backward (its chunk of intermediates, their gradients, `(3I + H) b` for each of
+    the chunk's tokens, and the layer output's gradient, `H b` for every token) or the
+    attention part's (its gradients for every token)."""
+    saved = activation_bytes(
+        shape, weight_bytes, lora=lora, tokens=tokens, checkpointed=checkpointed
+    )
+    attention = gradient_bytes(shape, weight_bytes, tokens)
+    if not checkpointed:
+        return saved + attention
+    h, i = shape.hidden, shape.intermediate
+    chunk = min(tokens, MLP_CHUNK_TOKENS)
+    mlp = 4 * i * weight_bytes + (4 * (h + i) if weight_bytes != 4 and lora else 0)
+    mlp_backward = chunk * (mlp + (3 * i + h) * weight_bytes) + tokens * h * weight_bytes
+    return saved - chunk * mlp + max(mlp_backward, attention)
+
+
 def checkpointing_on(shape: ModelShape, settings: PlanSettings, tokens: int, b: int) -> bool:
     """The trainer's rule (adapters/local/layers.py): True, False, or "auto" past 1 GiB."""
     if settings.gradient_checkpointing == "auto":
@@ -264,9 +293,9 @@ def plan(shape: ModelShape, settings: PlanSettings, available: int, total: int) 
     tokens = rows * seq_len
     d = shape.head_dim
     checkpointed = checkpointing_on(shape, settings, tokens, weight_bytes)
-    activations = activation_bytes(
+    activations = backward_peak_bytes(
         shape, weight_bytes, lora=not full, tokens=tokens, checkpointed=checkpointed
-    ) + gradient_bytes(shape, weight_bytes, tokens)
+    )
     parts: list[tuple[str, int]] = [("weights", params * weight_bytes)]
     if full:
         parts.append(("gradients+AdamW", 12 * params))
