@@ -208,8 +208,11 @@ def test_an_unknown_base_model_is_refused_naming_the_served_ones(
     import tinker
 
     service = tinker.ServiceClient(base_url=server.url, api_key=ALPHA)
-    with pytest.raises(tinker.BadRequestError) as refused:
-        service.create_lora_training_client("no-such-model", rank=4).result(TIMEOUT_S)
+    try:
+        with pytest.raises(tinker.BadRequestError) as refused:
+            service.create_lora_training_client("no-such-model", rank=4).result(TIMEOUT_S)
+    finally:  # an open session's heartbeat outlives the server and warns in later tests
+        service.close("success").result(TIMEOUT_S)
     message = str(refused.value)
     assert "no-such-model" in message and repr(tiny) in message and repr(other) in message
 
@@ -265,10 +268,13 @@ def test_another_tenants_run_is_missing_and_never_listed(
         with pytest.raises(tinker.NotFoundError):
             call()
     service = tinker.ServiceClient(base_url=server.url, api_key=BETA)
-    with pytest.raises(tinker.NotFoundError):
-        service.create_training_client_from_state(alpha.state_path).result(TIMEOUT_S)
-    with pytest.raises(tinker.NotFoundError):
-        service.create_sampling_client(model_path=alpha.sampler_path).result(TIMEOUT_S)
+    try:
+        with pytest.raises(tinker.NotFoundError):
+            service.create_training_client_from_state(alpha.state_path).result(TIMEOUT_S)
+        with pytest.raises(tinker.NotFoundError):
+            service.create_sampling_client(model_path=alpha.sampler_path).result(TIMEOUT_S)
+    finally:
+        service.close("success").result(TIMEOUT_S)
     # the owner's checkpoint is still there, and run.json names its tenant (for a restart)
     assert alpha.state_path in {
         c.tinker_path for c in owner.list_checkpoints(alpha.model_id).result().checkpoints
@@ -353,9 +359,11 @@ def test_a_tenants_open_runs_and_checkpoint_bytes_are_capped_without_retries(
     first = tinker.ServiceClient(base_url=server.url, api_key=GAMMA)
     client = first.create_lora_training_client(tiny, rank=4).result(TIMEOUT_S)
     second = tinker.ServiceClient(base_url=server.url, api_key=GAMMA)
-    with pytest.raises(tinker.PermissionDeniedError, match="models"):
-        second.create_lora_training_client(tiny, rank=4).result(TIMEOUT_S)
-    second.close("success").result(TIMEOUT_S)
+    try:
+        with pytest.raises(tinker.PermissionDeniedError, match="models"):
+            second.create_lora_training_client(tiny, rank=4).result(TIMEOUT_S)
+    finally:
+        second.close("success").result(TIMEOUT_S)
     saved = 0
     refused: Exception | None = None
     while refused is None and saved < 100:
