@@ -224,6 +224,13 @@ def layer_values(shape: ModelShape) -> int:
     return 4 * h + 3 * (shape.heads + shape.kv_heads) * shape.head_dim + 4 * i
 
 
+def mlp_token_bytes(shape: ModelShape, weight_bytes: int, *, lora: bool) -> int:
+    """Bytes one token of a layer's MLP saves for backward: `4I` values, and for LoRA in
+    bfloat16 peft's float32 copies of the adapted inputs, `4(H + I)` bytes."""
+    h, i = shape.hidden, shape.intermediate
+    return 4 * i * weight_bytes + (4 * (h + i) if weight_bytes != 4 and lora else 0)
+
+
 def activation_bytes(
     shape: ModelShape, weight_bytes: int, *, lora: bool, tokens: int, checkpointed: bool = False
 ) -> int:
@@ -232,10 +239,9 @@ def activation_bytes(
     inputs and one layer rebuilt, its MLP part for one chunk of tokens."""
     h, i = shape.hidden, shape.intermediate
     per_layer = layer_values(shape) * weight_bytes
-    mlp = 4 * i * weight_bytes
+    mlp = mlp_token_bytes(shape, weight_bytes, lora=lora)
     if weight_bytes != 4 and lora:  # peft's float32 copies of each adapted input
         per_layer += 4 * (2 * h + shape.heads * shape.head_dim + i)
-        mlp += 4 * (h + i)
     if checkpointed:
         inputs = shape.layers * h * weight_bytes
         return tokens * (inputs + per_layer - mlp) + min(tokens, MLP_CHUNK_TOKENS) * mlp
@@ -267,7 +273,7 @@ def backward_peak_bytes(
         return saved + attention
     h, i = shape.hidden, shape.intermediate
     chunk = min(tokens, MLP_CHUNK_TOKENS)
-    mlp = 4 * i * weight_bytes + (4 * (h + i) if weight_bytes != 4 and lora else 0)
+    mlp = mlp_token_bytes(shape, weight_bytes, lora=lora)
     mlp_backward = chunk * (mlp + (3 * i + h) * weight_bytes) + tokens * h * weight_bytes
     return saved - chunk * mlp + max(mlp_backward, attention)
 
