@@ -132,10 +132,6 @@ REFUSED_PACKAGES: dict[str, str] = {
         "use arthex.LocalBackend(world_size=N) on one host, or `arthex serve` with "
         "arthex.ServerlessBackend"
     ),
-    "art.langgraph": (
-        "wrap the LangGraph agent in arthex.capture() (langchain-openai's ChatOpenAI on "
-        "model.inference_base_url): its calls are recorded (docs/capture.md)"
-    ),
     "art.mcp": (
         "arthex does not generate MCP scenarios; write the scenarios and call your MCP "
         "tools from the rollout"
@@ -323,6 +319,11 @@ _HF_TRAINER = Refuse(
     "set the optimizer on the backend: arthex.LocalBackend(adam_betas=..., weight_decay=...)"
 )
 _TRAINING_EXCHANGES = Refuse(_EXCHANGES)
+_LANGGRAPH = "arthex.composition.langgraph"
+_LANGGRAPH_INTERNAL = Refuse(
+    "wrap_rollout(model, rollout) records the rollout's calls with arthex.capture(), "
+    "not in log files"
+)
 _HISTORY_TYPES = Refuse(
     "arthex.History holds a trajectory's additional histories (messages_and_choices, tools)"
 )
@@ -487,6 +488,35 @@ MODULES: dict[str, dict[str, Entry]] = {
         "set_gather_context": Refuse(_INTERNAL),
         "wrap_group_awaitable": Refuse(_INTERNAL),
         "wrap_trajectories_awaitable": Refuse(_INTERNAL),
+    },
+    "art.langgraph": {
+        "init_chat_model": Use(_LANGGRAPH, "init_chat_model"),
+        "wrap_rollout": Use(_LANGGRAPH, "wrap_rollout"),
+    },
+    "art.langgraph.llm_wrapper": {
+        "CURRENT_CONFIG": _LANGGRAPH_INTERNAL,
+        "DEFAULT_INVOKE_TIMEOUT": Use(_LANGGRAPH, "DEFAULT_INVOKE_TIMEOUT"),
+        "LoggingLLM": Refuse(
+            "init_chat_model() returns the rollout's chat model (arthex's RolloutChatModel)"
+        ),
+        "OPENAI_COMPATIBLE_PROVIDERS": Use(_LANGGRAPH, "OPENAI_COMPATIBLE_PROVIDERS"),
+        "add_thread": _LANGGRAPH_INTERNAL,
+        "create_messages_from_logs": _LANGGRAPH_INTERNAL,
+        "init_chat_model": Use(_LANGGRAPH, "init_chat_model"),
+        "mappings": _LANGGRAPH_INTERNAL,
+        "wrap_rollout": Use(_LANGGRAPH, "wrap_rollout"),
+    },
+    "art.langgraph.logging": {"FileLogger": _LANGGRAPH_INTERNAL},
+    "art.langgraph.message_utils": {
+        "Message": Use("openai.types.chat", "ChatCompletionMessageParam"),
+        "MessagesAndChoices": Use("arthex.core.trajectories", "MessagesAndChoices"),
+        "convert_langgraph_messages": Use(_LANGGRAPH, "convert_langgraph_messages"),
+        "langchain_msg_to_openai": Use(_LANGGRAPH, "langchain_msg_to_openai"),
+        "make_message_param": Use(_LANGGRAPH, "make_message_param"),
+        "role_to_param": Refuse(
+            "make_message_param(role, **fields) checks the role; the OpenAI SDK's "
+            "ChatCompletion*MessageParam types are the per-role shapes"
+        ),
     },
     "art.local": {"LocalBackend": _LOCAL},
     "art.local.backend": {"LocalBackend": _LOCAL},
