@@ -508,7 +508,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.langgraph.logging": {"FileLogger": _LANGGRAPH_INTERNAL},
     "art.langgraph.message_utils": {
-        "Message": Use("openai.types.chat", "ChatCompletionMessageParam"),
+        "Message": Use(_LANGGRAPH, "Message"),
         "MessagesAndChoices": Use("arthex.core.trajectories", "MessagesAndChoices"),
         "convert_langgraph_messages": Use(_LANGGRAPH, "convert_langgraph_messages"),
         "langchain_msg_to_openai": Use(_LANGGRAPH, "langchain_msg_to_openai"),

@@ -26,9 +26,10 @@ import contextvars
 import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
+from openai.types.chat import ChatCompletionMessageParam
 
 from ..core.errors import InvalidInputError, MissingExtraError
 from ..core.trajectories import Trajectory
@@ -248,6 +249,9 @@ _ROLES = {
     "ToolMessage": "tool",
     "FunctionMessage": "function",
 }
+Message: TypeAlias = ChatCompletionMessageParam
+"""An OpenAI chat message (the OpenAI SDK's type)."""
+
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "tool", "function", "developer"})
 
 

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletionMessageParam as Message
-
+    from arthex.composition.langgraph import Message as Message
     from arthex.composition.langgraph import (
         convert_langgraph_messages as convert_langgraph_messages,
     )
