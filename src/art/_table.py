@@ -132,10 +132,6 @@ REFUSED_PACKAGES: dict[str, str] = {
         "use arthex.LocalBackend(world_size=N) on one host, or `arthex serve` with "
         "arthex.ServerlessBackend"
     ),
-    "art.mcp": (
-        "arthex does not generate MCP scenarios; write the scenarios and call your MCP "
-        "tools from the rollout"
-    ),
     "art.megatron": _MEGATRON,
     "art.pipeline_tuner": _AUTOTUNE,
     "art.tau_bench": (
@@ -320,6 +316,7 @@ _HF_TRAINER = Refuse(
 )
 _TRAINING_EXCHANGES = Refuse(_EXCHANGES)
 _LANGGRAPH = "arthex.composition.langgraph"
+_MCP = "arthex.environments.mcp_scenarios"
 _LANGGRAPH_INTERNAL = Refuse(
     "wrap_rollout(model, rollout) records the rollout's calls with arthex.capture(), "
     "not in log files"
@@ -390,6 +387,25 @@ MODULES: dict[str, dict[str, Entry]] = {
         "get_model_pricing",
         "tokens_to_cost",
     ),
+    "art.mcp": {
+        "GeneratedScenario": Use(_MCP, "GeneratedScenario"),
+        "GeneratedScenarioCollection": Use(_MCP, "GeneratedScenarioCollection"),
+        "MCPResource": Use(_MCP, "MCPResource"),
+        "MCPTool": Use(_MCP, "MCPTool"),
+        "complete_task_tool": Use(_MCP, "complete_task_tool"),
+        "generate_scenarios": Use(_MCP, "generate_scenarios"),
+    },
+    "art.mcp.default_tools": {"complete_task_tool": Use(_MCP, "complete_task_tool")},
+    "art.mcp.generate_scenarios": {
+        "generate_scenarios": Use(_MCP, "generate_scenarios"),
+        "preview_scenarios": Use(_MCP, "preview_scenarios"),
+    },
+    "art.mcp.types": {
+        "GeneratedScenario": Use(_MCP, "GeneratedScenario"),
+        "GeneratedScenarioCollection": Use(_MCP, "GeneratedScenarioCollection"),
+        "MCPResource": Use(_MCP, "MCPResource"),
+        "MCPTool": Use(_MCP, "MCPTool"),
+    },
     "art.metrics": {
         **_accounting(
             "builder",

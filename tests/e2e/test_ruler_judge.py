@@ -6,77 +6,22 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import AsyncOpenAI
 
 import arthex
 from arthex.core.metrics import summarize
 from arthex.core.trajectories import History, Trajectory, TrajectoryGroup
 from arthex.rewards import JudgeCache, JudgeError, JudgeUsage, Price, ruler_score_group
 from arthex.testing.builders import make_choice
+from tests.e2e._chat_server import PROMPT_TOKENS, Script, ScriptedChatServer
 
 pytestmark = pytest.mark.e2e
 
-Script = Callable[[dict[str, Any]], str]
-PROMPT_TOKENS = 100  # per message the judge is sent: the server's own count, the tests' oracle
-
-
-class JudgeServer:
-    """Answers each chat completion with `script(request)`; keeps every request it got."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.requests: list[dict[str, Any]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                content = server.script(body)
-                reply = {
-                    "id": f"judge-{len(server.requests)}",
-                    "object": "chat.completion",
-                    "created": 1,
-                    "model": body["model"],
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": content},
-                        }
-                    ],
-                    "usage": {
-                        "prompt_tokens": PROMPT_TOKENS * len(body["messages"]),
-                        "completion_tokens": len(content),
-                        "total_tokens": PROMPT_TOKENS * len(body["messages"]) + len(content),
-                    },
-                }
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def client(self) -> AsyncOpenAI:
-        return AsyncOpenAI(base_url=self.base_url, api_key="judge-key", max_retries=0)
+JudgeServer = ScriptedChatServer
 
 
 @pytest.fixture

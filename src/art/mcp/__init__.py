@@ -1,7 +1,31 @@
-"""ART's package `art.mcp`, not in arthex.
+"""ART's `art.mcp`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.environments.mcp_scenarios import GeneratedScenario as GeneratedScenario
+    from arthex.environments.mcp_scenarios import (
+        GeneratedScenarioCollection as GeneratedScenarioCollection,
+    )
+    from arthex.environments.mcp_scenarios import MCPResource as MCPResource
+    from arthex.environments.mcp_scenarios import MCPTool as MCPTool
+    from arthex.environments.mcp_scenarios import complete_task_tool as complete_task_tool
+    from arthex.environments.mcp_scenarios import generate_scenarios as generate_scenarios
+
+    __all__ = [
+        "GeneratedScenario",
+        "GeneratedScenarioCollection",
+        "MCPResource",
+        "MCPTool",
+        "complete_task_tool",
+        "generate_scenarios",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

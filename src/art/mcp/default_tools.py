@@ -1,0 +1,17 @@
+"""ART's `art.mcp.default_tools`, under arthex.
+
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.environments.mcp_scenarios import complete_task_tool as complete_task_tool
+
+    __all__ = ["complete_task_tool"]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
