@@ -141,12 +141,21 @@ REFUSED_PACKAGES: dict[str, str] = {
     "art.trainer_rank": _MEGATRON,
     "art.transformers": "arthex loads models with transformers as it is; no patches to apply",
     "art.unsloth": "arthex does not use Unsloth; use arthex.LocalBackend (torch and peft)",
-    "art.utils.benchmarking": _HISTORY + ", and `arthex plot`",
+    "art.utils.benchmarking.charts": (
+        "chart a frame of load_aggregated_trajectories with matplotlib, or use `arthex plot`"
+    ),
     "art.utils.deployment": _DEPLOY,
     "art.utils.old_benchmarking": _HISTORY + ", and `arthex plot`",
 }
 
 REFUSED_MODULES: dict[str, str] = {
+    "art.utils.benchmarking.log_constant_metrics_wandb": (
+        "log the baseline's values at each step with model.log(metrics=..., step=...) "
+        "(Model(report_metrics=['wandb']) mirrors them)"
+    ),
+    "art.utils.benchmarking.pull_model_trajectories": (
+        "copy the run folder from the bucket first (art.utils.s3.pull_model_from_s3), then load it"
+    ),
     "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.cli": "use the `arthex` command (`arthex --help`)",
     "art.guided_completion": "pass response_format or tool_choice to the OpenAI client yourself",
@@ -317,6 +326,7 @@ _HF_TRAINER = Refuse(
 _TRAINING_EXCHANGES = Refuse(_EXCHANGES)
 _LANGGRAPH = "arthex.composition.langgraph"
 _MCP = "arthex.environments.mcp_scenarios"
+_BENCH = "arthex.apps.benchmarking"
 _LANGGRAPH_INTERNAL = Refuse(
     "wrap_rollout(model, rollout) records the rollout's calls with arthex.capture(), "
     "not in log files"
@@ -707,6 +717,18 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
+    "art.utils.benchmarking.aggregate_trajectories": {
+        "load_aggregated_trajectories": Use(_BENCH, "load_aggregated_trajectories"),
+        "load_latest_metrics": Use(_BENCH, "load_latest_metrics"),
+    },
+    "art.utils.benchmarking.filter_model_split": {
+        "filter_rename_model_split": Use(_BENCH, "filter_rename_model_split"),
+    },
+    "art.utils.benchmarking.load_trajectories": {
+        "cache_path": Refuse("arthex's loaders keep no cache; they read the run's files"),
+        "load_trajectories": Use(_BENCH, "load_trajectories"),
+    },
+    "art.utils.benchmarking.types": {"BenchmarkModelKey": Use(_BENCH, "BenchmarkModelKey")},
     "art.utils.format_message": {
         "format_message": Use("arthex.utils.format_message", "format_message"),
     },

@@ -1,4 +1,4 @@
-"""ART's package `art.utils.benchmarking`, not in arthex.
+"""ART's package `art.utils.benchmarking.charts`, not in arthex.
 
 Importing it raises a one-line error saying what to use instead."""
 

@@ -1,0 +1,273 @@
+"""Compare a project's models from their files: every trajectory as one flat polars row
+(ART's `art.utils.benchmarking` frames), step-level averages, the latest step per model, and a
+filter that picks (model, split) pairs and renames them for charts.
+
+```python
+df = await load_trajectories("my-project", art_path=".art")
+steps = await load_aggregated_trajectories("my-project", metrics=["reward"], art_path=".art")
+final = await load_latest_metrics("my-project", split="val", art_path=".art")
+```
+
+Rows are read with arthex's own loader (`arthex.load_trajectories`: every part of a step,
+the step files and the legacy parts not yet folded into them), so a step logged twice shows
+both writes; history timestamps with arthex's ledger reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..adapters.layout import HISTORY, is_run_dir
+from ..utils.output_dirs import get_default_art_path, get_models_dir
+from .loaders import load_trajectories as load_model_trajectories
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = [
+    "BenchmarkModelKey",
+    "filter_rename_model_split",
+    "load_aggregated_trajectories",
+    "load_latest_metrics",
+    "load_trajectories",
+]
+
+_GROUP = ["model", "split", "step"]
+
+
+class BenchmarkModelKey:
+    """A model's rows of one split (`val` unless given), shown under `display_name`."""
+
+    def __init__(self, name: str, display_name: str | None = None, split: str | None = None):
+        self.name = name
+        self.display_name = display_name or name
+        self.split = split or "val"
+
+    def __str__(self) -> str:
+        return self.display_name
+
+    def __repr__(self) -> str:
+        return f"BenchmarkModelKey({self.name!r}, {self.display_name!r}, {self.split!r})"
+
+
+def _model_dirs(project_name: str, models: Iterable[str] | None, art_path: str) -> list[Path]:
+    root = Path(get_models_dir(project_name, art_path))
+    if not root.is_dir():
+        return []
+    wanted = None if models is None else set(models)
+    return sorted(
+        d for d in root.iterdir() if is_run_dir(d) and (wanted is None or d.name in wanted)
+    )
+
+
+def _json_object(text: Any) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _message(cells: dict[str, Any]) -> dict[str, Any]:
+    out = {
+        "role": cells["role"],
+        "content": cells["content"],
+        "trainable": bool(cells["trainable"]),
+    }
+    if cells.get("tool_calls"):
+        try:
+            out["tool_calls"] = json.loads(cells["tool_calls"])
+        except (json.JSONDecodeError, TypeError):
+            pass
+    return out
+
+
+def _frame_schema(columns: dict[str, set[str]]) -> dict[str, Any]:
+    import polars as pl
+
+    call = pl.Struct({"function": pl.Struct({"name": pl.String, "arguments": pl.String})})
+    message = pl.Struct(
+        {
+            "role": pl.String,
+            "content": pl.String,
+            "tool_calls": pl.List(call),
+            "trainable": pl.Boolean,
+        }
+    )
+    schema: dict[str, Any] = {
+        "model": pl.String,
+        "split": pl.String,
+        "step": pl.Int64,
+        "reward": pl.Float64,
+        "group_number": pl.Int64,
+        "messages": pl.List(message),
+        "logs": pl.List(pl.String),
+    }
+    for prefix, kind in (("metric_", pl.Float64), ("metadata_", pl.String)):
+        for group in ("", "group_"):
+            schema.update(dict.fromkeys(sorted(columns[group + prefix]), kind))
+    return schema
+
+
+async def load_trajectories(
+    project_name: str,
+    models: list[str] | None = None,
+    debug: bool = False,
+    art_path: str | None = None,
+) -> pl.DataFrame:
+    """Every trajectory of the project's models (or of `models`) as one row: `model`,
+    `split`, `step`, `reward`, `group_number` (1, 2, ... per (model, split, step, group), in
+    model, split, step order), `messages` (role, content, tool_calls, trainable), `logs`, and
+    one column per key of the trajectories' metrics (`metric_*`, Float64), metadata
+    (`metadata_*`, the value as text), group metrics (`group_metric_*`) and group metadata
+    (`group_metadata_*`). A group whose every rollout failed has no row. No model, or no
+    trajectory, gives an empty frame. `debug` prints what is read."""
+    import polars as pl
+
+    base = get_default_art_path() if art_path is None else art_path
+    rows: list[dict[str, Any]] = []
+    columns: dict[str, set[str]] = {
+        key: set() for key in ("metric_", "metadata_", "group_metric_", "group_metadata_")
+    }
+    numbers: dict[tuple[str, str, int, int], int] = {}
+    for directory in _model_dirs(project_name, models, base):
+        frame = load_model_trajectories(directory).collect()
+        if debug:
+            print(f"{directory}: {frame.height} rows")
+        for cells in frame.iter_rows(named=True):
+            if cells["reward"] is None and cells["messages"] is None:
+                continue
+            key = (directory.name, cells["split"], cells["step"], cells["group_index"] or 0)
+            number = numbers.setdefault(key, len(numbers) + 1)
+            row: dict[str, Any] = {
+                "model": directory.name,
+                "split": cells["split"],
+                "step": cells["step"],
+                "reward": cells["reward"],
+                "group_number": number,
+                "messages": [_message(m) for m in cells["messages"] or []],
+                "logs": cells["logs"],
+            }
+            for column, prefix, as_text in (
+                ("metrics", "metric_", False),
+                ("metadata", "metadata_", True),
+                ("group_metrics", "group_metric_", False),
+                ("group_metadata", "group_metadata_", True),
+            ):
+                for name, value in _json_object(cells[column]).items():
+                    row[prefix + name] = str(value) if as_text else value
+                    columns[prefix].add(prefix + name)
+            rows.append(row)
+    if not rows:
+        return pl.DataFrame()
+    return pl.DataFrame(rows, schema=_frame_schema(columns))
+
+
+def filter_rename_model_split(
+    df: pl.DataFrame, models: Sequence[BenchmarkModelKey]
+) -> pl.DataFrame:
+    """The rows of each key's (model, split), the model renamed to the key's display name."""
+    import polars as pl
+
+    def pair(key: BenchmarkModelKey) -> pl.Expr:
+        return (pl.col("model") == key.name) & (pl.col("split") == key.split)
+
+    chosen = pl.lit(False)
+    for key in models:
+        chosen = chosen | pair(key)
+    df = df.filter(chosen)
+    for key in models:
+        if key.name != key.display_name:
+            renamed = pl.when(pair(key)).then(pl.lit(key.display_name)).otherwise(pl.col("model"))
+            df = df.with_columns(renamed.alias("model"))
+    return df
+
+
+async def load_aggregated_trajectories(
+    project_name: str,
+    models: list[str] | None = None,
+    metrics: list[str] | None = None,
+    art_path: str | None = None,
+    include_history: bool = False,
+) -> pl.DataFrame:
+    """One row per (model, split, step): each `metric_*` (or only `metrics`) averaged within
+    each group, then across the groups; with `metric_reward`, `metric_reward_std_dev` (each
+    group's sample standard deviation, averaged); with `include_history`, `recorded_at`: when
+    the model's history first recorded the step (UTC). Sorted by model, split, step."""
+    import polars as pl
+
+    df = await load_trajectories(project_name, models=models, art_path=art_path)
+    if df.is_empty():
+        return df
+    names = [c for c in df.columns if c.startswith("metric_")]
+    if metrics:
+        asked = {f"metric_{m}" for m in metrics}
+        names = [c for c in names if c in asked]
+    groups = df.group_by([*_GROUP, "group_number"])
+    steps = (
+        groups.agg([pl.col(c).mean() for c in names])
+        .group_by(_GROUP)
+        .agg([pl.col(c).mean() for c in names])
+    )
+    if "metric_reward" in names:
+        spread = (
+            groups.agg(pl.col("metric_reward").std().alias("spread"))
+            .group_by(_GROUP)
+            .agg(pl.col("spread").mean().alias("metric_reward_std_dev"))
+        )
+        steps = steps.join(spread, on=_GROUP, how="left")
+    if include_history:
+        base = get_default_art_path() if art_path is None else art_path
+        recorded = _history_times(project_name, models, base)
+        if recorded:
+            steps = steps.join(pl.DataFrame(recorded), on=["model", "step"], how="left")
+    return steps.sort(_GROUP)
+
+
+def _history_times(
+    project_name: str, models: list[str] | None, art_path: str
+) -> dict[str, list[Any]]:
+    from ..adapters.jsonl_history import read_rows
+
+    out: dict[str, list[Any]] = {"model": [], "step": [], "recorded_at": []}
+    for directory in _model_dirs(project_name, models, art_path):
+        if not (directory / HISTORY).is_file():
+            continue
+        first: dict[int, Any] = {}
+        for row in read_rows(directory / HISTORY):
+            first.setdefault(row.step, row.recorded_at)
+        for step, when in first.items():
+            out["model"].append(directory.name)
+            out["step"].append(step)
+            out["recorded_at"].append(when)
+    return out if out["model"] else {}
+
+
+async def load_latest_metrics(
+    project_name: str,
+    models: list[str] | None = None,
+    split: str = "val",
+    metrics: list[str] | None = None,
+    art_path: str | None = None,
+) -> pl.DataFrame:
+    """One row per model: its latest step of `split` and that step's aggregated metrics."""
+    import polars as pl
+
+    df = await load_aggregated_trajectories(
+        project_name, models=models, metrics=metrics, art_path=art_path
+    )
+    if df.is_empty():
+        return df
+    names = [c for c in df.columns if c.startswith("metric_")]
+    latest = (
+        df.filter(pl.col("split") == split)
+        .sort("step")
+        .group_by("model")
+        .agg([pl.col("step").max(), *[pl.col(c).last() for c in names]])
+    )
+    return latest.sort("model")

@@ -1,0 +1,20 @@
+"""ART's `art.utils.benchmarking.aggregate_trajectories`, under arthex.
+
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.apps.benchmarking import (
+        load_aggregated_trajectories as load_aggregated_trajectories,
+    )
+    from arthex.apps.benchmarking import load_latest_metrics as load_latest_metrics
+
+    __all__ = ["load_aggregated_trajectories", "load_latest_metrics"]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
