@@ -33,6 +33,8 @@ __all__ = [
     "load_aggregated_trajectories",
     "load_latest_metrics",
     "load_trajectories",
+    "percentage_comparison_bar_chart",
+    "training_progress_chart",
 ]
 
 _GROUP = ["model", "split", "step"]
@@ -271,3 +273,166 @@ async def load_latest_metrics(
         .agg([pl.col("step").max(), *[pl.col(c).last() for c in names]])
     )
     return latest.sort("model")
+
+
+# -- charts --------------------------------------------------------------------------------------
+
+_ORANGE, _DARK_ORANGE, _GREY, _REFERENCE = "#e67a30", "#c05a20", "#e0dcd5", "dimgray"
+
+
+def _figure() -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        from ..core.errors import MissingExtraError
+
+        raise MissingExtraError("matplotlib", "cli") from error
+    return Figure(figsize=(6, 4), dpi=300)
+
+
+def _chart_frame(
+    df: pl.DataFrame, metric_name: str, models: Sequence[str | BenchmarkModelKey] | None
+) -> tuple[pl.DataFrame, str, list[str], dict[str, int]]:
+    """The rows to chart, the metric's column, the models in drawing order (as given, else
+    the trained ones then the single-step ones, each alphabetically) and each one's count of
+    distinct steps."""
+    import polars as pl
+
+    from ..core.errors import InvalidInputError
+
+    column = metric_name if metric_name in df.columns else f"metric_{metric_name}"
+    if column not in df.columns:
+        raise InvalidInputError(
+            f"Column {column!r} not found in DataFrame. Available columns: {list(df.columns)}"
+        )
+    if models is not None:
+        keys = [m if isinstance(m, BenchmarkModelKey) else BenchmarkModelKey(m) for m in models]
+        df = filter_rename_model_split(df, keys)
+    if df.is_empty():
+        raise InvalidInputError(
+            "no rows left to chart after choosing the models and splits; check `models`"
+        )
+    counts = df.group_by("model").agg(pl.col("step").n_unique()).rows()
+    steps = {str(model): int(n) for model, n in counts}
+    if models is not None:
+        order = [key.display_name for key in keys]
+    else:
+        order = sorted(m for m, n in steps.items() if n > 1) + sorted(
+            m for m, n in steps.items() if n == 1
+        )
+    return df, column, order, steps
+
+
+def training_progress_chart(
+    df: pl.DataFrame,
+    metric_name: str,
+    models: list[str | BenchmarkModelKey] | None = None,
+    title: str | None = None,
+    x_label: str | None = None,
+    y_label: str | None = None,
+    perfect_score: float | None = None,
+    legend_loc: str | None = "lower right",
+) -> Any:
+    """A line per trained model: `metric_name` (a column, or `metric_{name}`) averaged per
+    step, over the steps of a `load_trajectories` frame; a model with one step (a prompted
+    baseline) as a dashed horizontal line across the steps (dotted when another baseline has
+    the same score). `perfect_score` draws a labelled reference line. Returns the matplotlib
+    Figure (shown inline in a notebook; `fig.savefig(path)` to keep it); pyplot's global
+    state is not touched."""
+    import polars as pl
+
+    df, column, order, steps = _chart_frame(df, metric_name, models)
+    means = df.group_by(["model", "step"]).agg(pl.col(column).mean()).sort("step")
+    first, last = means["step"].min(), means["step"].max()
+    trained = [m for m in order if steps.get(m, 2) > 1]
+    baselines = [m for m in order if steps.get(m, 1) == 1]
+    fig = _figure()
+    ax = fig.subplots()
+    if perfect_score is not None:
+        ax.plot([first, last], [perfect_score, perfect_score], linewidth=1,
+                color=_REFERENCE, label="_nolegend_")  # fmt: skip
+        low, high = ax.get_ylim()
+        ax.text(first, perfect_score - (high - low) * 0.1, "Perfect score",
+                verticalalignment="top", color=_REFERENCE)  # fmt: skip
+    # the first colours of matplotlib's cycle go to the trained models
+    color_of = {model: f"C{i}" for i, model in enumerate(trained + baselines)}
+    drawn: set[float] = set()
+    for model in baselines + trained:  # the trained lines are drawn over the baselines
+        rows = means.filter(pl.col("model") == model)
+        x, y = rows["step"].to_list(), rows[column].to_list()
+        if len(x) == 1:
+            style = ":" if y[0] in drawn else "--"
+            drawn.add(y[0])
+            ax.plot([first, last], [y[0], y[0]], linestyle=style, linewidth=2,
+                    color=color_of[model], label=model)  # fmt: skip
+        else:
+            ax.plot(x, y, marker="o", linewidth=2, color=color_of[model], label=model)
+    ax.set_title(metric_name if title is None else title)
+    ax.set_xlabel("Step" if x_label is None else x_label)
+    if y_label is not None:
+        ax.set_ylabel(y_label)
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    ax.legend([handles[m] for m in trained + baselines], trained + baselines,
+              loc=legend_loc, frameon=True, facecolor="white")  # fmt: skip
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout(pad=1.0)
+    return fig
+
+
+def percentage_comparison_bar_chart(
+    df: pl.DataFrame,
+    metric_name: str,
+    models: list[str | BenchmarkModelKey] | None = None,
+    title: str | None = None,
+    y_label: str | None = None,
+    perfect_score: float | None = None,
+    num_decimals: int = 0,
+) -> Any:
+    """A bar per model: `metric_name` averaged at its first step, with the change by its last
+    step stacked on top (hatched, labelled "RL +x") for a trained model; one plain bar for a
+    single-step baseline. Values up to 1.01 are shown as percentages. Returns the Figure."""
+    import polars as pl
+
+    df, column, order, _ = _chart_frame(df, metric_name, models)
+    means = df.group_by(["model", "step"]).agg(pl.col(column).mean()).sort(["model", "step"])
+    bars: list[tuple[str, float, float]] = []
+    for model in order:
+        values = means.filter(pl.col("model") == model)[column].to_list()
+        if values:
+            base = float(values[0])
+            bars.append((model, base, float(values[-1]) - base if len(values) > 1 else 0.0))
+    if not bars:
+        from ..core.errors import InvalidInputError
+
+        raise InvalidInputError("no values to chart for the models asked for")
+    top = max(base + change for _, base, change in bars)
+    scale, unit = (100.0, "%") if top <= 1.01 else (1.0, "")
+    fig = _figure()
+    ax = fig.subplots()
+    for x, (_, base, change) in enumerate(bars):
+        base, change = base * scale, change * scale
+        ax.bar(x, base, width=0.7, color=_ORANGE if change else _GREY, edgecolor="white")
+        if change:
+            ax.bar(x, change, width=0.7, bottom=base, color=_ORANGE, hatch="///",
+                   edgecolor="white", alpha=0.95)  # fmt: skip
+            ax.text(x, base + change / 2, f"RL +{change:.{num_decimals}f}{unit}", ha="center",
+                    va="center", color=_DARK_ORANGE, fontweight="bold",
+                    bbox={"facecolor": "white", "boxstyle": "round,pad=0.3", "alpha": 0.95,
+                          "edgecolor": _ORANGE, "linewidth": 1})  # fmt: skip
+        ax.text(x, base + change + top * scale * 0.02, f"{base + change:.{num_decimals}f}{unit}",
+                ha="center", va="bottom", fontweight="bold")  # fmt: skip
+    if perfect_score is not None:
+        line = perfect_score * scale
+        ax.plot([-0.5, len(bars) - 0.5], [line, line], linewidth=1, color=_REFERENCE,
+                label="_nolegend_")  # fmt: skip
+        ax.text(-0.4, line - top * scale * 0.05, "Perfect score", va="top", ha="left",
+                color=_REFERENCE)  # fmt: skip
+    ax.set_xticks(range(len(bars)), [model for model, _, _ in bars])
+    ax.set_yticks([])
+    if y_label is not None:
+        ax.set_ylabel(y_label)
+    ax.set_title(metric_name if title is None else title, pad=15)
+    for side in ("left", "top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig

@@ -141,9 +141,6 @@ REFUSED_PACKAGES: dict[str, str] = {
     "art.trainer_rank": _MEGATRON,
     "art.transformers": "arthex loads models with transformers as it is; no patches to apply",
     "art.unsloth": "arthex does not use Unsloth; use arthex.LocalBackend (torch and peft)",
-    "art.utils.benchmarking.charts": (
-        "chart a frame of load_aggregated_trajectories with matplotlib, or use `arthex plot`"
-    ),
     "art.utils.deployment": _DEPLOY,
     "art.utils.old_benchmarking": _HISTORY + ", and `arthex plot`",
 }
@@ -720,6 +717,16 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.benchmarking.aggregate_trajectories": {
         "load_aggregated_trajectories": Use(_BENCH, "load_aggregated_trajectories"),
         "load_latest_metrics": Use(_BENCH, "load_latest_metrics"),
+    },
+    "art.utils.benchmarking.charts": {
+        "percentage_comparison_bar_chart": Use(_BENCH, "percentage_comparison_bar_chart"),
+        "training_progress_chart": Use(_BENCH, "training_progress_chart"),
+    },
+    "art.utils.benchmarking.charts.percentage_comparison_bar_chart": {
+        "percentage_comparison_bar_chart": Use(_BENCH, "percentage_comparison_bar_chart"),
+    },
+    "art.utils.benchmarking.charts.training_progress_chart": {
+        "training_progress_chart": Use(_BENCH, "training_progress_chart"),
     },
     "art.utils.benchmarking.filter_model_split": {
         "filter_rename_model_split": Use(_BENCH, "filter_rename_model_split"),

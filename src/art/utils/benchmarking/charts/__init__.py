@@ -1,7 +1,20 @@
-"""ART's package `art.utils.benchmarking.charts`, not in arthex.
+"""ART's `art.utils.benchmarking.charts`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.apps.benchmarking import (
+        percentage_comparison_bar_chart as percentage_comparison_bar_chart,
+    )
+    from arthex.apps.benchmarking import training_progress_chart as training_progress_chart
+
+    __all__ = ["percentage_comparison_bar_chart", "training_progress_chart"]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
