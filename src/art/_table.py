@@ -142,7 +142,11 @@ REFUSED_PACKAGES: dict[str, str] = {
     "art.transformers": "arthex loads models with transformers as it is; no patches to apply",
     "art.unsloth": "arthex does not use Unsloth; use arthex.LocalBackend (torch and peft)",
     "art.utils.deployment": _DEPLOY,
-    "art.utils.old_benchmarking": _HISTORY + ", and `arthex plot`",
+    "art.utils.old_benchmarking": (
+        "ART's retired benchmarks read per-step JSONL/YAML files that neither library writes "
+        "now; use art.utils.benchmarking (load_aggregated_trajectories and its charts), after "
+        "art.utils.trajectory_migration for old runs"
+    ),
 }
 
 REFUSED_MODULES: dict[str, str] = {
