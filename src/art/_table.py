@@ -477,16 +477,21 @@ MODULES: dict[str, dict[str, Entry]] = {
         "UnsupportedLoRADeploymentProviderError": Refuse(_DEPLOY),
     },
     "art.gather": {
-        "GatherContext": Refuse(_INTERNAL),
-        "gather_context_var": Refuse(_INTERNAL),
+        **{
+            name: Use("arthex.utils.gather_context", name)
+            for name in (
+                "GatherContext",
+                "gather_context_var",
+                "get_gather_context",
+                "record_metrics",
+                "record_trajectory_completion_tokens",
+                "set_gather_context",
+                "wrap_group_awaitable",
+                "wrap_trajectories_awaitable",
+            )
+        },
         "gather_trajectories": _GATHER,
         "gather_trajectory_groups": _GATHER_GROUPS,
-        "get_gather_context": Refuse(_INTERNAL),
-        "record_metrics": Refuse("set trajectory.metrics[...] in the rollout"),
-        "record_trajectory_completion_tokens": Refuse(_INTERNAL),
-        "set_gather_context": Refuse(_INTERNAL),
-        "wrap_group_awaitable": Refuse(_INTERNAL),
-        "wrap_trajectories_awaitable": Refuse(_INTERNAL),
     },
     "art.local": {"LocalBackend": _LOCAL},
     "art.local.backend": {"LocalBackend": _LOCAL},
