@@ -163,7 +163,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.loss": (
         "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
     ),
-    "art.openai": "call the OpenAI client with stream=False: arthex records whole chat completions",
     "art.pipeline_trainer.binary_prefix_tool_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
     ),
@@ -512,6 +511,20 @@ MODULES: dict[str, dict[str, Entry]] = {
         "TrainableModel": _TRAINABLE,
         "WANDB_CANONICAL_METRIC_KEYS": _METRICS_NAME,
         "WANDB_CANONICAL_METRIC_PREFIXES": _METRICS_NAME,
+    },
+    "art.openai": {
+        **{
+            name: Use("arthex.utils.chat_streams", name)
+            for name in (
+                "IncompleteChatCompletionStreamError",
+                "consume_chat_completion_stream",
+                "consume_sync_chat_completion_stream",
+                "finalize_chat_completion",
+                "init_chat_completion",
+                "update_chat_completion",
+            )
+        },
+        "ART_MOE_ROUTING_METADATA_KEY": Refuse(REFUSED_MODULES["art.preprocessing.moe_routing"]),
     },
     "art.pipeline_trainer": {
         **_RETENTION_NAMES,
