@@ -157,7 +157,6 @@ REFUSED_PACKAGES: dict[str, str] = {
 REFUSED_MODULES: dict[str, str] = {
     "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.guided_completion": "pass response_format or tool_choice to the OpenAI client yourself",
     "art.local.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
     "art.loss": (
@@ -491,6 +490,10 @@ MODULES: dict[str, dict[str, Entry]] = {
         },
         "gather_trajectories": _GATHER,
         "gather_trajectory_groups": _GATHER_GROUPS,
+    },
+    "art.guided_completion": {
+        name: Use("arthex.utils.guided_completion", name)
+        for name in ("freeze_tool_schema", "get_guided_completion_params")
     },
     "art.local": {"LocalBackend": _LOCAL},
     "art.local.backend": {"LocalBackend": _LOCAL},
