@@ -155,9 +155,12 @@ REFUSED_PACKAGES: dict[str, str] = {
 }
 
 REFUSED_MODULES: dict[str, str] = {
-    "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
+    "art.local.adapter_leases": (
+        "arthex keeps no adapter leases; pin a rollout's step with "
+        "arthex.art.adapter_leases.pin_inference_step, and keep its checkpoint with "
+        "model.delete_checkpoints(pinned=...)"
+    ),
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.local.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
     "art.loss": (
         "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
@@ -306,6 +309,22 @@ _ROLLOUT_TYPES = {
     "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
     "EvalFn": Use("arthex.core.pipeline.rollouts", "EvalFn"),
 }
+_LEASES: dict[str, Entry] = {
+    **{
+        name: Use("arthex.utils.adapter_leases", name)
+        for name in (
+            "pin_inference_step",
+            "pin_inference_target",
+            "pinned_inference_name",
+            "pinned_inference_step",
+        )
+    },
+    "InferenceTarget": Use("arthex.core.inference_target", "ServingPin"),
+    "in_flight_lora_name": Refuse(
+        "arthex's servers have no in-flight adapter name; model.get_inference_name() names "
+        "the latest step, model.get_inference_name(step) one step"
+    ),
+}
 _YIELD = Refuse(_CAPTURE)
 _TOKENIZE_NAME = Refuse(_TOKENIZE)
 _GET_TOKENIZER = Refuse("use transformers.AutoTokenizer.from_pretrained(base_model)")
@@ -371,6 +390,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "trajectory_group_batches": _BATCHES,
         "yield_trajectory": Use(_YIELDING, "yield_trajectory"),
     },
+    "art.adapter_leases": _LEASES,
     "art.api_costs": {
         **_api_costs,
         "track_api_cost": Use("arthex.accounting.builder", "track_api_cost"),

@@ -4,7 +4,8 @@ consumers on recorded chunk sequences (text with logprobs and token ids, tool ca
 choices, a legacy function call, an empty prologue, streams cut short, an early stop),
 `art.guided_completion` on tools and teacher completions, and `art.gather`'s context helpers
 (completion tokens, recorded sums, the wrappers' failure budget, and what rollouts record
-into a running `gather_trajectory_groups`)."""
+into a running `gather_trajectory_groups`), and `art.adapter_leases`' pins read back at each
+level of nested pins."""
 
 from __future__ import annotations
 
@@ -124,12 +125,15 @@ RUNNING = [
     {"reward": 0.5, "records": 1.0},
 ]
 
+PINS = [["m", 2, None], ["other", 0, "other-exact"], ["m", 1, "m-exact"], ["m", 0, None]]
+
 
 def test_the_rollout_helpers_give_arts_outcomes() -> None:
     cases = {
         "streams": STREAMS,
         "guided": {"freeze": FREEZE, "teachers": TEACHERS},
         "gather": {"trajectories": TRAJECTORIES, "wraps": WRAPS, "running": RUNNING},
+        "leases": {"models": ["m", "other"], "pins": PINS},
     }
     art, ours = both_outcomes("rollout_helpers_script", cases)
     for name, theirs in art["streams"][0]["async"]["completion"]["choices"][0].items():
@@ -137,6 +141,7 @@ def test_the_rollout_helpers_give_arts_outcomes() -> None:
     assert ours["streams"] == art["streams"]
     assert ours["guided"] == art["guided"]
     assert ours["gather"] == art["gather"]
+    assert ours["leases"] == art["leases"]
     # the cases reach what they are about (ART's outcomes, not arthex's, checked here)
     assert [s["async"].get("error") for s in art["streams"]][4:7] == ["incomplete"] * 3
     assert art["streams"][7]["closed"] and art["streams"][8]["async"] == {"error": "value"}
@@ -148,3 +153,7 @@ def test_the_rollout_helpers_give_arts_outcomes() -> None:
         None,
     ]
     assert art["gather"]["wraps"][0][0][-1] == "raised"
+    assert art["leases"][3] == [
+        [1, "m-exact", None, "m-exact", None],
+        [0, "other-exact", "other-exact", None, None],
+    ]

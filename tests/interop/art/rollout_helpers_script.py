@@ -10,7 +10,9 @@ the package) on the cases read as JSON from stdin, and print what each gave, as 
 - `gather`: `record_trajectory_completion_tokens` and `record_metrics` on trajectories,
   `wrap_group_awaitable` / `wrap_trajectories_awaitable` on a sequence of outcomes under a
   failure budget, and the sums a running `gather_trajectory_groups` holds when its rollouts
-  record into `get_gather_context()`.
+  record into `get_gather_context()`;
+- `adapter_leases`: what `pinned_inference_step` and `pinned_inference_name` read at each
+  level of nested pins, entering and leaving.
 
 Run by ART's interpreter for ART; the interop test runs arthex's cases in its own process.
 """
@@ -187,11 +189,41 @@ def gather(lib, cases):
     }
 
 
+def leases(lib, cases):
+    module = importlib.import_module(f"{lib}.adapter_leases")
+    models = cases["models"]
+
+    def readback():
+        return [
+            [module.pinned_inference_step(m)]
+            + [module.pinned_inference_name(m, s) for s in (None, 0, 1, 2)]
+            for m in models
+        ]
+
+    async def nest(pins, seen):
+        seen.append(readback())
+        if not pins:
+            return
+        model, step, name = pins[0]
+        if name is None:
+            pin = module.pin_inference_step(model, step)
+        else:
+            pin = module.pin_inference_target(model, step=step, inference_name=name)
+        async with pin:
+            await nest(pins[1:], seen)
+        seen.append(readback())
+
+    seen = []
+    asyncio.run(nest(cases["pins"], seen))
+    return seen
+
+
 def run(lib, cases):
     return {
         "streams": streams(lib, cases["streams"]),
         "guided": guided(lib, cases["guided"]),
         "gather": gather(lib, cases["gather"]),
+        "leases": leases(lib, cases["leases"]),
     }
 
 
