@@ -208,7 +208,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.get_repo_root_path": _INTERNAL,
     "art.utils.group_aggregate": _METRICS,
     "art.utils.lifecycle": _INTERNAL,
-    "art.utils.log_http_errors": _INTERNAL,
     "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
@@ -263,6 +262,7 @@ _RULER_GROUP = Use("arthex.rewards.ruler", "ruler_score_group")
 _METADATA_VALUE = Use("arthex.core.trajectories", "MetadataValue")
 _FILES = "arthex.adapters.parquet.single_file"
 _STRIP = Use("arthex.utils.strip_logprobs", "strip_logprobs")
+_LOG_HTTP_ERRORS = Use("arthex.utils.log_http_errors", "log_http_errors")
 _YIELDING = "arthex.composition.yield_trajectory"
 
 
@@ -331,7 +331,9 @@ _GET_TOKENIZER = Refuse("use transformers.AutoTokenizer.from_pretrained(base_mod
 _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
 _TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
-_METRICS_NAME = Refuse(_METRICS)
+_WANDB_ALL = Refuse(
+    "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
+)
 _SERVER_CONFIG = Refuse(
     "arthex's servers need no configuration passed to register(); " + _BACKEND_SETTINGS
 )
@@ -527,13 +529,16 @@ MODULES: dict[str, dict[str, Entry]] = {
         ),
     },
     "art.model": {
-        "METRICS_BUILDER_STATE_KEY": _METRICS_NAME,
-        "METRIC_SECTIONS": _METRICS_NAME,
-        "METRIC_SPLITS": _METRICS_NAME,
+        "METRICS_BUILDER_STATE_KEY": Refuse(
+            "arthex keeps cumulative metrics in the run's history, not in the model's state; "
+            + _HISTORY
+        ),
+        "METRIC_SECTIONS": Use("arthex.core.metrics", "SECTIONS"),
+        "METRIC_SPLITS": Use("arthex.core.metrics", "SPLITS"),
         "Model": _MODEL,
         "TrainableModel": _TRAINABLE,
-        "WANDB_CANONICAL_METRIC_KEYS": _METRICS_NAME,
-        "WANDB_CANONICAL_METRIC_PREFIXES": _METRICS_NAME,
+        "WANDB_CANONICAL_METRIC_KEYS": _WANDB_ALL,
+        "WANDB_CANONICAL_METRIC_PREFIXES": _WANDB_ALL,
     },
     "art.openai": {
         **{
@@ -597,7 +602,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.rewards": {"ruler": _RULER, "ruler_score_group": _RULER_GROUP},
     "art.rewards.ruler": {
         "DEFAULT_RUBRIC": Use("arthex.rewards.prompt", "DEFAULT_RUBRIC"),
-        "Response": Refuse("arthex.rewards.ruler(...) returns a list of TrajectoryScore"),
+        "Response": Use("arthex.rewards.prompt", "JudgeReply"),
         "TrajectoryScore": Use("arthex.rewards.prompt", "TrajectoryScore"),
         "ruler": _RULER,
         "ruler_score_group": _RULER_GROUP,
@@ -690,10 +695,11 @@ MODULES: dict[str, dict[str, Entry]] = {
         "get_model_step": Use("arthex.utils.output_dirs", "get_model_step"),
         "iterate_dataset": _ITERATE,
         "limit_concurrency": _LIMIT,
-        "log_http_errors": Refuse(_INTERNAL),
+        "log_http_errors": _LOG_HTTP_ERRORS,
         "record_provenance": Refuse(REFUSED_MODULES["art.utils.record_provenance"]),
         "retry": _RETRY,
     },
+    "art.utils.log_http_errors": {"log_http_errors": _LOG_HTTP_ERRORS},
     "art.utils.litellm": {
         "convert_litellm_choice_to_openai": Use(
             "arthex.utils.litellm_choices", "convert_litellm_choice_to_openai"

@@ -5,7 +5,8 @@ choices, a legacy function call, an empty prologue, streams cut short, an early 
 `art.guided_completion` on tools and teacher completions, and `art.gather`'s context helpers
 (completion tokens, recorded sums, the wrappers' failure budget, and what rollouts record
 into a running `gather_trajectory_groups`), and `art.adapter_leases`' pins read back at each
-level of nested pins."""
+level of nested pins; `art.model`'s metric splits and sections, judge replies through
+`art.rewards.ruler.Response` and HTTP errors through `art.utils.log_http_errors`."""
 
 from __future__ import annotations
 
@@ -127,6 +128,12 @@ RUNNING = [
 
 PINS = [["m", 2, None], ["other", 0, "other-exact"], ["m", 1, "m-exact"], ["m", 0, None]]
 
+REPLIES = [
+    '{"scores": [{"trajectory_id": "1", "explanation": "ok", "score": 0.5}]}',
+    '{"scores": []}',
+]
+HTTP = [[404, '{"detail": "no such model"}'], [500, "<html>oops</html>"], [422, "[1]"]]
+
 
 def test_the_rollout_helpers_give_arts_outcomes() -> None:
     cases = {
@@ -134,6 +141,7 @@ def test_the_rollout_helpers_give_arts_outcomes() -> None:
         "guided": {"freeze": FREEZE, "teachers": TEACHERS},
         "gather": {"trajectories": TRAJECTORIES, "wraps": WRAPS, "running": RUNNING},
         "leases": {"models": ["m", "other"], "pins": PINS},
+        "small": {"replies": REPLIES, "http": HTTP},
     }
     art, ours = both_outcomes("rollout_helpers_script", cases)
     for name, theirs in art["streams"][0]["async"]["completion"]["choices"][0].items():
@@ -142,6 +150,21 @@ def test_the_rollout_helpers_give_arts_outcomes() -> None:
     assert ours["guided"] == art["guided"]
     assert ours["gather"] == art["gather"]
     assert ours["leases"] == art["leases"]
+    assert ours["small"]["splits"] == art["small"]["splits"]
+    assert set(art["small"]["sections"]) <= set(ours["small"]["sections"])  # arthex adds two
+    assert set(ours["small"]["sections"]) - set(art["small"]["sections"]) == {
+        "optim",
+        "diagnostics",
+    }
+    assert (ours["small"]["replies"], ours["small"]["http"]) == (
+        art["small"]["replies"],
+        art["small"]["http"],
+    )
+    assert art["small"]["http"] == [
+        "[HTTP 404] http://trainer.test/v1/jobs no such model",
+        "original",
+        "original",
+    ]
     # the cases reach what they are about (ART's outcomes, not arthex's, checked here)
     assert [s["async"].get("error") for s in art["streams"]][4:7] == ["incomplete"] * 3
     assert art["streams"][7]["closed"] and art["streams"][8]["async"] == {"error": "value"}

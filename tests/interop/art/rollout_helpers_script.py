@@ -12,7 +12,9 @@ the package) on the cases read as JSON from stdin, and print what each gave, as 
   failure budget, and the sums a running `gather_trajectory_groups` holds when its rollouts
   record into `get_gather_context()`;
 - `adapter_leases`: what `pinned_inference_step` and `pinned_inference_name` read at each
-  level of nested pins, entering and leaving.
+  level of nested pins, entering and leaving;
+- `small`: `art.model`'s metric splits and sections, judge replies read by
+  `art.rewards.ruler.Response`, and what `log_http_errors` makes of HTTP errors.
 
 Run by ART's interpreter for ART; the interop test runs arthex's cases in its own process.
 """
@@ -218,12 +220,42 @@ def leases(lib, cases):
     return seen
 
 
+def small(lib, cases):
+    model = importlib.import_module(f"{lib}.model")
+    ruler = importlib.import_module(f"{lib}.rewards.ruler")
+    http = importlib.import_module(f"{lib}.utils.log_http_errors")
+    import httpx
+
+    def reworded(status, body):
+        request = httpx.Request("POST", "http://trainer.test/v1/jobs")
+        response = httpx.Response(status, content=body.encode(), request=request)
+
+        @http.log_http_errors
+        async def call():
+            response.raise_for_status()
+
+        try:
+            asyncio.run(call())
+        except httpx.HTTPStatusError:
+            return "original"
+        except Exception as error:
+            return str(error)
+
+    return {
+        "splits": sorted(model.METRIC_SPLITS),
+        "sections": sorted(model.METRIC_SECTIONS),
+        "replies": [ruler.Response.model_validate_json(r).model_dump() for r in cases["replies"]],
+        "http": [reworded(status, body) for status, body in cases["http"]],
+    }
+
+
 def run(lib, cases):
     return {
         "streams": streams(lib, cases["streams"]),
         "guided": guided(lib, cases["guided"]),
         "gather": gather(lib, cases["gather"]),
         "leases": leases(lib, cases["leases"]),
+        "small": small(lib, cases["small"]),
     }
 
 
