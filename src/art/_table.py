@@ -157,15 +157,16 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.benchmarking.pull_model_trajectories": (
         "copy the run folder from the bucket first (art.utils.s3.pull_model_from_s3), then load it"
     ),
-    "art.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
+    "art.local.adapter_leases": (
+        "arthex keeps no adapter leases; pin a rollout's step with "
+        "arthex.art.adapter_leases.pin_inference_step, and keep its checkpoint with "
+        "model.delete_checkpoints(pinned=...)"
+    ),
     "art.cli": "use the `arthex` command (`arthex --help`)",
-    "art.guided_completion": "pass response_format or tool_choice to the OpenAI client yourself",
-    "art.local.adapter_leases": "use model.get_inference_name(step) to address one step's weights",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
     "art.loss": (
         "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
     ),
-    "art.openai": "call the OpenAI client with stream=False: arthex records whole chat completions",
     "art.pipeline_trainer.binary_prefix_tool_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
     ),
@@ -209,7 +210,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.get_repo_root_path": _INTERNAL,
     "art.utils.group_aggregate": _METRICS,
     "art.utils.lifecycle": _INTERNAL,
-    "art.utils.log_http_errors": _INTERNAL,
     "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
@@ -264,6 +264,7 @@ _RULER_GROUP = Use("arthex.rewards.ruler", "ruler_score_group")
 _METADATA_VALUE = Use("arthex.core.trajectories", "MetadataValue")
 _FILES = "arthex.adapters.parquet.single_file"
 _STRIP = Use("arthex.utils.strip_logprobs", "strip_logprobs")
+_LOG_HTTP_ERRORS = Use("arthex.utils.log_http_errors", "log_http_errors")
 _YIELDING = "arthex.composition.yield_trajectory"
 
 
@@ -310,13 +311,31 @@ _ROLLOUT_TYPES = {
     "SingleRolloutFn": Use("arthex.core.pipeline.rollouts", "SingleRolloutFn"),
     "EvalFn": Use("arthex.core.pipeline.rollouts", "EvalFn"),
 }
+_LEASES: dict[str, Entry] = {
+    **{
+        name: Use("arthex.utils.adapter_leases", name)
+        for name in (
+            "pin_inference_step",
+            "pin_inference_target",
+            "pinned_inference_name",
+            "pinned_inference_step",
+        )
+    },
+    "InferenceTarget": Use("arthex.core.inference_target", "ServingPin"),
+    "in_flight_lora_name": Refuse(
+        "arthex's servers have no in-flight adapter name; model.get_inference_name() names "
+        "the latest step, model.get_inference_name(step) one step"
+    ),
+}
 _YIELD = Refuse(_CAPTURE)
 _TOKENIZE_NAME = Refuse(_TOKENIZE)
 _GET_TOKENIZER = Refuse("use transformers.AutoTokenizer.from_pretrained(base_model)")
 _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
 _TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
-_METRICS_NAME = Refuse(_METRICS)
+_WANDB_ALL = Refuse(
+    "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
+)
 _SERVER_CONFIG = Refuse(
     "arthex's servers need no configuration passed to register(); " + _BACKEND_SETTINGS
 )
@@ -382,6 +401,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "trajectory_group_batches": _BATCHES,
         "yield_trajectory": Use(_YIELDING, "yield_trajectory"),
     },
+    "art.adapter_leases": _LEASES,
     "art.api_costs": {
         **_api_costs,
         "track_api_cost": Use("arthex.accounting.builder", "track_api_cost"),
@@ -505,16 +525,25 @@ MODULES: dict[str, dict[str, Entry]] = {
         "UnsupportedLoRADeploymentProviderError": Refuse(_DEPLOY),
     },
     "art.gather": {
-        "GatherContext": Refuse(_INTERNAL),
-        "gather_context_var": Refuse(_INTERNAL),
+        **{
+            name: Use("arthex.utils.gather_context", name)
+            for name in (
+                "GatherContext",
+                "gather_context_var",
+                "get_gather_context",
+                "record_metrics",
+                "record_trajectory_completion_tokens",
+                "set_gather_context",
+                "wrap_group_awaitable",
+                "wrap_trajectories_awaitable",
+            )
+        },
         "gather_trajectories": _GATHER,
         "gather_trajectory_groups": _GATHER_GROUPS,
-        "get_gather_context": Refuse(_INTERNAL),
-        "record_metrics": Refuse("set trajectory.metrics[...] in the rollout"),
-        "record_trajectory_completion_tokens": Refuse(_INTERNAL),
-        "set_gather_context": Refuse(_INTERNAL),
-        "wrap_group_awaitable": Refuse(_INTERNAL),
-        "wrap_trajectories_awaitable": Refuse(_INTERNAL),
+    },
+    "art.guided_completion": {
+        name: Use("arthex.utils.guided_completion", name)
+        for name in ("freeze_tool_schema", "get_guided_completion_params")
     },
     "art.langgraph": {
         "init_chat_model": Use(_LANGGRAPH, "init_chat_model"),
@@ -557,13 +586,30 @@ MODULES: dict[str, dict[str, Entry]] = {
         ),
     },
     "art.model": {
-        "METRICS_BUILDER_STATE_KEY": _METRICS_NAME,
-        "METRIC_SECTIONS": _METRICS_NAME,
-        "METRIC_SPLITS": _METRICS_NAME,
+        "METRICS_BUILDER_STATE_KEY": Refuse(
+            "arthex keeps cumulative metrics in the run's history, not in the model's state; "
+            + _HISTORY
+        ),
+        "METRIC_SECTIONS": Use("arthex.core.metrics", "SECTIONS"),
+        "METRIC_SPLITS": Use("arthex.core.metrics", "SPLITS"),
         "Model": _MODEL,
         "TrainableModel": _TRAINABLE,
-        "WANDB_CANONICAL_METRIC_KEYS": _METRICS_NAME,
-        "WANDB_CANONICAL_METRIC_PREFIXES": _METRICS_NAME,
+        "WANDB_CANONICAL_METRIC_KEYS": _WANDB_ALL,
+        "WANDB_CANONICAL_METRIC_PREFIXES": _WANDB_ALL,
+    },
+    "art.openai": {
+        **{
+            name: Use("arthex.utils.chat_streams", name)
+            for name in (
+                "IncompleteChatCompletionStreamError",
+                "consume_chat_completion_stream",
+                "consume_sync_chat_completion_stream",
+                "finalize_chat_completion",
+                "init_chat_completion",
+                "update_chat_completion",
+            )
+        },
+        "ART_MOE_ROUTING_METADATA_KEY": Refuse(REFUSED_MODULES["art.preprocessing.moe_routing"]),
     },
     "art.pipeline_trainer": {
         **_RETENTION_NAMES,
@@ -613,7 +659,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.rewards": {"ruler": _RULER, "ruler_score_group": _RULER_GROUP},
     "art.rewards.ruler": {
         "DEFAULT_RUBRIC": Use("arthex.rewards.prompt", "DEFAULT_RUBRIC"),
-        "Response": Refuse("arthex.rewards.ruler(...) returns a list of TrajectoryScore"),
+        "Response": Use("arthex.rewards.prompt", "JudgeReply"),
         "TrajectoryScore": Use("arthex.rewards.prompt", "TrajectoryScore"),
         "ruler": _RULER,
         "ruler_score_group": _RULER_GROUP,
@@ -706,10 +752,11 @@ MODULES: dict[str, dict[str, Entry]] = {
         "get_model_step": Use("arthex.utils.output_dirs", "get_model_step"),
         "iterate_dataset": _ITERATE,
         "limit_concurrency": _LIMIT,
-        "log_http_errors": Refuse(_INTERNAL),
+        "log_http_errors": _LOG_HTTP_ERRORS,
         "record_provenance": Refuse(REFUSED_MODULES["art.utils.record_provenance"]),
         "retry": _RETRY,
     },
+    "art.utils.log_http_errors": {"log_http_errors": _LOG_HTTP_ERRORS},
     "art.utils.litellm": {
         "convert_litellm_choice_to_openai": Use(
             "arthex.utils.litellm_choices", "convert_litellm_choice_to_openai"

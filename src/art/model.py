@@ -12,7 +12,9 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.composition.api import Model as Model
     from arthex.composition.api import TrainableModel as TrainableModel
+    from arthex.core.metrics import SECTIONS as METRIC_SECTIONS
+    from arthex.core.metrics import SPLITS as METRIC_SPLITS
 
-    __all__ = ["Model", "TrainableModel"]
+    __all__ = ["METRIC_SECTIONS", "METRIC_SPLITS", "Model", "TrainableModel"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

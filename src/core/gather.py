@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Literal, overload
 
 from .errors import InvalidInputError, TooManyExceptionsError
@@ -45,27 +48,60 @@ def warn_completion_tokens_flag(flag: bool) -> None:
 
 
 class RunningMetrics:
-    """Means of the reward and the trajectory metrics seen so far, for the progress line:
-    ART's gather shows the same postfix. `max_metrics` caps how many are shown."""
+    """Sums and counts of the reward and the trajectory metrics seen so far, whose means
+    make the progress line's note (ART's gather shows the same postfix). `max_metrics` caps
+    how many are shown. Code running inside the gather (a rollout) reaches them with
+    `running_metrics()` and may add its own; a mean divides by at least 1."""
 
-    def __init__(self, max_metrics: int | None) -> None:
+    def __init__(self, max_metrics: int | None, max_exceptions: int | float = 0) -> None:
         if max_metrics is not None and (
             isinstance(max_metrics, bool) or not isinstance(max_metrics, int) or max_metrics < 0
         ):
             raise InvalidInputError(f"max_metrics must be None or an int >= 0, got {max_metrics!r}")
-        self._max = max_metrics
-        self._sums: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
+        self.max_metrics = max_metrics
+        self.max_exceptions = max_exceptions
+        self.sums: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
 
     def add(self, trajectories: Iterable[Trajectory]) -> None:
         for trajectory in trajectories:
             for key, value in {"reward": trajectory.reward, **trajectory.metrics}.items():
-                self._sums[key] = self._sums.get(key, 0.0) + float(value)
-                self._counts[key] = self._counts.get(key, 0) + 1
+                # a Counter adds floats at runtime; typeshed types its counts as int
+                self.sums[key] += float(value)  # type: ignore[assignment]
+                self.counts[key] += 1
+
+    def means(self) -> dict[str, float]:
+        keys = list(self.sums)[: self.max_metrics]
+        return {key: self.sums[key] / max(1, self.counts[key]) for key in keys}
 
     def note(self) -> str:
-        keys = list(self._sums)[: self._max]
-        return " ".join(f"{key}={self._sums[key] / self._counts[key]:.3g}" for key in keys)
+        return " ".join(f"{key}={mean:.3g}" for key, mean in self.means().items())
+
+
+_RUNNING: contextvars.ContextVar[RunningMetrics | None] = contextvars.ContextVar(
+    "arthex_running_gather", default=None
+)
+
+
+def running_metrics() -> RunningMetrics | None:
+    """The running metrics of the `gather_trajectory_groups` this code runs inside (None
+    outside one, or inside `outside_gather()`)."""
+    return _RUNNING.get()
+
+
+@contextlib.contextmanager
+def _running(metrics: RunningMetrics | None) -> Iterator[None]:
+    token = _RUNNING.set(metrics)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
+
+
+def outside_gather() -> contextlib.AbstractContextManager[None]:
+    """Within the block, `running_metrics()` is None: for code that keeps its own tally
+    inside a rollout."""
+    return _running(None)
 
 
 async def gather_trajectory_groups(
@@ -89,11 +125,12 @@ async def gather_trajectory_groups(
     `after_each(group)` runs on each group as soon as it is gathered, concurrently with the
     rest (e.g. to score it with a judge): it returns the group to keep, a list of groups that
     take its place, or None to drop it. An exception from `after_each` propagates.
-    `max_metrics` caps the running metric means on the progress line.
+    `max_metrics` caps the running metric means on the progress line; a rollout (or
+    `after_each`) adds its own to them through `running_metrics()`.
     """
     check_budget(max_exceptions)
     warn_completion_tokens_flag(pbar_total_completion_tokens)
-    running = RunningMetrics(max_metrics)
+    running = RunningMetrics(max_metrics, max_exceptions)
     awaitables = list(groups)
 
     async def settle(
@@ -109,7 +146,8 @@ async def gather_trajectory_groups(
         kept = [] if replaced is None else replaced if isinstance(replaced, list) else [replaced]
         return index, gathered, kept
 
-    tasks = [asyncio.ensure_future(settle(i, g)) for i, g in enumerate(awaitables)]
+    with _running(running):  # the tasks copy the context as they are made
+        tasks = [asyncio.ensure_future(settle(i, g)) for i, g in enumerate(awaitables)]
     bar = ProgressLine(pbar_desc or "", len(tasks), enabled=progress)
     gathered: dict[int, TrajectoryGroup] = {}  # as the rollouts left them: the budget's count
     kept: dict[int, list[TrajectoryGroup]] = {}  # after `after_each`: what is returned

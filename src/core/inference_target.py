@@ -4,17 +4,72 @@
 A prompted (non-trainable) model points them at any OpenAI-compatible service to be
 evaluated and logged like a trained one; a trainable model gets them from its backend at
 `register`.
+
+`pinned_serving(model_name, step)` pins a registered trainable model's inference to one step
+for the code inside the block (this task and the tasks it starts): there
+`get_inference_name()` names that step, not the latest, so a rollout started before a
+training step finishes keeps sampling the policy it began with; `served_name` pins the exact
+name to send instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
+
+import attrs
 
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
+
+
+@attrs.frozen
+class ServingPin:
+    """The step a model's inference is pinned to, and optionally the exact name to send."""
+
+    step: int
+    served_name: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
+            raise InvalidInputError(f"a pinned step must be an int >= 0, got {self.step!r}")
+        if self.served_name is not None and (
+            not isinstance(self.served_name, str) or not self.served_name
+        ):
+            raise InvalidInputError(
+                f"a pinned served name must be a non-empty str, got {self.served_name!r}"
+            )
+
+
+_PINS: contextvars.ContextVar[Mapping[str, ServingPin]] = contextvars.ContextVar(
+    "arthex_serving_pins", default=MappingProxyType({})
+)
+
+
+def serving_pin(model_name: str) -> ServingPin | None:
+    """The pin on `model_name`'s inference here, if any."""
+    return _PINS.get().get(model_name)
+
+
+@contextlib.contextmanager
+def pinned_serving(
+    model_name: str, step: int, served_name: str | None = None
+) -> Iterator[ServingPin]:
+    """Within the block, `model_name`'s inference is pinned to `step` (see the module)."""
+    if not isinstance(model_name, str) or not model_name:
+        raise InvalidInputError(f"pin a model by its non-empty name, got {model_name!r}")
+    pin = ServingPin(step, served_name)
+    token = _PINS.set(MappingProxyType({**_PINS.get(), model_name: pin}))
+    try:
+        yield pin
+    finally:
+        _PINS.reset(token)
 
 
 class InferenceTarget:

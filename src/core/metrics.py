@@ -12,6 +12,8 @@ import attrs
 from .errors import InvalidInputError
 from .trajectories import TrajectoryGroup
 
+# The first part of a key that names what it measures, not a split: such keys are kept as
+# they are (ART's sections, and arthex's `optim` and `diagnostics`).
 SECTIONS: frozenset[str] = frozenset(
     {
         "loss",
@@ -23,13 +25,16 @@ SECTIONS: frozenset[str] = frozenset(
         "throughput",
         "objective",
         "offpolicy",
+        "pipeline",
+        "pipeline_settings",
+        "sample_efficiency",
+        "vllm",
         "optim",
         "diagnostics",
-        "train",
-        "val",
-        "test",
     }
 )
+# The splits every run knows; a key under one of them is kept as it is, whatever the split.
+SPLITS: frozenset[str] = frozenset({"train", "val", "test"})
 ZERO_VARIANCE_TOLERANCE = 1e-12
 RESERVED_KEYS: frozenset[str] = frozenset({"step", "training_step", "recorded_at"})
 
@@ -113,7 +118,7 @@ def qualify_key(key: str, split: str) -> str:
     A custom split is prefixed once: `eval2/reward` stays `eval2/reward`.
     """
     head, sep, _ = key.partition("/")
-    if sep and (head == split or head in SECTIONS):
+    if sep and (head == split or head in SECTIONS or head in SPLITS):
         return key
     return f"{split}/{key}"
 

@@ -37,6 +37,7 @@ from .errors import (
     RunBusyError,
 )
 from .identity import ModelSpec, step_name, validate_name
+from .inference_target import serving_pin
 from .lr_policy import REWARD_STD_DEV_KEY, RewardStdDevPolicy
 from .metrics import (
     MetricsRow,
@@ -332,11 +333,16 @@ class TrainableModel(Model):
         """The name to send for `step`: registered, the endpoint's name of the model (its
         `name`) at the step, `{name}@{step}` (the endpoint may name steps its own way), the
         latest step this model knows of when none is given; unregistered, `name`, or
-        `{name}@{step}`. The run's files go by `run_name`; `name` is what inference calls it."""
+        `{name}@{step}`. The run's files go by `run_name`; `name` is what inference calls it.
+        Inside `pinned_serving(name, step)` the pinned step is the one named when none is
+        given (and a pinned served name is sent for that step)."""
         if self._backend is None:
             return super().get_inference_name(step)
+        pin = serving_pin(self.name)
+        if pin is not None and pin.served_name is not None and step in (None, pin.step):
+            return pin.served_name
         if step is None:
-            step = self._step if self._step is not None else 0
+            step = pin.step if pin is not None else self._step if self._step is not None else 0
         if self._endpoint is None:
             return step_name(self.name, step)
         return self._endpoint.name_at(step)

@@ -60,6 +60,13 @@ class TrajectoryScore(BaseModel):
     score: float
 
 
+class JudgeReply(BaseModel):
+    """The judge's whole reply, the object `SCORES_SCHEMA` asks for: one score per trajectory
+    (`parse_scores` reads a reply more leniently and checks the ids and the range)."""
+
+    scores: list[TrajectoryScore]
+
+
 @attrs.frozen
 class View:
     """One trajectory as the judge sees it."""

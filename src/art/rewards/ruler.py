@@ -11,10 +11,11 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.rewards.prompt import DEFAULT_RUBRIC as DEFAULT_RUBRIC
+    from arthex.rewards.prompt import JudgeReply as Response
     from arthex.rewards.prompt import TrajectoryScore as TrajectoryScore
     from arthex.rewards.ruler import ruler as ruler
     from arthex.rewards.ruler import ruler_score_group as ruler_score_group
 
-    __all__ = ["DEFAULT_RUBRIC", "TrajectoryScore", "ruler", "ruler_score_group"]
+    __all__ = ["DEFAULT_RUBRIC", "Response", "TrajectoryScore", "ruler", "ruler_score_group"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -13,9 +13,17 @@ if TYPE_CHECKING:
     from arthex.utils.format_message import format_message as format_message
     from arthex.utils.iterate_dataset import iterate_dataset as iterate_dataset
     from arthex.utils.limit_concurrency import limit_concurrency as limit_concurrency
+    from arthex.utils.log_http_errors import log_http_errors as log_http_errors
     from arthex.utils.output_dirs import get_model_step as get_model_step
     from arthex.utils.retry import retry as retry
 
-    __all__ = ["format_message", "get_model_step", "iterate_dataset", "limit_concurrency", "retry"]
+    __all__ = [
+        "format_message",
+        "get_model_step",
+        "iterate_dataset",
+        "limit_concurrency",
+        "log_http_errors",
+        "retry",
+    ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
