@@ -51,5 +51,5 @@ def test_bad_values_are_refused_before_a_run_starts(offline: None, tmp_path: Pat
         (2, {"../x": {"reward": 1.0}}, "split"),
     ):
         with pytest.raises(InvalidInputError, match=message):
-            asyncio.run(log_constant_metrics_wandb(model, steps, metrics))  # type: ignore[arg-type]
+            asyncio.run(log_constant_metrics_wandb(model, steps, metrics))
     assert not (tmp_path / "bench").exists()
