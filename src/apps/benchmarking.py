@@ -15,12 +15,17 @@ both writes; history timestamps with arthex's ledger reader.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterable, Sequence
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..adapters.layout import HISTORY, is_run_dir
+from ..adapters.layout import HISTORY, RunLayout, is_run_dir
+from ..core.errors import InvalidInputError, MissingExtraError
+from ..core.identity import validate_name
 from ..utils.output_dirs import get_default_art_path, get_models_dir
 from .loaders import load_trajectories as load_model_trajectories
 
@@ -33,6 +38,7 @@ __all__ = [
     "load_aggregated_trajectories",
     "load_latest_metrics",
     "load_trajectories",
+    "log_constant_metrics_wandb",
     "percentage_comparison_bar_chart",
     "training_progress_chart",
 ]
@@ -284,8 +290,6 @@ def _figure() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as error:
-        from ..core.errors import MissingExtraError
-
         raise MissingExtraError("matplotlib", "cli") from error
     return Figure(figsize=(6, 4), dpi=300)
 
@@ -297,8 +301,6 @@ def _chart_frame(
     the trained ones then the single-step ones, each alphabetically) and each one's count of
     distinct steps."""
     import polars as pl
-
-    from ..core.errors import InvalidInputError
 
     column = metric_name if metric_name in df.columns else f"metric_{metric_name}"
     if column not in df.columns:
@@ -403,8 +405,6 @@ def percentage_comparison_bar_chart(
             base = float(values[0])
             bars.append((model, base, float(values[-1]) - base if len(values) > 1 else 0.0))
     if not bars:
-        from ..core.errors import InvalidInputError
-
         raise InvalidInputError("no values to chart for the models asked for")
     top = max(base + change for _, base, change in bars)
     scale, unit = (100.0, "%") if top <= 1.01 else (1.0, "")
@@ -436,3 +436,50 @@ def percentage_comparison_bar_chart(
     for side in ("left", "top", "right"):
         ax.spines[side].set_visible(False)
     return fig
+
+
+# -- a baseline on wandb -------------------------------------------------------------------------
+
+
+async def log_constant_metrics_wandb(
+    model: Any,
+    num_steps: int,
+    split_metrics: Mapping[str, Mapping[str, float]],
+    logged_run_name: str | None = None,
+) -> None:
+    """A wandb run (under the model's `entity` and `project`, named `logged_run_name` or the
+    model's run name) that logs the same `{split}/{metric}` values at every step from 0 to
+    `num_steps`: a baseline drawn as flat lines beside the training curves. The run's files go
+    to the model's folder, as its own wandb mirror's do (`WANDB_DIR` when set); the mode is
+    wandb's own (`WANDB_MODE`, or online when logged in). Bad values are refused before
+    anything is sent."""
+    values: dict[str, float] = {}
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
+        raise InvalidInputError(f"num_steps must be an integer >= 0, not {num_steps!r}")
+    for split, metrics in split_metrics.items():
+        for key, value in metrics.items():
+            number = (
+                value if isinstance(value, int | float) and not isinstance(value, bool) else None
+            )
+            if number is None or not math.isfinite(number):
+                raise InvalidInputError(f"{split}/{key} must be a finite number, not {value!r}")
+            values[f"{validate_name(split, 'split')}/{key}"] = float(number)
+    try:
+        import wandb
+    except ImportError as error:
+        raise MissingExtraError("wandb", "wandb") from error
+    directory = os.environ.get("WANDB_DIR") or str(RunLayout.of(model.base_path, model.run).dir)
+
+    def log() -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        run = wandb.init(
+            entity=getattr(model, "entity", None), project=model.project,
+            name=logged_run_name or model.run.name, dir=directory, reinit="create_new",
+        )  # fmt: skip
+        try:
+            for step in range(num_steps + 1):
+                run.log(values, step=step)
+        finally:
+            run.finish()
+
+    await asyncio.to_thread(log)

@@ -150,10 +150,6 @@ REFUSED_PACKAGES: dict[str, str] = {
 }
 
 REFUSED_MODULES: dict[str, str] = {
-    "art.utils.benchmarking.log_constant_metrics_wandb": (
-        "log the baseline's values at each step with model.log(metrics=..., step=...) "
-        "(Model(report_metrics=['wandb']) mirrors them)"
-    ),
     "art.utils.benchmarking.pull_model_trajectories": (
         "copy the run folder from the bucket first (art.utils.s3.pull_model_from_s3), then load it"
     ),
@@ -785,6 +781,9 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.benchmarking.load_trajectories": {
         "cache_path": Refuse("arthex's loaders keep no cache; they read the run's files"),
         "load_trajectories": Use(_BENCH, "load_trajectories"),
+    },
+    "art.utils.benchmarking.log_constant_metrics_wandb": {
+        "log_constant_metrics_wandb": Use(_BENCH, "log_constant_metrics_wandb"),
     },
     "art.utils.benchmarking.types": {"BenchmarkModelKey": Use(_BENCH, "BenchmarkModelKey")},
     "art.utils.format_message": {

@@ -1,7 +1,17 @@
-"""ART's module `art.utils.benchmarking.log_constant_metrics_wandb`, not in arthex.
+"""ART's `art.utils.benchmarking.log_constant_metrics_wandb`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.apps.benchmarking import log_constant_metrics_wandb as log_constant_metrics_wandb
+
+    __all__ = ["log_constant_metrics_wandb"]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
