@@ -157,6 +157,18 @@ def test_arts_client_and_arthexs_send_the_same_requests_and_read_the_same_answer
     }
     for name in errors:
         assert ours[name] == {"error": ARTHEX_ERROR_OF[arts[name]["error"]]}, name
+    # the same resources, methods, parameters and fields; arthex's Client takes three more
+    # keyword arguments, each with a default
+    art_init = arts["shapes"].pop("Client.__init__")
+    our_init = ours["shapes"].pop("Client.__init__")
+    assert our_init[1][: len(art_init[1])] == art_init[1]
+    assert [p[0] for p in our_init[1][len(art_init[1]) :]] == [
+        "timeout",
+        "max_retries",
+        "transport",
+    ]
+    assert all(p[1] == "KEYWORD_ONLY" and p[2] != "<required>" for p in our_init[1][3:])
+    assert arts["shapes"]["attributes"]["Models"] == ["checkpoints"]
     arts_rest = {k: v for k, v in placeholders(arts, tenant, key).items() if k not in errors}
     ours_rest = {
         k: v for k, v in placeholders(ours, our_tenant, our_key).items() if k not in errors

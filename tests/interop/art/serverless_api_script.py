@@ -14,6 +14,7 @@ Run by ART's interpreter for ART; the interop test runs arthex's in its own proc
 
 import asyncio
 import importlib
+import inspect
 import json
 import sys
 import time
@@ -70,10 +71,54 @@ def event_json(event):
     return [type(event).__name__, event.id, event.type, sorted(event.data)]
 
 
+RESOURCES = {
+    "Client": ["__init__", "close"],
+    "Models": ["create", "log", "delete"],
+    "Checkpoints": ["list", "delete"],
+    "TrainingJobs": ["create"],
+    "TrainingJobEvents": ["list"],
+    "SFTTrainingJobs": ["create"],
+}
+ANSWERS = ["Model", "Checkpoint", "DeleteCheckpointsResponse", "TrainingJob", "SFTTrainingJob",
+           "TrainingJobEvent"]  # fmt: skip
+OPTIONS = ["CheckpointListParams", "TrainingJobEventListParams", "ExperimentalTrainingConfig",
+           "SFTTrainingConfig"]  # fmt: skip
+
+
+def shapes(api):
+    """Each resource method's parameters (name, kind, default: None and openai's NOT_GIVEN
+    both read as "not given"), whether it is a coroutine function, the resources' attributes,
+    each answer model's fields, each options TypedDict's keys."""
+    out = {}
+    for name, methods in RESOURCES.items():
+        cls = getattr(api, name)
+        for method in methods:
+            function = getattr(cls, method)
+            params = []
+            for p in inspect.signature(function).parameters.values():
+                default = p.default
+                if default is inspect.Parameter.empty:
+                    default = "<required>"
+                elif default is None or type(default).__name__ == "NotGiven":
+                    default = "<not given>"
+                params.append([p.name, p.kind.name, default])
+            out[f"{name}.{method}"] = [inspect.iscoroutinefunction(function), params]
+    for name in ANSWERS:
+        out[name] = sorted(getattr(api, name).model_fields)
+    for name in OPTIONS:
+        options = getattr(api, name)
+        out[name] = [sorted(options.__required_keys__), sorted(options.__optional_keys__)]
+    names = ("models", "training_jobs", "sft_training_jobs", "checkpoints", "events")
+    out["attributes"] = {
+        name: sorted(a for a in names if hasattr(getattr(api, name), a)) for name in RESOURCES
+    }
+    return out
+
+
 async def main(lib, cases):
     api = importlib.import_module(f"{lib}.serverless.client")
     client = api.Client(api_key=cases["api_key"], base_url=cases["base_url"])
-    out = {"base_url": str(client.base_url), "api_key": client.api_key}
+    out = {"base_url": str(client.base_url), "api_key": client.api_key, "shapes": shapes(api)}
     train = groups(lib, cases)
     create = client.models.create
     made = await create(project="proj", name="agent", base_model=cases["base_model"])
