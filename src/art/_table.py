@@ -185,9 +185,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.preprocessing.response_masking": _SFT_TOKENS,
     "art.preprocessing.sft": _SFT_TOKENS,
     "art.runtime_diagnostics": _VLLM,
-    "art.serverless.client": (
-        "use arthex.ServerlessBackend(base_url=..., api_key=...) against `arthex serve`"
-    ),
     "art.serving_capabilities": _VLLM,
     "art.tinker.client": _TINKER,
     "art.tinker.renderers": _TINKER,
@@ -662,6 +659,30 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.serverless": {"ServerlessBackend": _SERVERLESS},
     "art.serverless.backend": {"ServerlessBackend": _SERVERLESS},
+    "art.serverless.client": {
+        "Checkpoint": Use("arthex.adapters.serverless.api_types", "Checkpoint"),
+        "CheckpointListParams": Use("arthex.adapters.serverless.api_types", "CheckpointListParams"),
+        "Checkpoints": Use("arthex.adapters.serverless.api", "Checkpoints"),
+        "Client": Use("arthex.adapters.serverless.api", "Client"),
+        "DeleteCheckpointsResponse": Use(
+            "arthex.adapters.serverless.api_types", "DeleteCheckpointsResponse"
+        ),
+        "ExperimentalTrainingConfig": Use(
+            "arthex.adapters.serverless.api_types", "ExperimentalTrainingConfig"
+        ),
+        "Model": Use("arthex.adapters.serverless.api_types", "Model"),
+        "Models": Use("arthex.adapters.serverless.api", "Models"),
+        "SFTTrainingConfig": Use("arthex.adapters.serverless.api_types", "SFTTrainingConfig"),
+        "SFTTrainingJob": Use("arthex.adapters.serverless.api_types", "SFTTrainingJob"),
+        "SFTTrainingJobs": Use("arthex.adapters.serverless.api", "SFTTrainingJobs"),
+        "TrainingJob": Use("arthex.adapters.serverless.api_types", "TrainingJob"),
+        "TrainingJobEvent": Use("arthex.adapters.serverless.api_types", "TrainingJobEvent"),
+        "TrainingJobEventListParams": Use(
+            "arthex.adapters.serverless.api_types", "TrainingJobEventListParams"
+        ),
+        "TrainingJobEvents": Use("arthex.adapters.serverless.api", "TrainingJobEvents"),
+        "TrainingJobs": Use("arthex.adapters.serverless.api", "TrainingJobs"),
+    },
     "art.tinker": {
         "OpenAICompatibleTinkerServer": Refuse(_TINKER),
         "TinkerBackend": _TINKER_BACKEND,

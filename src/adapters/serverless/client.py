@@ -11,9 +11,10 @@ the config travel; the history and the parquet files stay with the frontend, and
 checkpoints stay on the server. Models are served at the same base URL as
 `wandb-artifact:///{entity}/{project}/{name}:step{N}`.
 
-Retries: GET, PUT and DELETE are retried with exponential backoff on connection errors, 429
-and 500/502/503/504; a POST is retried only on a 429 `rate_limit_exceeded` (refused before the
-server acted), never otherwise, since the server may have acted on it. Training events are
+Requests go through a `ServerlessTransport` (transport.py), the HTTP layer it shares with the
+hosted API's resource client (api.py): GET, PUT and DELETE are retried with exponential backoff
+on connection errors, 429 and 500/502/503/504; a POST is retried only on a 429
+`rate_limit_exceeded` (refused before the server acted), never otherwise. Training events are
 read with a cursor that advances past every event (the long poll returns as soon as one
 arrives), so a client that reconnects, or another one given the job id and cursor, reads
 each event exactly once.
@@ -38,7 +39,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import secrets
 import socket
 import time
@@ -70,22 +70,15 @@ from ...ports.training_backend import (
     TrainingBackend,
 )
 from . import export, wire
-from .client_http import (
-    httpx_module,
-    raise_for_status,
-    retryable,
-    ssl_context,
-    transport_error,
-)
 from .errors import TrainingJobFailed
+from .transport import HOSTED_KEY_ENV as HOSTED_KEY_ENV  # where the CLI and users read them
+from .transport import KEY_ENV as KEY_ENV
+from .transport import URL_ENV as URL_ENV
+from .transport import ServerlessTransport, server_of
 
 if TYPE_CHECKING:
     import httpx
 
-URL_ENV = "ARTHEX_SERVERLESS_URL"
-KEY_ENV = export.KEY_ENV
-HOSTED_KEY_ENV = "WANDB_API_KEY"  # the hosted service's keys, as ART's client reads them
-MAX_BACKOFF_S = 8.0
 EMPTY_POLL_PAUSE_S = 1.0
 LEASE_HEADER = "X-Arthex-Lease"
 HOLDER_HEADER = "X-Arthex-Lease-Holder"
@@ -152,31 +145,25 @@ class ServerlessBackend(BackendTrainEntry):
         poll_wait_s: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        url = base_url if base_url is not None else os.environ.get(URL_ENV)
-        url = url or wire.DEFAULT_BASE_URL
-        key = api_key if api_key is not None else os.environ.get(KEY_ENV)
-        key = key or os.environ.get(HOSTED_KEY_ENV)
-        if not key:
-            raise InvalidInputError(
-                f"ServerlessBackend needs an API key: pass api_key= or set {KEY_ENV} (or "
-                f"{HOSTED_KEY_ENV} for the hosted service)"
-            )
-        if retries < 0 or timeout <= 0 or backoff_s < 0 or not 0 <= poll_wait_s <= 30:
-            raise InvalidInputError(
-                "timeout must be > 0, retries and backoff_s >= 0, poll_wait_s in [0, 30]"
-            )
-        self.base_url = wire.api_base(url)
+        url, key = server_of(base_url, api_key, "ServerlessBackend")
+        if not 0 <= poll_wait_s <= 30:
+            raise InvalidInputError(f"poll_wait_s must be in [0, 30], got {poll_wait_s!r}")
+        self.lease_id = _process_lease_id(wire.api_base(url), key)
+        self._http = ServerlessTransport(
+            url,
+            key,
+            timeout=timeout,
+            retries=retries,
+            backoff_s=backoff_s,
+            headers={LEASE_HEADER: self.lease_id},
+            transport=transport,
+        )
+        self.base_url = self._http.base_url
         self.api_key = key
         self.timeout = timeout
-        self.retries = retries
-        self.backoff_s = backoff_s
         self.poll_wait_s = poll_wait_s
-        self._transport = transport
         self._model_ids: dict[RunRef, str] = {}
         self._capabilities: BackendCapabilities | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self.lease_id = _process_lease_id(self.base_url, key)
         self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
         self._heartbeats: dict[RunRef, asyncio.Task[None]] = {}
         _OPEN.add(self)
@@ -188,9 +175,7 @@ class ServerlessBackend(BackendTrainEntry):
         """The server's backend's capabilities. Known after `register`; before it, the
         first access asks the server (a blocking GET, once)."""
         if self._capabilities is None:
-            httpx = httpx_module()
-            with httpx.Client(timeout=self.timeout, verify=ssl_context()) as client:
-                response = self._sync_get(client, wire.BACKEND_PATH)
+            response = self._http.sync_get(wire.BACKEND_PATH)
             self._capabilities = _offered(response.json()["capabilities"])
         return self._capabilities
 
@@ -319,11 +304,9 @@ class ServerlessBackend(BackendTrainEntry):
         for task in heartbeats.values():
             with contextlib.suppress(RuntimeError):  # its event loop may be gone
                 task.cancel()
-        client = self._client
-        if client is not None and self._client_loop is not asyncio.get_running_loop():
-            client = None  # an ended loop's: nothing of it can be used or closed here
+        client = self._http.open_client()
         if client is None and heartbeats:
-            client = self._http()  # give the leases back from this loop
+            client = self._http.http()  # give the leases back from this loop
         if client is not None:
             for run in heartbeats:
                 if self._shared(run):
@@ -331,10 +314,8 @@ class ServerlessBackend(BackendTrainEntry):
                 path = f"{wire.MODELS_PATH}/{self._model_ids[run]}/lease"
                 with contextlib.suppress(Exception):  # best effort: else it expires
                     await client.request("DELETE", path, timeout=min(self.timeout, 10.0))
-        self._client = None
         try:
-            if client is not None:
-                await client.aclose()
+            await self._http.aclose()
         finally:
             await release_leases(self)  # the models registered here give their runs back
 
@@ -445,73 +426,10 @@ class ServerlessBackend(BackendTrainEntry):
         payload: dict[str, Any] = (await self._request("GET", path, params=dict(params))).json()
         return payload
 
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is not None and self._client_loop is not loop:
-            # made on a loop that has ended (a script's earlier asyncio.run): its pooled
-            # connections went with it, so this loop gets a client of its own
-            self._client = None
-        self._client_loop = loop
-        if self._client is None:
-            httpx = httpx_module()
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url,
-                timeout=self.timeout,
-                verify=ssl_context(),
-                headers={"Authorization": f"Bearer {self.api_key}", LEASE_HEADER: self.lease_id},
-                transport=self._transport,
-            )
-        return self._client
-
     async def _request(
         self, method: str, path: str, *, extra_timeout: float = 0.0, **kwargs: Any
     ) -> httpx.Response:
-        httpx = httpx_module()
-        client = self._http()
-        attempts = self.retries + 1
-        timeout = self.timeout + extra_timeout
-        for attempt in range(attempts):
-            last = attempt + 1 >= attempts
-            try:
-                response = await client.request(method, path, timeout=timeout, **kwargs)
-            except httpx.TransportError as exc:
-                if last or method == "POST":
-                    raise transport_error(method, path, exc, self.base_url) from exc
-                await asyncio.sleep(self._delay(attempt, None))
-                continue
-            if not last and retryable(method, response):
-                await asyncio.sleep(self._delay(attempt, response))
-                continue
-            raise_for_status(method, path, response)
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _sync_get(self, client: httpx.Client, path: str) -> httpx.Response:
-        httpx = httpx_module()
-        headers = {"Authorization": f"Bearer {self.api_key}"}
-        url = self.base_url + path
-        for attempt in range(self.retries + 1):
-            try:
-                response = client.get(url, headers=headers)
-            except httpx.TransportError as exc:
-                if attempt >= self.retries:
-                    raise transport_error("GET", path, exc, self.base_url) from exc
-                time.sleep(self._delay(attempt, None))
-                continue
-            if retryable("GET", response) and attempt < self.retries:
-                time.sleep(self._delay(attempt, response))
-                continue
-            raise_for_status("GET", path, response)
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
-        if response is not None:
-            retry_after = response.headers.get("retry-after", "")
-            if wire.COUNT.fullmatch(retry_after.replace(".", "", 1)) is not None:
-                return min(float(retry_after), MAX_BACKOFF_S)
-        base = min(self.backoff_s * (2**attempt), MAX_BACKOFF_S)
-        return float(base * (0.5 + random.random() / 2))  # jitter: retrying clients do not stampede
+        return await self._http.request(method, path, extra_timeout=extra_timeout, **kwargs)
 
 
 def _group_json(group: TrajectoryGroup) -> dict[str, Any]:
