@@ -215,12 +215,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.record_provenance": (
         "arthex records no provenance; pass Model(config=...) to keep settings with the run"
     ),
-    "art.utils.s3": (
-        "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
-    ),
-    "art.utils.s3_checkpoint_utils": (
-        "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
-    ),
     "art.utils.safetensors": _INTERNAL,
     "art.utils.suppress_litellm_serialization_warnings": (
         "arthex does not use LiteLLM; nothing to suppress"
@@ -468,7 +462,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.errors": {
         "ARTError": Use("arthex.core.errors", "ArthexError"),
         "ArtVllmMetricsTimeoutError": Refuse(_VLLM),
-        "ForbiddenBucketCreationError": Refuse(_DEPLOY),
+        "ForbiddenBucketCreationError": Use("arthex.utils.s3", "ForbiddenBucketCreationError"),
         "LoRADeploymentTimedOutError": Refuse(_DEPLOY),
         "LocalServingUnavailableError": Refuse(
             "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
@@ -681,6 +675,28 @@ MODULES: dict[str, dict[str, Entry]] = {
         "get_step_checkpoint_dir": Use("arthex.utils.output_dirs", "get_step_checkpoint_dir"),
         "get_trajectories_dir": Use("arthex.utils.output_dirs", "get_trajectories_dir"),
         "get_trajectories_split_dir": Use("arthex.utils.output_dirs", "get_trajectories_split_dir"),
+    },
+    "art.utils.s3": {
+        name: Use("arthex.utils.s3", name)
+        for name in (
+            "ExcludableOption",
+            "S3SyncError",
+            "archive_and_presign_step_url",
+            "build_s3_path",
+            "build_s3_zipped_step_path",
+            "ensure_bucket_exists",
+            "pull_model_from_s3",
+            "push_model_to_s3",
+            "s3_sync",
+        )
+    },
+    "art.utils.s3_checkpoint_utils": {
+        name: Use("arthex.utils.s3_checkpoints", name)
+        for name in (
+            "get_checkpoint_step_not_after_from_s3",
+            "get_latest_checkpoint_step_from_s3",
+            "migrate_s3_checkpoints_to_new_structure",
+        )
     },
     "art.utils.strip_logprobs": {
         "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")
