@@ -83,7 +83,6 @@ _EXCHANGES = "arthex records chat completions only, as Trajectory.exchanges (see
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
 _TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference server"
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
-_RETENTION = "use await model.delete_checkpoints(best_checkpoint_metric=..., keep_last=...)"
 _AUTOTUNE = (
     "arthex has no autotuner (ART's resizes rollout workers and packing as it runs, from "
     "vLLM's load); set them yourself: arthex.PipelineTrainer(num_rollout_workers=..., "
@@ -204,14 +203,12 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.chat_template": _INTERNAL,
     "art.utils.convert_moe_lora": _INTERNAL,
     "art.utils.deploy_model": _DEPLOY,
-    "art.utils.get_repo_root_path": _INTERNAL,
     "art.utils.group_aggregate": _METRICS,
     "art.utils.lifecycle": _INTERNAL,
     "art.utils.log_http_errors": _INTERNAL,
     "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
-    "art.utils.network": _INTERNAL,
     "art.utils.record_provenance": (
         "arthex records no provenance; pass Model(config=...) to keep settings with the run"
     ),
@@ -485,13 +482,12 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.local": {"LocalBackend": _LOCAL},
     "art.local.backend": {"LocalBackend": _LOCAL},
     "art.local.checkpoints": {
-        "delete_checkpoints": Refuse(_RETENTION + ", or `arthex prune`"),
-        "get_last_checkpoint_dir": Refuse(
-            "checkpoints live in {run}/checkpoints/{step:04d}; await model.get_step() is the latest"
-        ),
-        "migrate_checkpoints_to_new_structure": Refuse(
-            "arthex reads ART's checkpoint layout as it is; nothing to migrate"
-        ),
+        name: Use("arthex.utils.checkpoints", name)
+        for name in (
+            "delete_checkpoints",
+            "get_last_checkpoint_dir",
+            "migrate_checkpoints_to_new_structure",
+        )
     },
     "art.model": {
         "METRICS_BUILDER_STATE_KEY": _METRICS_NAME,
@@ -676,6 +672,10 @@ MODULES: dict[str, dict[str, Entry]] = {
         "get_trajectories_dir": Use("arthex.utils.output_dirs", "get_trajectories_dir"),
         "get_trajectories_split_dir": Use("arthex.utils.output_dirs", "get_trajectories_split_dir"),
     },
+    "art.utils.get_repo_root_path": {
+        "get_repo_root_path": Use("arthex.utils.repo_root", "get_repo_root_path"),
+    },
+    "art.utils.network": {"find_free_tcp_port": Use("arthex.utils.network", "find_free_tcp_port")},
     "art.utils.s3": {
         name: Use("arthex.utils.s3", name)
         for name in (
