@@ -343,3 +343,22 @@ def test_checkpoints_of_the_first_layout_move_on_s3(s3: S3, tmp_path: Path) -> N
         "checkpoints/0004/adapter_model.safetensors", "history.jsonl",
     ])  # fmt: skip
     assert s3.read(f"{base_key(prefix)}/checkpoints/0003/adapter_model.safetensors") == b"w3"
+
+
+def test_a_named_profile_gives_the_credentials(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = make_run(tmp_path / "here")
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[mine]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")  # only the profile holds credentials now
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    prefix = fresh_prefix()
+    target = f"s3://{base_key(prefix)}"
+    asyncio.run(art_s3.s3_sync(str(run), target, profile="mine"))
+    assert s3.keys(base_key(prefix)) == sorted(shared(run))
+    with pytest.raises(InvalidInputError) as refused:
+        asyncio.run(art_s3.s3_sync(str(run), target, profile="nobody"))
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).startswith("cannot use the AWS profile 'nobody': ")

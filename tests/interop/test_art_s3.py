@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from arthex.art.utils.s3 import push_model_to_s3
+from arthex.art.utils.s3 import pull_model_from_s3, push_model_to_s3
 from tests._s3_server import BUCKET, S3
 
 from .art_env import both_outcomes
@@ -71,6 +71,12 @@ def write_run(art_path: Path) -> Path:
         (run / relative).parent.mkdir(parents=True, exist_ok=True)
         (run / relative).write_bytes(data)
     return run
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
 
 
 def test_art_and_arthex_read_and_write_the_same_model_on_s3(
@@ -123,3 +129,12 @@ def test_art_and_arthex_read_and_write_the_same_model_on_s3(
     assert server.keys(by_art) == server.keys(by_arthex) and len(server.keys(by_art)) == 9
     for key in server.keys(by_art):
         assert server.read(f"{by_art}/{key}") == server.read(f"{by_arthex}/{key}")
+    # what ART pushed, arthex pulls: every file as it was
+    there = tmp_path / "from-art"
+    pulling = pull_model_from_s3(
+        "agent", "proj", None, BUCKET, art["pushed"][0], art_path=str(there)
+    )
+    asyncio.run(pulling)
+    pulled = there / "proj" / "models" / "agent"
+    original = tmp_path / "source" / "proj" / "models" / "agent"
+    assert files(pulled) == files(original) and len(files(original)) == 9
