@@ -114,7 +114,7 @@ def _skipped(relative: str) -> bool:
 
 def list_tree(tree: Tree, budget: float = DEFAULT_RETRY_BUDGET) -> dict[str, Entry]:
     """Every file below `tree`, by its path relative to the root (`/`-separated); nothing
-    when the root does not exist. Temp names of writes in progress are left out."""
+    when the root does not exist. Writes in progress and lock files are left out."""
     if tree.local:
         return _list_local(Path(tree.path))
     filesystem = tree.filesystem
