@@ -83,7 +83,6 @@ _EXCHANGES = "arthex records chat completions only, as Trajectory.exchanges (see
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
 _TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference server"
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
-_RETENTION = "use await model.delete_checkpoints(best_checkpoint_metric=..., keep_last=...)"
 _AUTOTUNE = (
     "arthex has no autotuner (ART's resizes rollout workers and packing as it runs, from "
     "vLLM's load); set them yourself: arthex.PipelineTrainer(num_rollout_workers=..., "
@@ -200,21 +199,13 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.chat_template": _INTERNAL,
     "art.utils.convert_moe_lora": _INTERNAL,
     "art.utils.deploy_model": _DEPLOY,
-    "art.utils.get_repo_root_path": _INTERNAL,
     "art.utils.group_aggregate": _METRICS,
     "art.utils.lifecycle": _INTERNAL,
     "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
-    "art.utils.network": _INTERNAL,
     "art.utils.record_provenance": (
         "arthex records no provenance; pass Model(config=...) to keep settings with the run"
-    ),
-    "art.utils.s3": (
-        "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
-    ),
-    "art.utils.s3_checkpoint_utils": (
-        "arthex.ParquetTrajectoryStore takes an object-store root; checkpoints stay on disk"
     ),
     "art.utils.safetensors": _INTERNAL,
     "art.utils.suppress_litellm_serialization_warnings": (
@@ -509,7 +500,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.errors": {
         "ARTError": Use("arthex.core.errors", "ArthexError"),
         "ArtVllmMetricsTimeoutError": Refuse(_VLLM),
-        "ForbiddenBucketCreationError": Refuse(_DEPLOY),
+        "ForbiddenBucketCreationError": Use("arthex.utils.s3", "ForbiddenBucketCreationError"),
         "LoRADeploymentTimedOutError": Refuse(_DEPLOY),
         "LocalServingUnavailableError": Refuse(
             "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
@@ -570,13 +561,12 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.local": {"LocalBackend": _LOCAL},
     "art.local.backend": {"LocalBackend": _LOCAL},
     "art.local.checkpoints": {
-        "delete_checkpoints": Refuse(_RETENTION + ", or `arthex prune`"),
-        "get_last_checkpoint_dir": Refuse(
-            "checkpoints live in {run}/checkpoints/{step:04d}; await model.get_step() is the latest"
-        ),
-        "migrate_checkpoints_to_new_structure": Refuse(
-            "arthex reads ART's checkpoint layout as it is; nothing to migrate"
-        ),
+        name: Use("arthex.utils.checkpoints", name)
+        for name in (
+            "delete_checkpoints",
+            "get_last_checkpoint_dir",
+            "migrate_checkpoints_to_new_structure",
+        )
     },
     "art.model": {
         "METRICS_BUILDER_STATE_KEY": Refuse(
@@ -827,6 +817,32 @@ MODULES: dict[str, dict[str, Entry]] = {
         "get_step_checkpoint_dir": Use("arthex.utils.output_dirs", "get_step_checkpoint_dir"),
         "get_trajectories_dir": Use("arthex.utils.output_dirs", "get_trajectories_dir"),
         "get_trajectories_split_dir": Use("arthex.utils.output_dirs", "get_trajectories_split_dir"),
+    },
+    "art.utils.get_repo_root_path": {
+        "get_repo_root_path": Use("arthex.utils.repo_root", "get_repo_root_path"),
+    },
+    "art.utils.network": {"find_free_tcp_port": Use("arthex.utils.network", "find_free_tcp_port")},
+    "art.utils.s3": {
+        name: Use("arthex.utils.s3", name)
+        for name in (
+            "ExcludableOption",
+            "S3SyncError",
+            "archive_and_presign_step_url",
+            "build_s3_path",
+            "build_s3_zipped_step_path",
+            "ensure_bucket_exists",
+            "pull_model_from_s3",
+            "push_model_to_s3",
+            "s3_sync",
+        )
+    },
+    "art.utils.s3_checkpoint_utils": {
+        name: Use("arthex.utils.s3_checkpoints", name)
+        for name in (
+            "get_checkpoint_step_not_after_from_s3",
+            "get_latest_checkpoint_step_from_s3",
+            "migrate_s3_checkpoints_to_new_structure",
+        )
     },
     "art.utils.strip_logprobs": {
         "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")

@@ -4,9 +4,7 @@ HTTP by pyarrow's S3 filesystem, exactly as a bucket on AWS would be."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,49 +24,18 @@ from arthex.testing.contracts.trajectory_store import (
     assert_groups_identical,
 )
 from tests._parts import write_legacy_part
+from tests._s3_server import KEY, REGION, S3, SECRET
 
 pytestmark = pytest.mark.e2e
 
-BUCKET = "arthex-runs"
-KEY, SECRET, REGION = "testing", "testing", "us-east-1"
 RUN = RunRef("proj", "run-1")
-
-
-class S3:
-    """A moto server on 127.0.0.1 and a pyarrow filesystem pointed at it."""
-
-    def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
-        self.endpoint = f"{host}:{port}"
-        self.filesystem = pafs.S3FileSystem(
-            endpoint_override=self.endpoint, scheme="http", access_key=KEY, secret_key=SECRET,
-            region=REGION, allow_bucket_creation=True,
-        )  # fmt: skip
-        self.filesystem.create_dir(BUCKET)
-
-    def prefix(self) -> str:
-        """A fresh, empty place in the bucket."""
-        return f"{BUCKET}/{secrets.token_hex(6)}"
-
-    def keys(self, prefix: str) -> list[str]:
-        selector = pafs.FileSelector(prefix, recursive=True, allow_not_found=True)
-        return sorted(
-            info.path[len(prefix) + 1 :]
-            for info in self.filesystem.get_file_info(selector)
-            if info.type == pafs.FileType.File
-        )
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3]:
     server = S3()
     yield server
-    server.server.stop()
+    server.stop()
 
 
 def write(store: ParquetTrajectoryStore, groups: list[TrajectoryGroup], step: int = 0) -> str:

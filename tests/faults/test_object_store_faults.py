@@ -17,6 +17,7 @@ import faulthandler
 import logging
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
@@ -213,3 +214,74 @@ def test_a_missing_bucket_is_not_retried(stack: Stack, faults: Faults) -> None:
         write(store, groups(1, "x"))
     assert not isinstance(failed.value, StoreUnavailableError)
     assert len(faults.log) - before < 10  # failed at once, not tried again for 30 s
+
+
+# -- a run folder pushed and pulled (arthex.art.utils.s3) through the same proxy ---------------
+
+
+def run_folder(root: Path) -> dict[str, bytes]:
+    """`{root}/proj/models/agent/`: a history and two checkpoints; its files by relative path."""
+    files = {
+        "history.jsonl": b'{"step": 1}\n',
+        **{f"checkpoints/{s:04d}/model.safetensors": secrets.token_bytes(5000) for s in (1, 2)},
+        **{f"checkpoints/{s:04d}/trainer_state.json": b'{"format": 1}' for s in (1, 2)},
+    }
+    for relative, data in files.items():
+        path = root / "proj" / "models" / "agent" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return files
+
+
+def test_a_run_folder_sync_waits_out_slowdowns_and_fails_in_one_line_naming_the_key(
+    stack: Stack, faults: Faults, tmp_path: Path
+) -> None:
+    from arthex.art.utils.s3 import S3SyncError, pull_model_from_s3, push_model_to_s3
+
+    files = run_folder(tmp_path / "here")
+    prefix = secrets.token_hex(6)
+    filesystem = stack.filesystem()
+    rule = faults.add("slowdown", times=4)
+    asyncio.run(
+        push_model_to_s3(
+            "agent", "proj", BUCKET, prefix, art_path=str(tmp_path / "here"),
+            filesystem=filesystem, retry_budget=20,
+        )
+    )  # fmt: skip
+    assert rule.hits == 4
+    base = f"{BUCKET}/{prefix}/proj/models/agent"
+    selector = pafs.FileSelector(base, recursive=True)
+    keys = [i.path for i in stack.direct.get_file_info(selector) if i.type == pafs.FileType.File]
+    assert sorted(k[len(base) + 1 :] for k in keys) == sorted(files)
+
+    def pull(budget: float) -> str:
+        return asyncio.run(
+            pull_model_from_s3(
+                "agent", "proj", None, BUCKET, prefix, art_path=str(tmp_path / "there"),
+                filesystem=filesystem, retry_budget=budget,
+            )
+        )  # fmt: skip
+
+    weights = f"/{base}/checkpoints/0002/model.safetensors"
+    faults.add("slowdown", times=None, match=lambda m, p, h: m == "GET" and p.startswith(weights))
+    with pytest.raises(S3SyncError) as failed:
+        pull(budget=1.5)
+    message = str(failed.value)
+    assert "\n" not in message
+    assert message.startswith(f"copying s3://{base}/checkpoints/0002/model.safetensors to ")
+    assert "1.5 s retry budget" in message and "SLOW_DOWN" in message
+    there = tmp_path / "there" / "proj" / "models" / "agent"
+    for path in there.rglob("*"):  # what did land is whole, and no half-written file is left
+        if path.is_file():
+            assert path.read_bytes() == files[path.relative_to(there).as_posix()]
+    assert not (there / "checkpoints" / "0002" / "trainer_state.json").exists()  # not whole yet
+
+    faults.clear()
+    faults.add("slowdown", times=None)
+    with pytest.raises(S3SyncError, match=rf"^looking up s3://{BUCKET} failed: .*1\.5 s retry"):
+        pull(budget=1.5)
+    faults.clear()  # the store is back: the same pull completes
+    pull(budget=20)
+    pulled = {p.relative_to(there).as_posix(): p.read_bytes() for p in there.rglob("*")
+              if p.is_file()}  # fmt: skip
+    assert pulled == files

@@ -76,6 +76,12 @@ def _has_adapter(directory: Path) -> bool:
     return all((directory / name).is_file() for name in ADAPTER_FILES)
 
 
+def whole_checkpoint(file_names: Collection[str]) -> bool:
+    """A step folder holding these files is a whole checkpoint (the rule of `complete_steps`,
+    for a folder known by its file names: one on an object store)."""
+    return STATE_FILE in file_names or all(name in file_names for name in ADAPTER_FILES)
+
+
 def foreign_adapter(directory: Path) -> bool:
     """A LoRA adapter folder arthex did not write (ART's LocalBackend writes these): the PEFT
     adapter files without arthex's state file. A `trainer_state.json` that is not arthex's

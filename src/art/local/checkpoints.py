@@ -9,5 +9,17 @@ from typing import TYPE_CHECKING
 
 from arthex.art._table import module_attributes
 
-if not TYPE_CHECKING:
+if TYPE_CHECKING:
+    from arthex.utils.checkpoints import delete_checkpoints as delete_checkpoints
+    from arthex.utils.checkpoints import get_last_checkpoint_dir as get_last_checkpoint_dir
+    from arthex.utils.checkpoints import (
+        migrate_checkpoints_to_new_structure as migrate_checkpoints_to_new_structure,
+    )
+
+    __all__ = [
+        "delete_checkpoints",
+        "get_last_checkpoint_dir",
+        "migrate_checkpoints_to_new_structure",
+    ]
+else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
