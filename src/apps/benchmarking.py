@@ -40,6 +40,7 @@ __all__ = [
     "load_trajectories",
     "log_constant_metrics_wandb",
     "percentage_comparison_bar_chart",
+    "pull_model_trajectories",
     "training_progress_chart",
 ]
 
@@ -483,3 +484,26 @@ async def log_constant_metrics_wandb(
             run.finish()
 
     await asyncio.to_thread(log)
+
+
+# -- a model's trajectories from its backup bucket ----------------------------------------------
+
+
+async def pull_model_trajectories(model: Any) -> None:
+    """Copy `model`'s run folder from the bucket named by `$BACKUP_BUCKET` (ART's key layout,
+    `s3://{bucket}/{project}/models/{run}/`) into its `base_path`, without its checkpoints and
+    logs: what the loaders above read. A missing variable is refused before anything moves."""
+    from ..utils.s3 import BUCKET_ENV, pull_model_from_s3
+
+    bucket = os.environ.get(BUCKET_ENV)
+    if not bucket:
+        raise InvalidInputError(
+            f"pull_model_trajectories needs ${BUCKET_ENV}, the bucket the model was pushed to"
+        )
+    name = model.run.name
+    print(f"Pulling trajectories for model {name!r} from S3 bucket {bucket!r}…", flush=True)
+    await pull_model_from_s3(
+        name, model.project, s3_bucket=bucket, art_path=model.base_path,
+        exclude=["checkpoints", "logs"],
+    )  # fmt: skip
+    print("Finished pulling trajectories.", flush=True)

@@ -149,9 +149,6 @@ REFUSED_PACKAGES: dict[str, str] = {
 }
 
 REFUSED_MODULES: dict[str, str] = {
-    "art.utils.benchmarking.pull_model_trajectories": (
-        "copy the run folder from the bucket first (art.utils.s3.pull_model_from_s3), then load it"
-    ),
     "art.local.adapter_leases": (
         "arthex keeps no adapter leases; pin a rollout's step with "
         "arthex.art.adapter_leases.pin_inference_step, and keep its checkpoint with "
@@ -795,6 +792,9 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.utils.benchmarking.log_constant_metrics_wandb": {
         "log_constant_metrics_wandb": Use(_BENCH, "log_constant_metrics_wandb"),
+    },
+    "art.utils.benchmarking.pull_model_trajectories": {
+        "pull_model_trajectories": Use(_BENCH, "pull_model_trajectories"),
     },
     "art.utils.benchmarking.types": {"BenchmarkModelKey": Use(_BENCH, "BenchmarkModelKey")},
     "art.utils.format_message": {

@@ -362,3 +362,29 @@ def test_a_named_profile_gives_the_credentials(
         asyncio.run(art_s3.s3_sync(str(run), target, profile="nobody"))
     assert "\n" not in str(refused.value)
     assert str(refused.value).startswith("cannot use the AWS profile 'nobody': ")
+
+
+def test_art_pull_model_trajectories_brings_back_what_the_loaders_read(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from arthex.art import Model
+    from arthex.art.utils.benchmarking.pull_model_trajectories import pull_model_trajectories
+
+    bucket = f"backups-{secrets.token_hex(4)}"  # ART's key layout has no prefix: a bucket alone
+    s3.filesystem.create_dir(bucket)
+    pushed = make_run(tmp_path / "pushed")
+    asyncio.run(art_s3.push_model_to_s3(NAME, PROJECT, bucket, art_path=str(tmp_path / "pushed")))
+    model = Model(name=NAME, project=PROJECT, base_path=str(tmp_path / "here"), report_metrics=[])
+    monkeypatch.delenv("BACKUP_BUCKET", raising=False)
+    with pytest.raises(InvalidInputError, match=r"needs \$BACKUP_BUCKET"):
+        asyncio.run(pull_model_trajectories(model))
+    assert not (tmp_path / "here").exists()
+    monkeypatch.setenv("BACKUP_BUCKET", bucket)
+    asyncio.run(pull_model_trajectories(model))
+    expected = {k: v for k, v in shared(pushed).items() if not k.startswith("checkpoints/")}
+    assert files_of(model_dir(tmp_path / "here")) == expected
+    assert "trajectories/train/0001.parquet" in expected
+    assert capsys.readouterr().out.splitlines() == [
+        f"Pulling trajectories for model {NAME!r} from S3 bucket {bucket!r}…",
+        "Finished pulling trajectories.",
+    ]
