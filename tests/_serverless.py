@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import attrs
+import pytest
 
 from arthex.core.config import TrainConfig
 from arthex.core.identity import RunRef
@@ -218,6 +219,21 @@ def launch_server(
             command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=log_file
         )
     return PendingServer(state_dir, keys, process, log, timeout_s, gate)
+
+
+def local_tiny_server(factory: pytest.TempPathFactory, name: str) -> Iterator[ServerProcess]:
+    """The body of a fixture (`yield from` it): `arthex serve --backend local` in a fresh
+    state folder, the tiny model made while the server imports torch, stopped at the end."""
+    pytest.importorskip("torch")
+    from arthex.testing.tiny_model import tiny_model
+
+    pending = launch_server(factory.mktemp(name) / "state", backend="local")
+    tiny_model(factory.getbasetemp() / "tiny-model")
+    server = pending.wait()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def start_server(

@@ -18,7 +18,7 @@ from arthex.adapters.serverless import ServerlessBackend
 from arthex.core.errors import InvalidInputError
 from arthex.ports.training_backend import TrainingBackend
 from arthex.testing.contracts.training_backend import TrainingBackendContract
-from tests._serverless import ServerProcess, launch_server, start_server
+from tests._serverless import ServerProcess, local_tiny_server, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -43,16 +43,7 @@ def cispo_only_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
 
 @pytest.fixture(scope="class")
 def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    pytest.importorskip("torch")
-    from arthex.testing.tiny_model import tiny_model
-
-    pending = launch_server(tmp_path_factory.mktemp("server") / "state", backend="local")
-    tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")  # while the server imports torch
-    server = pending.wait()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from local_tiny_server(tmp_path_factory, "server")
 
 
 class ServerlessContract(TrainingBackendContract):

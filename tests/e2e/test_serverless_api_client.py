@@ -27,7 +27,7 @@ from arthex.art.serverless.client import (
 from arthex.core.errors import InvalidInputError, NotRegisteredError
 from arthex.core.trajectories import Trajectory, TrajectoryGroup
 from arthex.testing.builders import sampled_choice
-from tests._serverless import ServerProcess, launch_server
+from tests._serverless import ServerProcess, local_tiny_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,16 +37,7 @@ NOWHERE_JOB = "j" + "0" * 24
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    pytest.importorskip("torch")
-    from arthex.testing.tiny_model import tiny_model
-
-    pending = launch_server(tmp_path_factory.mktemp("api") / "state", backend="local")
-    tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")  # while the server imports torch
-    started = pending.wait()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from local_tiny_server(tmp_path_factory, "api")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import arthex
 from arthex.adapters.serverless import ServerlessBackend
 from arthex.core.config import TrainConfig
 from arthex.testing.builders import synthetic_groups
-from tests._serverless import ServerProcess, launch_server
+from tests._serverless import ServerProcess, local_tiny_server
 from tests.e2e.test_cli import arthex_cli, table_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -29,16 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    pytest.importorskip("torch")
-    from arthex.testing.tiny_model import tiny_model
-
-    pending = launch_server(tmp_path_factory.mktemp("export") / "state", backend="local")
-    tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")  # while the server imports torch
-    running = pending.wait()
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from local_tiny_server(tmp_path_factory, "export")
 
 
 def files_of(folder: Path) -> dict[str, bytes]:

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests._serverless import ServerProcess, launch_server
+from tests._serverless import ServerProcess, local_tiny_server
 
 from ._recording_proxy import Recorded, recording_proxy
 from .art_env import SCRIPTS, art_environment, art_python
@@ -36,16 +36,7 @@ ARTHEX_ERROR_OF = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    pytest.importorskip("torch")
-    from arthex.testing.tiny_model import tiny_model
-
-    pending = launch_server(tmp_path_factory.mktemp("api") / "state", backend="local")
-    tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")  # while the server imports torch
-    started = pending.wait()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from local_tiny_server(tmp_path_factory, "api")
 
 
 @pytest.fixture(scope="module")
