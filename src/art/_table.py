@@ -189,9 +189,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.token_prefix": _INTERNAL,
     "art.trajectories.tensors": _TOKENIZE,
     "art.utils.append_only": _INTERNAL,
-    "art.utils.benchmark_rollout": (
-        "time a rollout yourself; PipelineTrainer records rollout timings in the history"
-    ),
     "art.utils.cache_dirs": _INTERNAL,
     "art.utils.chat_template": _INTERNAL,
     "art.utils.convert_moe_lora": _INTERNAL,
@@ -205,9 +202,6 @@ REFUSED_MODULES: dict[str, str] = {
         "arthex records no provenance; pass Model(config=...) to keep settings with the run"
     ),
     "art.utils.safetensors": _INTERNAL,
-    "art.utils.suppress_litellm_serialization_warnings": (
-        "arthex does not use LiteLLM; nothing to suppress"
-    ),
     "art.utils.wandb_sdk": (
         "use Model(report_metrics=['wandb']); arthex.WandbReporter mirrors the history"
     ),
@@ -328,6 +322,7 @@ _TRAINING_EXCHANGES = Refuse(_EXCHANGES)
 _LANGGRAPH = "arthex.composition.langgraph"
 _MCP = "arthex.environments.mcp_scenarios"
 _BENCH = "arthex.apps.benchmarking"
+_CHECKS = "arthex.utils.rollout_checks"
 _LANGGRAPH_INTERNAL = Refuse(
     "wrap_rollout(model, rollout) records the rollout's calls with arthex.capture(), "
     "not in log files"
@@ -769,6 +764,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.utils.iterate_dataset": {"DatasetBatch": _DATASET_BATCH, "iterate_dataset": _ITERATE},
     "art.utils.limit_concurrency": {"limit_concurrency": _LIMIT},
     "art.utils.retry": {"retry": _RETRY},
+    "art.utils.benchmark_rollout": {"benchmark_rollout": Use(_CHECKS, "benchmark_rollout")},
     "art.utils.benchmarking.aggregate_trajectories": {
         "load_aggregated_trajectories": Use(_BENCH, "load_aggregated_trajectories"),
         "load_latest_metrics": Use(_BENCH, "load_latest_metrics"),
@@ -846,6 +842,11 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.utils.strip_logprobs": {
         "strip_logprobs": Use("arthex.utils.strip_logprobs", "strip_logprobs")
+    },
+    "art.utils.suppress_litellm_serialization_warnings": {
+        "suppress_litellm_serialization_warnings": Use(
+            _CHECKS, "suppress_litellm_serialization_warnings"
+        ),
     },
     "art.utils.trajectory_migration": {
         name: Use("arthex.adapters.parquet.migration", name)
