@@ -113,10 +113,16 @@ SHARED_ADAPTERS = {"inference", "files", "layout", "hub", "hf_quiet"}
 # Two sibling uses, on purpose: a training server's checkpoints are LocalBackend's folders, so
 # the Serverless client exports a fetched step with LocalBackend's exporter; and a Tinker
 # run's downloaded LoRA adapter is written as a PEFT folder or merged by that same exporter
-# (one merge in arthex, not a second one for Tinker).
+# (one merge in arthex, not a second one for Tinker). And the run-folder sync (ART's S3
+# helpers) reaches S3 as the trajectory store does (its root, object-store kinds and retry
+# budget: one S3 layer) and knows a whole checkpoint by LocalBackend's own marker files.
 SIBLING_USES = {
     ("adapters/serverless/export.py", "arthex.adapters.local.export"),
     ("adapters/tinker/download.py", "arthex.adapters.local.export"),
+    ("adapters/tree_sync.py", "arthex.adapters.local.checkpoints"),
+    ("adapters/tree_sync.py", "arthex.adapters.parquet.object_store"),
+    ("adapters/tree_sync.py", "arthex.adapters.parquet.retrying"),
+    ("adapters/tree_sync.py", "arthex.adapters.parquet.store"),
 }
 
 
