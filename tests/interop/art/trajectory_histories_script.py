@@ -1,0 +1,59 @@
+"""Build ART's trajectory data model (ART's, or arthex's under `arthex.art`: the first argument
+names the package) from the cases read as JSON from stdin, and print, as JSON, each object's
+`model_dump(mode="json")`:
+
+- `histories`: each trajectory's `chat_completions_histories(...)` (or the error it raised);
+  arthex spells the method as the function `arthex.utils.art_histories.chat_completions_histories`;
+- `valid`: each `[class name, JSON]` validated by that class and dumped again;
+- `rejected`: for each `[class name, JSON]`, whether validation refused it.
+
+Under ART, `art_only` also holds the dumps of the histories of the other APIs (Responses,
+Messages, legacy Completions), which arthex reads but does not derive yet.
+
+Run by ART's interpreter for ART; the interop test runs arthex's cases in its own process.
+"""
+
+import importlib
+import json
+import sys
+
+
+def histories_of(lib, trajectory, options):
+    if lib == "art":
+        return trajectory.chat_completions_histories(**options)
+    derive = importlib.import_module("arthex.utils.art_histories")
+    return derive.chat_completions_histories(trajectory, **options)
+
+
+def run(lib, cases):
+    module = importlib.import_module(f"{lib}.trajectories")
+    out = {"histories": [], "valid": [], "rejected": []}
+    for case in cases["trajectories"]:
+        trajectory = module.Trajectory.model_validate(case["trajectory"])
+        try:
+            found = histories_of(lib, trajectory, case.get("options", {}))
+        except ValueError as error:
+            out["histories"].append({"error": str(error).splitlines()[0]})
+        else:
+            out["histories"].append([history.model_dump(mode="json") for history in found])
+    for name, data in cases["valid"]:
+        out["valid"].append(getattr(module, name).model_validate(data).model_dump(mode="json"))
+    for name, data in cases["invalid"]:
+        try:
+            getattr(module, name).model_validate(data)
+        except ValueError:
+            out["rejected"].append(True)
+        else:
+            out["rejected"].append(False)
+    if lib == "art":
+        out["art_only"] = []
+        for data, method in cases.get("other_protocols", []):
+            trajectory = module.Trajectory.model_validate(data)
+            out["art_only"].extend(
+                [type(h).__name__, h.model_dump(mode="json")] for h in getattr(trajectory, method)()
+            )
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(sys.argv[1], json.load(sys.stdin))))

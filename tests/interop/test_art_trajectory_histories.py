@@ -1,0 +1,397 @@
+"""ART 0.5.23's trajectory data model and arthex's under `arthex.art.trajectories` build the
+same objects from the same JSON (art/trajectory_histories_script.py, one script for both):
+
+- the chat histories ART's `Trajectory.chat_completions_histories()` derives from recorded
+  multi-turn calls (tool calls, n=2 choices, a regeneration, a sub-agent with its own tools, a
+  template that drops sampled reasoning, a prompt that does not extend the served tokens, a
+  tool call cut at the token limit, two models, a legacy trajectory) are arthex's, dump for
+  dump, sources included, with and without `reconcile_text_equivalent_tokenizations`, and
+  the same selections are refused;
+- every history, source and exchange class validates the other library's dumps, the
+  Responses, Messages and legacy Completions histories ART derives included, and re-dumps
+  them the same; the same malformed values are refused by both.
+
+The token ids are those a chat template would give: a message is `[1, role, *words, 2]`, a
+prompt ends with the generation prompt `[1, assistant]`, and a reply is its words and `2`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._compare import first_difference
+from .art_env import both_outcomes
+
+ROLES = {"system": 3, "user": 4, "assistant": 5, "tool": 6}
+SYSTEM = {"role": "system", "content": "You look up weather."}
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "Weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+def words(text: str) -> list[int]:
+    return [10 + sum(map(ord, word)) % 4000 for word in text.split()]
+
+
+def spoken(message: dict[str, Any], *, reasoning: bool = False) -> str:
+    """What a message renders to; the template drops reasoning unless asked to keep it."""
+    text = message.get("content") or ""
+    if reasoning and message.get("reasoning_content"):
+        text = f"think {message['reasoning_content']} done {text}"
+    for call in message.get("tool_calls") or []:
+        text += f" call {call['function']['name']} {call['function']['arguments']}"
+    return text
+
+
+def render(messages: list[dict[str, Any]]) -> list[int]:
+    ids: list[int] = []
+    for message in messages:
+        ids += [1, ROLES[message["role"]], *words(spoken(message)), 2]
+    return [*ids, 1, ROLES["assistant"]]
+
+
+def reply_ids(message: dict[str, Any]) -> list[int]:
+    return [*words(spoken(message, reasoning=True)), 2]
+
+
+def call(
+    second: int,
+    messages: list[dict[str, Any]],
+    *replies: dict[str, Any],
+    model: str = "agent@1",
+    tools: list[dict[str, Any]] | None = None,
+    prompt_ids: list[int] | None = None,
+    finish: str = "stop",
+    **request: Any,
+) -> dict[str, Any]:
+    """One recorded call, its choices carrying the token ids a server returns."""
+    body: dict[str, Any] = {"model": model, "messages": messages, **request}
+    if tools is not None:
+        body["tools"] = tools
+    choices = [
+        {
+            "index": index,
+            "finish_reason": "tool_calls" if reply.get("tool_calls") else finish,
+            "message": {"role": "assistant", **reply},
+            "logprobs": None,
+            "token_ids": reply_ids(reply),
+        }
+        for index, reply in enumerate(replies)
+    ]
+    return {
+        "start_time": f"2026-01-01T00:00:{second:02d}Z",
+        "end_time": f"2026-01-01T00:00:{second:02d}.500000Z",
+        "request": body,
+        "response": {
+            "id": f"chatcmpl-{second}",
+            "object": "chat.completion",
+            "created": 1767225600 + second,
+            "model": "served",
+            "choices": choices,
+            "prompt_token_ids": render(messages) if prompt_ids is None else prompt_ids,
+        },
+    }
+
+
+def captured(*calls: dict[str, Any], reward: float = 1.0) -> dict[str, Any]:
+    return {"exchanges": {"chat_completions": list(calls)}, "reward": reward}
+
+
+def said(text: str, **fields: Any) -> dict[str, Any]:
+    return {"content": text, **fields}
+
+
+def tool_call(city: str, call_id: str) -> dict[str, Any]:
+    arguments = json.dumps({"city": city})
+    return {
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "weather", "arguments": arguments},
+            }
+        ],
+    }
+
+
+def assistant(reply: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", **reply}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def tool(call_id: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def tool_turns() -> dict[str, Any]:
+    """A tool-using agent: ask, call the tool, read its answer, answer, follow-up question."""
+    first = [SYSTEM, user("Weather in Paris?")]
+    lookup = tool_call("Paris", "call_1")
+    second = [*first, assistant(lookup), tool("call_1", "sunny 21C")]
+    answer = said("It is sunny, 21C.")
+    third = [*second, assistant(answer), user("And tomorrow?")]
+    return captured(
+        call(0, first, lookup, tools=TOOLS),
+        call(1, second, answer, tools=TOOLS),
+        call(2, third, said("I cannot see tomorrow."), tools=TOOLS),
+    )
+
+
+def branching() -> dict[str, Any]:
+    """Two choices of one call, the agent continuing the second; a regeneration of the first
+    prompt; and a sub-agent with its own system prompt and no tools."""
+    first = [SYSTEM, user("Pick a city.")]
+    rome, oslo = said("Rome."), said("Oslo.")
+    continued = [*first, assistant(oslo), user("Why?")]
+    sub = [{"role": "system", "content": "Summarize."}, user("Oslo is cold.")]
+    return captured(
+        call(0, first, rome, oslo, tools=TOOLS),
+        call(1, continued, said("It is quiet."), tools=TOOLS),
+        call(2, first, said("Lima."), tools=TOOLS),
+        call(3, sub, said("Cold city.")),
+    )
+
+
+def dropped_reasoning() -> dict[str, Any]:
+    """A reasoning model whose template leaves past reasoning out of the next prompt: the
+    served tokens no longer hold what was sampled, so the next call starts a new sequence."""
+    first = [user("2+2?")]
+    thought = said("4.", reasoning_content="two and two")
+    second = [*first, assistant(thought), user("Sure?")]
+    return captured(call(0, first, thought), call(1, second, said("Yes.")))
+
+
+def rewritten_tokens() -> dict[str, Any]:
+    """The second prompt repeats the messages but its served tokens do not extend the first
+    prompt and reply (the client re-rendered them differently)."""
+    first = [user("Name a color.")]
+    reply = said("Blue.")
+    second = [*first, assistant(reply), user("Another?")]
+    return captured(
+        call(0, first, reply),
+        call(1, second, said("Red."), prompt_ids=[1, 4, 99, 2, 1, 5]),
+    )
+
+
+def cut_tool_call() -> dict[str, Any]:
+    """A tool call that used the whole max_tokens budget: the next call does not continue it."""
+    first = [user("Weather in Rome?")]
+    lookup = tool_call("Rome", "call_9")
+    limit = len(reply_ids(lookup))
+    second = [*first, assistant(lookup), tool("call_9", "rain")]
+    return captured(
+        call(0, first, lookup, tools=TOOLS, max_tokens=limit),
+        call(1, second, said("Rain."), tools=TOOLS, max_tokens=limit),
+    )
+
+
+def two_models() -> dict[str, Any]:
+    judge = [user("Score: It is sunny.")]
+    return captured(
+        call(0, [user("Hi")], said("Hello."), model="agent@1"),
+        call(1, judge, said("0.9"), model="judge"),
+        call(
+            2, [user("Hi"), assistant(said("Hello.")), user("Bye")], said("Bye."), model="agent@1"
+        ),
+    )
+
+
+def legacy() -> dict[str, Any]:
+    return {
+        "messages_and_choices": [SYSTEM, user("Hi"), {"role": "assistant", "content": None}],
+        "tools": TOOLS,
+        "additional_histories": [{"messages_and_choices": [user("Sub")], "tools": None}],
+        "reward": 0.5,
+    }
+
+
+def bad_tokens() -> dict[str, Any]:
+    """A served reply whose token ids are not ids."""
+    broken = call(0, [user("Hi")], said("Hello."))
+    broken["response"]["choices"][0]["token_ids"] = [5, "five"]
+    return captured(broken)
+
+
+def duplicate_choices() -> dict[str, Any]:
+    twice = call(0, [user("Hi")], said("Hello."), said("Hey."))
+    twice["response"]["choices"][1]["index"] = 0
+    return captured(twice)
+
+
+RECONCILE = {"reconcile_text_equivalent_tokenizations": True}
+NO_CRITIC = {"error": "Trajectory contains no Chat Completions exchanges for model 'critic'"}
+TRAJECTORIES: list[dict[str, Any]] = [
+    {"trajectory": tool_turns()},
+    {"trajectory": branching()},
+    {"trajectory": dropped_reasoning()},
+    {"trajectory": dropped_reasoning(), "options": RECONCILE},
+    {"trajectory": rewritten_tokens()},
+    {"trajectory": rewritten_tokens(), "options": RECONCILE},
+    {"trajectory": cut_tool_call()},
+    {"trajectory": two_models()},
+    {"trajectory": two_models(), "options": {"model": "judge"}},
+    {"trajectory": two_models(), "options": {"model": "agent@*"}},
+    {"trajectory": two_models(), "options": {"model": "critic"}},
+    {"trajectory": legacy()},
+    {"trajectory": legacy(), "options": {"model": "agent@1"}},
+    {"trajectory": bad_tokens()},
+    {"trajectory": duplicate_choices()},
+]  # fmt: skip
+
+# -- the other three APIs, recorded as ART records them --------------------------------------
+
+COMPLETION: dict[str, Any] = {
+    "start_time": "2026-01-01T00:00:00Z",
+    "end_time": "2026-01-01T00:00:01Z",
+    "request": {"model": "agent@1", "prompt": "2+2=", "max_tokens": 4},
+    "response": {
+        "id": "cmpl-1", "object": "text_completion", "created": 1767225600, "model": "served",
+        "choices": [{"index": 0, "text": " 4", "finish_reason": "stop", "logprobs": None,
+                     "prompt_token_ids": [17, 10, 17, 28], "token_ids": [220, 19]}],
+    },
+}  # fmt: skip
+RESPONSE: dict[str, Any] = {
+    "start_time": "2026-01-01T00:00:02Z",
+    "end_time": "2026-01-01T00:00:03Z",
+    "request": {
+        "model": "agent@1",
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": "Weather in Oslo?"}],
+        "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"},
+                   "strict": False}],
+    },
+    "response": {
+        "id": "resp_1", "object": "response", "created_at": 1767225602, "model": "served",
+        "output": [
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather",
+             "arguments": "{\"city\": \"Oslo\"}", "status": "completed"},
+        ],
+        "parallel_tool_calls": True, "tool_choice": "auto",
+        "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"},
+                   "strict": False}],
+        "status": "completed",
+    },
+}  # fmt: skip
+MESSAGE: dict[str, Any] = {
+    "start_time": "2026-01-01T00:00:04Z",
+    "end_time": "2026-01-01T00:00:05Z",
+    "request": {
+        "model": "agent@1", "max_tokens": 64, "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Hi"}],
+    },
+    "response": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "served",
+        "content": [{"type": "text", "text": "Hello."}],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 2},
+    },
+}  # fmt: skip
+OTHER_PROTOCOLS = [
+    [{"exchanges": {"completions": [COMPLETION]}}, "completions_token_histories"],
+    [{"exchanges": {"completions": [COMPLETION]}}, "completions_string_histories"],
+    [{"exchanges": {"responses": [RESPONSE]}}, "responses_histories"],
+    [{"exchanges": {"messages": [MESSAGE]}}, "anthropic_messages_histories"],
+]
+
+SOURCE = {"exchange": tool_turns()["exchanges"]["chat_completions"][0], "request_index": 0}
+INVALID: list[list[Any]] = [
+    ["ChatCompletionsMessageSource", {**SOURCE, "request_index": "0"}],
+    ["ChatCompletionsMessageSource", {**SOURCE, "request_index": 1.0}],
+    ["ChatCompletionsMessageSource", {**SOURCE, "turn": 1}],
+    ["ChatCompletionsMessageSource", {"request_index": 0}],
+    ["ChatCompletionsHistory", {"model": "m", "messages": []}],
+    ["ChatCompletionsHistory", {"messages": [], "message_sources": []}],
+    ["ChatCompletionsHistory", {"model": "m", "messages": [], "message_sources": [], "x": 1}],
+    ["AnthropicMessagesHistory", {"model": None, "messages": [], "message_sources": []}],
+    ["CompletionsSource", {"exchange": COMPLETION}],
+    ["CompletionsTokenSourceSpan", {"start": 0, "end": 2}],
+    ["CompletionsTokenHistory",
+     {"model": "m", "prompt": "1 2", "prompt_sources": [], "sampled_spans": []}],
+    ["CompletionsStringHistory",
+     {"model": "m", "prompt": "ab", "prompt_sources": [], "sampled_spans": [[0]]}],
+    ["CompletionsExchange", {**COMPLETION, "response": {"id": "x"}}],
+    ["ResponsesExchange", {**RESPONSE, "response": {"id": "x"}}],
+    ["MessagesExchange", {**MESSAGE, "response": {**MESSAGE["response"], "content": "Hello."}}],
+    ["MessagesExchange", {**MESSAGE, "end_time": "yesterday"}],
+    ["ChatCompletionsExchange", {**SOURCE["exchange"], "response": {"choices": []}}],
+]  # fmt: skip
+SAME_AS_ART = {
+    "CompletionsExchange", "ResponsesExchange", "ChatCompletionsExchange",
+    "ChatCompletionsMessageSource",
+}  # fmt: skip
+ACCEPTED: list[list[Any]] = [
+    ["CompletionsExchange", COMPLETION],
+    ["ResponsesExchange", RESPONSE],
+    ["MessagesExchange", MESSAGE],
+    ["ChatCompletionsExchange", SOURCE["exchange"]],
+    ["ChatCompletionsMessageSource", SOURCE],
+    ["TrajectoryExchanges", {"chat_completions": [SOURCE["exchange"]], "completions": [COMPLETION],
+                             "responses": [RESPONSE], "messages": [MESSAGE]}],
+]  # fmt: skip
+
+
+def sdk_neutral(value: Any) -> Any:
+    """A dump without the null `metadata` field the OpenAI SDK 3.x (arthex's) added to
+    ChatCompletion; ART's venv has the 2.x SDK, whose dump lacks it."""
+    if isinstance(value, list):
+        return [sdk_neutral(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            key: sdk_neutral(item)
+            for key, item in value.items()
+            if not (key == "metadata" and item is None and value.get("object") == "chat.completion")
+        }
+    return value
+
+
+def test_chat_histories_and_records_are_arts() -> None:
+    cases = {"trajectories": TRAJECTORIES, "valid": ACCEPTED, "invalid": INVALID,
+             "other_protocols": OTHER_PROTOCOLS}  # fmt: skip
+    art, ours = both_outcomes("trajectory_histories_script", cases)
+    art_only = art.pop("art_only")
+    assert ours["rejected"] == art["rejected"] == [True] * len(INVALID)
+    for index, (mine, theirs) in enumerate(zip(ours["histories"], art["histories"], strict=True)):
+        assert sdk_neutral(mine) == theirs, (
+            f"trajectory case {index}: {first_difference(sdk_neutral(mine), theirs)}"
+        )
+    shapes = [len(found) if isinstance(found, list) else found for found in art["histories"]]
+    assert shapes[:-2] == [1, 4, 2, 1, 2, 1, 2, 2, 1, 1, NO_CRITIC, 2, 2]
+    assert shapes[-2:] == [
+        {"error": "Chat Completions token_ids contains an invalid exact token ID"},
+        {"error": "Chat Completions response contains duplicate choice indices"},
+    ]
+    assert [name for name, _ in art_only] == [
+        "CompletionsTokenHistory", "CompletionsStringHistory", "ResponsesHistory",
+        "AnthropicMessagesHistory",
+    ]  # fmt: skip
+    # An Anthropic reply is kept as read (ART's SDK fills its defaulted fields) and so are the
+    # other three APIs' records in a trajectory's exchanges; the rest re-dump as ART's do.
+    same = [i for i, (name, _) in enumerate(ACCEPTED) if name in SAME_AS_ART]
+    assert [sdk_neutral(ours["valid"][i]) for i in same] == [art["valid"][i] for i in same]
+
+    # each library reads what the other dumped, and dumps it again unchanged: ART's records,
+    # ART's derived histories of all four APIs and arthex's chat histories
+    dumps = [[name, dump] for (name, _), dump in zip(ACCEPTED, art["valid"], strict=True)]
+    dumps += art_only
+    for found in ours["histories"]:
+        if isinstance(found, list):
+            dumps.extend(["ChatCompletionsHistory", history] for history in found)
+    art, ours = both_outcomes(
+        "trajectory_histories_script", {"trajectories": [], "valid": dumps, "invalid": []}
+    )
+    expected = [sdk_neutral(dump) for _, dump in dumps]
+    assert sdk_neutral(art["valid"]) == expected
+    for (name, _), mine, want in zip(dumps, ours["valid"], expected, strict=True):
+        assert sdk_neutral(mine) == want, f"{name}: {first_difference(sdk_neutral(mine), want)}"
