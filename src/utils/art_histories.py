@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
-from fnmatch import fnmatchcase
+from collections.abc import Mapping
 from typing import Any, TypeAlias, cast
 
 import attrs
@@ -33,6 +31,7 @@ from ..core.chat_types import MessagesAndChoices
 from ..core.exchanges import ChatCompletionsExchange
 from ..core.trajectories import Trajectory
 from .art_trajectories import ChatCompletionsHistory, ChatCompletionsMessageSource, get_messages
+from .history_branches import Branch, BranchTree, Output, by_model, one
 from .served_tokens import contains, extra, is_prefix, keeps_reply_tail, sampled_ids, token_ids
 
 _TOOLS: TypeAdapter[list[ChatCompletionToolParam] | None] = TypeAdapter(
@@ -53,16 +52,6 @@ class _Context:
     tools: list[Any] | None
     template: object
     kwargs: dict[str, object] | None
-
-
-@attrs.define
-class _Branch:
-    messages: list[Message]
-    sources: list[Source]
-    keys: list[str]
-    context: _Context
-    order: tuple[int, ...]
-    first_time: datetime
 
 
 def chat_completions_histories(
@@ -90,19 +79,21 @@ def chat_completions_histories(
         ]
     reconcile = reconcile_text_equivalent_tokenizations
     histories: list[ChatCompletionsHistory] = []
-    for served, exchanges in _by_model(trajectory.exchanges.chat_completions, model):
+    for served, exchanges in by_model(trajectory.exchanges.chat_completions, model, _PROTOCOL):
         branches = _Branches(reconcile)
         for sequence, exchange in enumerate(exchanges):
             branches.add(sequence, exchange)
-        for branch in sorted(branches.all, key=lambda b: (b.first_time, b.order)):
+        for branch in branches.tree.ordered():
+            context = branch.context
+            assert isinstance(context, _Context)
             histories.append(
                 ChatCompletionsHistory(
                     model=served,
-                    messages=copy.deepcopy(branch.messages),
+                    messages=copy.deepcopy(branch.items),
                     message_sources=list(branch.sources),
-                    tools=copy.deepcopy(branch.context.tools),
-                    chat_template=_template(branch.context.template),
-                    chat_template_kwargs=copy.deepcopy(branch.context.kwargs),
+                    tools=copy.deepcopy(context.tools),
+                    chat_template=_template(context.template),
+                    chat_template_kwargs=copy.deepcopy(context.kwargs),
                 )
             )
     return histories
@@ -121,15 +112,8 @@ def chat_completions_history(
         model=model,
         reconcile_text_equivalent_tokenizations=reconcile_text_equivalent_tokenizations,
     )
-    if model is None and len({history.model for history in histories}) > 1:
-        raise ValueError(
-            "Chat Completions history requires exactly one model; pass model= to select one"
-        )
-    if len(histories) != 1:
-        raise ValueError(
-            f"Chat Completions history requires exactly one history; found {len(histories)}"
-        )
-    return histories[0]
+    found: ChatCompletionsHistory = one(histories, _PROTOCOL, model)
+    return found
 
 
 def normalize_chat_message(message: Mapping[str, object]) -> dict[str, object]:
@@ -157,31 +141,6 @@ def _template(value: object) -> str | None:
     raise ValueError(f"a request's chat_template is a string; got {value!r}")
 
 
-def _by_model(
-    exchanges: Sequence[ChatCompletionsExchange], model: str | None
-) -> list[tuple[str, list[ChatCompletionsExchange]]]:
-    exact = model is not None and any(e.model == model for e in exchanges)
-    selected = [
-        e
-        for e in exchanges
-        if model is None
-        or (
-            e.model == model
-            if exact
-            else e.model is not None and (e.model == model or fnmatchcase(e.model, model))
-        )
-    ]
-    if not selected:
-        suffix = f" for model {model!r}" if model is not None else ""
-        raise ValueError(f"Trajectory contains no {_PROTOCOL} exchanges{suffix}")
-    grouped: dict[str, list[ChatCompletionsExchange]] = {}
-    for exchange in sorted(selected, key=lambda e: (e.start_time, e.end_time)):
-        if exchange.model is None:
-            raise ValueError(f"Every {_PROTOCOL} exchange must identify its model")
-        grouped.setdefault(exchange.model, []).append(exchange)
-    return list(grouped.items())
-
-
 def _key(message: Mapping[str, object], *, visible_only: bool) -> str:
     data = normalize_chat_message(message)
     if visible_only:
@@ -206,7 +165,7 @@ class _Branches:
     """The branches of one model's calls, grown call by call."""
 
     def __init__(self, reconcile: bool) -> None:
-        self.all: list[_Branch] = []
+        self.tree = BranchTree()
         self.reconcile = reconcile
         self._tokens: dict[tuple[int, int], Tokens] = {}
 
@@ -227,23 +186,23 @@ class _Branches:
         prompt_ids, _ = self._generation(exchange, choices[0].index)
         size = len(prompt)
 
-        def follows(branch: _Branch) -> bool:
+        def follows(branch: Branch) -> bool:
             return self._follows_exactly(branch, prompt_ids, size)
 
-        def continues(branch: _Branch) -> bool:
+        def continues(branch: Branch) -> bool:
             return not self._hit_token_limit(branch, size) and (
                 self.reconcile
                 or (self._keeps_reasoning(branch, prompt_ids, size) and follows(branch))
             )
 
-        def shares_sources(branch: _Branch) -> bool:
+        def shares_sources(branch: Branch) -> bool:
             return (
                 self.reconcile
                 or follows(branch)
                 or self._keeps_sampled_suffix(branch, prompt_ids, size)
             )
 
-        prompt_sources = self._prompt_sources(
+        prompt_sources = self.tree.prompt_sources(
             keys,
             [ChatCompletionsMessageSource(exchange=exchange, request_index=i) for i in range(size)],
             shares_sources,
@@ -254,72 +213,10 @@ class _Branches:
                 choice.message.model_dump(mode="python", exclude_none=True)
             )
             source = ChatCompletionsMessageSource(exchange=exchange, choice_index=choice.index)
-            outputs.append((choice.index, reply, source, _key(reply, visible_only=visible)))
-        self._extend(prompt, prompt_sources, keys, outputs, context, sequence, exchange, continues)
-
-    def _prompt_sources(
-        self,
-        keys: list[str],
-        defaults: list[Source],
-        shares_sources: Callable[[_Branch], bool],
-    ) -> list[Source]:
-        """Each prompt message's source: those of the longest earlier branch the prompt
-        repeats (key by key), then the request's own items."""
-        parents = [
-            b
-            for b in self.all
-            if len(b.messages) < len(keys) and shares_sources(b) and keys[: len(b.keys)] == b.keys
-        ]
-        if not parents:
-            return defaults
-        parent = min(parents, key=lambda b: (-len(b.messages), b.order))
-        return [*parent.sources, *defaults[len(parent.messages) :]]
-
-    def _extend(
-        self,
-        prompt: list[Message],
-        prompt_sources: list[Source],
-        keys: list[str],
-        outputs: list[tuple[int, Message, ChatCompletionsMessageSource, str]],
-        context: _Context,
-        sequence: int,
-        exchange: ChatCompletionsExchange,
-        continues: Callable[[_Branch], bool],
-    ) -> None:
-        extended = [
-            (i, b)
-            for i, b in enumerate(self.all)
-            if b.context == context and is_prefix(b.messages, prompt) and continues(b)
-        ]
-        parent: _Branch | None = None
-        if extended:
-            index, parent = min(extended, key=lambda item: (-len(item[1].messages), item[1].order))
-            del self.all[index]
-            sources = [*parent.sources, *prompt_sources[len(parent.messages) :]]
-        else:
-            regenerated = [
-                b
-                for b in self.all
-                if b.context == context and is_prefix(prompt, b.messages) and continues(b)
-            ]
-            if regenerated:
-                parent = min(regenerated, key=lambda b: b.order)
-                sources = list(parent.sources[: len(prompt)])
-            else:
-                sources = list(prompt_sources)
-        order = parent.order if parent is not None else (sequence,)
-        first_time = parent.first_time if parent is not None else exchange.start_time
-        for choice_index, reply, source, reply_key in outputs:
-            self.all.append(
-                _Branch(
-                    messages=[*prompt, reply],
-                    sources=[*sources, source],
-                    keys=[*keys, reply_key],
-                    context=context,
-                    order=(*order, choice_index),
-                    first_time=first_time,
-                )
-            )
+            outputs.append(Output(choice.index, reply, source, _key(reply, visible_only=visible)))
+        self.tree.extend(
+            prompt, prompt_sources, keys, outputs, context, sequence, exchange.start_time, continues
+        )
 
     # -- what the served tokens say ------------------------------------------------------------
 
@@ -336,7 +233,7 @@ class _Branches:
             self._tokens[key] = (prompt_ids or None, sampled_ids(choice))
         return self._tokens[key]
 
-    def _last_sampled(self, branch: _Branch, size: int) -> ChatCompletionsMessageSource | None:
+    def _last_sampled(self, branch: Branch, size: int) -> ChatCompletionsMessageSource | None:
         return next(
             (
                 s
@@ -353,7 +250,7 @@ class _Branches:
         assert source.choice_index is not None
         return self._generation(source.exchange, source.choice_index)
 
-    def _follows_exactly(self, branch: _Branch, prompt_ids: list[int] | None, size: int) -> bool:
+    def _follows_exactly(self, branch: Branch, prompt_ids: list[int] | None, size: int) -> bool:
         """The prompt's tokens start with the branch's last sampled prompt and reply (true
         where tokens are unknown)."""
         if prompt_ids is None:
@@ -364,12 +261,12 @@ class _Branches:
         before, reply = self._sampled(source)
         return before is None or reply is None or is_prefix([*before, *reply], prompt_ids)
 
-    def _keeps_reasoning(self, branch: _Branch, prompt_ids: list[int] | None, size: int) -> bool:
+    def _keeps_reasoning(self, branch: Branch, prompt_ids: list[int] | None, size: int) -> bool:
         """Every reasoning span the model sampled on the branch is still in the prompt's
         tokens (a template that drops past reasoning starts a new sequence)."""
         if prompt_ids is None:
             return True
-        for message, source in zip(branch.messages[:size], branch.sources[:size], strict=True):
+        for message, source in zip(branch.items[:size], branch.sources[:size], strict=True):
             reasoning = message.get("reasoning") or message.get("reasoning_content")
             if (
                 not reasoning
@@ -384,7 +281,7 @@ class _Branches:
         return True
 
     def _keeps_sampled_suffix(
-        self, branch: _Branch, prompt_ids: list[int] | None, size: int
+        self, branch: Branch, prompt_ids: list[int] | None, size: int
     ) -> bool:
         source = self._last_sampled(branch, size)
         if source is None:
@@ -392,7 +289,7 @@ class _Branches:
         before, reply = self._sampled(source)
         return keeps_reply_tail(before, reply, prompt_ids)
 
-    def _hit_token_limit(self, branch: _Branch, size: int) -> bool:
+    def _hit_token_limit(self, branch: Branch, size: int) -> bool:
         """The branch's last reply is tool calls cut off at the request's token limit."""
         source = self._last_sampled(branch, size)
         if source is None:

@@ -302,7 +302,6 @@ OTHER_PROTOCOLS = [
     [{"exchanges": {"completions": [COMPLETION]}}, "completions_token_histories"],
     [{"exchanges": {"completions": [COMPLETION]}}, "completions_string_histories"],
     [{"exchanges": {"responses": [RESPONSE]}}, "responses_histories"],
-    [{"exchanges": {"messages": [MESSAGE]}}, "anthropic_messages_histories"],
 ]
 
 SOURCE = {"exchange": tool_turns()["exchanges"]["chat_completions"][0], "request_index": 0}
@@ -342,6 +341,129 @@ ACCEPTED: list[list[Any]] = [
 ]  # fmt: skip
 
 
+# -- Anthropic Messages calls: token ids as above, a block renders as its words -------------
+
+
+def block_text(block: dict[str, Any]) -> str:
+    if block["type"] == "thinking":
+        return f"think {block['thinking']} done"
+    if block["type"] == "tool_use":
+        return f"call {block['name']} {json.dumps(block['input'])}"
+    if block["type"] == "tool_result":
+        return f"result {block['content']}"
+    return str(block["text"])
+
+
+def anthropic_render(messages: list[dict[str, Any]], *, keep_thinking: bool = False) -> list[int]:
+    ids: list[int] = []
+    for message in messages:
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        text = " ".join(block_text(b) for b in blocks if keep_thinking or b["type"] != "thinking")
+        ids += [1, ROLES[message["role"]], *words(text), 2]
+    return [*ids, 1, ROLES["assistant"]]
+
+
+def anthropic_call(
+    second: int,
+    messages: list[dict[str, Any]],
+    content: list[dict[str, Any]],
+    *,
+    system: str | None = "Be brief.",
+    tools: list[dict[str, Any]] | None = None,
+    prompt_ids: list[int] | None = None,
+) -> dict[str, Any]:
+    request: dict[str, Any] = {"model": "claude@1", "max_tokens": 256, "messages": messages}
+    if system is not None:
+        request["system"] = system
+    if tools is not None:
+        request["tools"] = tools
+    reply_text = " ".join(block_text(b) for b in content)
+    return {
+        "start_time": f"2026-01-01T00:01:{second:02d}Z",
+        "end_time": f"2026-01-01T00:01:{second:02d}.250000Z",
+        "request": request,
+        "response": {
+            "id": f"msg_{second}", "type": "message", "role": "assistant", "model": "served",
+            "content": content,
+            "stop_reason": "tool_use" if content[-1]["type"] == "tool_use" else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+            "prompt_token_ids": anthropic_render(messages) if prompt_ids is None else prompt_ids,
+            "token_ids": [*words(reply_text), 2],
+        },
+    }  # fmt: skip
+
+
+ANTHROPIC_TOOLS = [
+    {
+        "name": "weather",
+        "description": "Weather in a city.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+
+
+def anthropic_tool_turns() -> list[dict[str, Any]]:
+    """Ask, think and call the tool, read the result, answer; the template keeps past
+    thinking, so each call continues the last."""
+    first = [{"role": "user", "content": "Weather in Oslo?"}]
+    lookup: list[dict[str, Any]] = [
+        {"type": "thinking", "thinking": "need the tool", "signature": "sig"},
+        {"type": "tool_use", "id": "tu_1", "name": "weather", "input": {"city": "Oslo"}},
+    ]
+    second: list[dict[str, Any]] = [
+        *first,
+        {"role": "assistant", "content": lookup},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": "snow"}],
+        },
+    ]
+    kept = anthropic_render(second, keep_thinking=True)
+    return [
+        anthropic_call(0, first, lookup, tools=ANTHROPIC_TOOLS),
+        anthropic_call(1, second, [{"type": "text", "text": "Snow."}], tools=ANTHROPIC_TOOLS,
+                       prompt_ids=kept),
+    ]  # fmt: skip
+
+
+def anthropic_dropped_thinking(*, resend_thinking: bool = True) -> list[dict[str, Any]]:
+    """The next prompt leaves the sampled thinking out (its tokens no longer extend the
+    first call): a new sequence. With the thinking block re-sent or not (a client that strips
+    it), the earlier reply keeps its source in the first call, as its visible part matches."""
+    first = [{"role": "user", "content": "2+2?"}]
+    answer = {"type": "text", "text": "4."}
+    thought = [{"type": "thinking", "thinking": "two and two", "signature": "s"}, answer]
+    resent = thought if resend_thinking else [answer]
+    second: list[dict[str, Any]] = [
+        *first,
+        {"role": "assistant", "content": resent},
+        {"role": "user", "content": "Sure?"},
+    ]
+    return [anthropic_call(0, first, thought),
+            anthropic_call(1, second, [{"type": "text", "text": "Yes."}])]  # fmt: skip
+
+
+def anthropic_branches() -> list[dict[str, Any]]:
+    """A regeneration of the first call and a sub-agent without a system prompt."""
+    first = [{"role": "user", "content": "Pick a city."}]
+    return [
+        anthropic_call(0, first, [{"type": "text", "text": "Rome."}]),
+        anthropic_call(1, first, [{"type": "text", "text": "Lima."}]),
+        anthropic_call(2, [{"role": "user", "content": "Sum up: Rome."}],
+                       [{"type": "text", "text": "A city."}], system=None),
+    ]  # fmt: skip
+
+
+ANTHROPIC = [
+    anthropic_tool_turns(),
+    anthropic_dropped_thinking(),
+    anthropic_branches(),
+    anthropic_dropped_thinking(resend_thinking=False),
+]
+
+
 def sdk_neutral(value: Any) -> Any:
     """A dump without the null `metadata` field the OpenAI SDK 3.x (arthex's) added to
     ChatCompletion; ART's venv has the 2.x SDK, whose dump lacks it."""
@@ -357,7 +479,8 @@ def sdk_neutral(value: Any) -> Any:
 
 
 def test_chat_histories_and_records_are_arts() -> None:
-    cases = {"trajectories": TRAJECTORIES, "valid": ACCEPTED, "invalid": INVALID,
+    records = [["MessagesExchange", record] for calls in ANTHROPIC for record in calls]
+    cases = {"trajectories": TRAJECTORIES, "valid": ACCEPTED + records, "invalid": INVALID,
              "other_protocols": OTHER_PROTOCOLS}  # fmt: skip
     art, ours = both_outcomes("trajectory_histories_script", cases)
     art_only = art.pop("art_only")
@@ -374,20 +497,38 @@ def test_chat_histories_and_records_are_arts() -> None:
     ]
     assert [name for name, _ in art_only] == [
         "CompletionsTokenHistory", "CompletionsStringHistory", "ResponsesHistory",
-        "AnthropicMessagesHistory",
     ]  # fmt: skip
     # An Anthropic reply is kept as read (ART's SDK fills its defaulted fields) and so are the
     # other three APIs' records in a trajectory's exchanges; the rest re-dump as ART's do.
+    # ART's SDK writes an Anthropic reply with its defaulted fields: the records as ART keeps
+    # them are the recorded calls of the Anthropic trajectories below
+    as_art = iter(art["valid"][len(ACCEPTED) :])
+    anthropic = [{"exchanges": {"messages": [next(as_art) for _ in calls]}} for calls in ANTHROPIC]
     same = [i for i, (name, _) in enumerate(ACCEPTED) if name in SAME_AS_ART]
     assert [sdk_neutral(ours["valid"][i]) for i in same] == [art["valid"][i] for i in same]
 
     # each library reads what the other dumped, and dumps it again unchanged: ART's records,
     # ART's derived histories of all four APIs and arthex's chat histories
-    dumps = [[name, dump] for (name, _), dump in zip(ACCEPTED, art["valid"], strict=True)]
+    dumps = [[name, dump] for (name, _), dump in zip(ACCEPTED, art["valid"], strict=False)]
     dumps += art_only
     for found in ours["histories"]:
         if isinstance(found, list):
             dumps.extend(["ChatCompletionsHistory", history] for history in found)
+    method = "anthropic_messages_histories"
+    derived = [{"trajectory": t, "method": method} for t in anthropic]
+    derived += [{"trajectory": anthropic[1], "method": method, "options": RECONCILE}]
+    art, ours = both_outcomes(
+        "trajectory_histories_script", {"trajectories": derived, "valid": dumps, "invalid": []}
+    )
+    for index, (mine, theirs) in enumerate(zip(ours["histories"], art["histories"], strict=True)):
+        assert mine == theirs, f"Anthropic case {index}: {first_difference(mine, theirs)}"
+    assert [len(found) for found in art["histories"]] == [1, 2, 3, 2, 1]
+    stripped = art["histories"][3][1]["message_sources"]
+    assert [source["request_index"] for source in stripped] == [0, None, 2, None]
+    dumps = [
+        *dumps,
+        *(["AnthropicMessagesHistory", h] for found in ours["histories"] for h in found),
+    ]
     art, ours = both_outcomes(
         "trajectory_histories_script", {"trajectories": [], "valid": dumps, "invalid": []}
     )

@@ -16,6 +16,10 @@ from pydantic import ValidationError
 import arthex.art.trajectories as art
 from arthex.core.exchanges import ChatCompletionsExchange, TrajectoryExchanges
 from arthex.core.trajectories import Trajectory
+from arthex.utils.anthropic_histories import (
+    anthropic_messages_histories,
+    anthropic_messages_history,
+)
 from arthex.utils.art_histories import chat_completions_history
 
 COMPLETION: dict[str, Any] = {
@@ -203,3 +207,33 @@ def test_get_messages_turns_a_choice_into_the_assistant_message() -> None:
     ]
     assert user == {"role": "user", "content": None}  # not changed in place
     assert copy.deepcopy(messages) == messages
+
+
+@pytest.mark.parametrize(
+    ("messages", "says"),
+    [
+        ("Hi", "Anthropic messages must be a list"),
+        (["Hi"], "Anthropic messages must be JSON objects"),
+        ([{"role": "user", "content": 3}], "Anthropic message content must be text or a list"),
+        ([{"role": "user", "content": ["Hi"]}], "content blocks must be JSON objects"),
+    ],
+)
+def test_an_anthropic_request_that_is_not_messages_is_refused(messages: object, says: str) -> None:
+    record = {**MESSAGE, "request": {**MESSAGE["request"], "messages": messages}}
+    trajectory = Trajectory.model_validate({"exchanges": {"messages": [record]}})
+    with pytest.raises(ValueError, match=says):
+        anthropic_messages_histories(trajectory)
+
+
+def test_anthropic_histories_need_messages_calls_of_the_model() -> None:
+    hi = [{"role": "user", "content": "Hi"}]
+    trajectory = Trajectory.model_validate(
+        {"exchanges": {"chat_completions": [chat(0, "a", hi, "b")]}}
+    )
+    with pytest.raises(ValueError, match="no Anthropic Messages exchanges for model 'claude-x'"):
+        anthropic_messages_history(trajectory, model="claude-x")
+    with_message = Trajectory.model_validate({"exchanges": {"messages": [MESSAGE]}})
+    found = anthropic_messages_history(with_message, model="claude-*")
+    assert found.model == "claude-x" and found.system_source is None
+    reply = {"role": "assistant", "content": MESSAGE["response"]["content"]}
+    assert found.messages == [*MESSAGE["request"]["messages"], reply]

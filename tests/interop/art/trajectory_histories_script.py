@@ -2,13 +2,13 @@
 names the package) from the cases read as JSON from stdin, and print, as JSON, each object's
 `model_dump(mode="json")`:
 
-- `histories`: each trajectory's `chat_completions_histories(...)` (or the error it raised);
-  arthex spells the method as the function `arthex.utils.art_histories.chat_completions_histories`;
+- `histories`: each trajectory's `chat_completions_histories(...)` or the case's `method`
+  (or the error it raised); arthex spells each method as a function (`ARTHEX_FUNCTIONS`);
 - `valid`: each `[class name, JSON]` validated by that class and dumped again;
 - `rejected`: for each `[class name, JSON]`, whether validation refused it.
 
-Under ART, `art_only` also holds the dumps of the histories of the other APIs (Responses,
-Messages, legacy Completions), which arthex reads but does not derive yet.
+Under ART, `art_only` also holds the dumps of the histories of the APIs arthex reads but
+does not derive yet (Responses, legacy Completions).
 
 Run by ART's interpreter for ART; the interop test runs arthex's cases in its own process.
 """
@@ -17,12 +17,18 @@ import importlib
 import json
 import sys
 
+# Where arthex spells each of ART's Trajectory methods, as a function of the trajectory.
+ARTHEX_FUNCTIONS = {
+    "chat_completions_histories": "arthex.utils.art_histories",
+    "anthropic_messages_histories": "arthex.utils.anthropic_histories",
+}
 
-def histories_of(lib, trajectory, options):
+
+def histories_of(lib, trajectory, method, options):
     if lib == "art":
-        return trajectory.chat_completions_histories(**options)
-    derive = importlib.import_module("arthex.utils.art_histories")
-    return derive.chat_completions_histories(trajectory, **options)
+        return getattr(trajectory, method)(**options)
+    derive = importlib.import_module(ARTHEX_FUNCTIONS[method])
+    return getattr(derive, method)(trajectory, **options)
 
 
 def run(lib, cases):
@@ -31,7 +37,8 @@ def run(lib, cases):
     for case in cases["trajectories"]:
         trajectory = module.Trajectory.model_validate(case["trajectory"])
         try:
-            found = histories_of(lib, trajectory, case.get("options", {}))
+            method = case.get("method", "chat_completions_histories")
+            found = histories_of(lib, trajectory, method, case.get("options", {}))
         except ValueError as error:
             out["histories"].append({"error": str(error).splitlines()[0]})
         else:
