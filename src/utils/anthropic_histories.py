@@ -21,7 +21,13 @@ import attrs
 from pydantic import TypeAdapter
 
 from ..core.trajectories import Trajectory
-from .art_trajectories import AnthropicMessagesHistory, AnthropicMessageSource, MessagesExchange
+from .art_trajectories import (
+    AnthropicMessagesHistory,
+    AnthropicMessageSource,
+    ChatCompletionsHistory,
+    ChatCompletionsMessageSource,
+    MessagesExchange,
+)
 from .history_branches import Branch, BranchTree, Output, by_model, one
 from .served_tokens import is_prefix, keeps_reply_tail, token_ids
 
@@ -216,3 +222,124 @@ def _generation(exchange: MessagesExchange, cache: dict[int, Tokens]) -> Tokens:
             raise ValueError("Messages token IDs and logprobs differ in length")
         cache[key] = (prompt or None, reply)
     return cache[key]
+
+
+def as_chat_history(history: AnthropicMessagesHistory) -> ChatCompletionsHistory:
+    """An Anthropic Messages history in chat form, as ART converts it: the system prompt as a
+    system message, each message's text blocks as its content, thinking as `reasoning`,
+    tool_use blocks as tool calls and each tool_result as a tool message; every converted
+    message keeps its message's source (a reply's as output 0). Tools become function tools."""
+    messages: list[dict[str, Any]] = []
+    sources: list[ChatCompletionsMessageSource | None] = []
+    if history.system:
+        messages.append({"role": "system", "content": _text(history.system)})
+        source = history.system_source
+        sources.append(None if source is None else ChatCompletionsMessageSource(exchange=source))
+    for message, origin in zip(history.messages, history.message_sources, strict=True):
+        converted = _as_chat_messages(message)
+        messages.extend(converted)
+        chat_source = (
+            None
+            if origin is None
+            else ChatCompletionsMessageSource(
+                exchange=origin.exchange,
+                request_index=origin.request_index,
+                output_indices=(0,) if origin.request_index is None else None,
+            )
+        )
+        sources.extend([chat_source] * len(converted))
+    return ChatCompletionsHistory(
+        model=history.model,
+        messages=messages,
+        message_sources=sources,
+        tools=_function_tools(history.tools),
+        chat_template=history.chat_template,
+        chat_template_kwargs=copy.deepcopy(history.chat_template_kwargs),
+    )
+
+
+def _text(content: object) -> str:
+    """The text of a content value: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        block["text"]
+        for block in content
+        if isinstance(block, Mapping)
+        and block.get("type") in ("input_text", "output_text", "text")
+        and isinstance(block.get("text"), str)
+    )
+
+
+def _as_chat_messages(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+    role = raw.get("role", "user")
+    content = raw.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    out: list[dict[str, Any]] = []
+    text = reasoning = ""
+    calls: list[dict[str, Any]] = []
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            text += str(block.get("text") or "")
+        elif kind == "thinking":
+            reasoning += str(block.get("thinking") or "")
+        elif kind == "tool_use":
+            arguments = json.dumps(block.get("input") or {})
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": arguments},
+                }
+            )
+        elif kind == "tool_result":
+            if text:
+                out.append({"role": role, "content": text})
+                text = ""
+            result = block.get("content", "")
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.get("tool_use_id", block.get("id")),
+                    "content": result if isinstance(result, str) else _text(result),
+                }
+            )
+        else:
+            raise ValueError(f"Unsupported Anthropic content block type: {kind!r}")
+    message: dict[str, Any] = {"role": role, "content": text}
+    if reasoning:
+        message["reasoning"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    if text or reasoning or calls or role == "assistant":
+        out.append(message)
+    return out
+
+
+def _function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Anthropic tools as chat function tools (a non-function tool is kept as it is)."""
+    if tools is None:
+        return None
+    converted = []
+    for tool in tools:
+        if tool.get("type", "function") != "function":
+            converted.append(tool)
+            continue
+        function = {
+            "name": tool.get("name"),
+            "description": tool.get("description"),
+            "parameters": tool.get("input_schema", {}),
+        }
+        converted.append(
+            {
+                "type": "function",
+                "function": {key: value for key, value in function.items() if value is not None},
+            }
+        )
+    return converted

@@ -314,7 +314,10 @@ class AnthropicMessagesHistory(SequenceHistory):
     chat_template_kwargs: dict[str, Any] | None = None
 
     def as_chat_completions_history(self) -> ChatCompletionsHistory:
-        raise _not_chat(self)
+        """This conversation in chat form (`utils.anthropic_histories.as_chat_history`)."""
+        from .anthropic_histories import as_chat_history
+
+        return as_chat_history(self)
 
 
 class ResponsesHistory(SequenceHistory):

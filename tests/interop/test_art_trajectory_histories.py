@@ -515,19 +515,23 @@ def test_chat_histories_and_records_are_arts() -> None:
         if isinstance(found, list):
             dumps.extend(["ChatCompletionsHistory", history] for history in found)
     method = "anthropic_messages_histories"
-    derived = [{"trajectory": t, "method": method} for t in anthropic]
+    derived: list[dict[str, Any]] = [{"trajectory": t, "method": method} for t in anthropic]
     derived += [{"trajectory": anthropic[1], "method": method, "options": RECONCILE}]
+    derived += [{"trajectory": t, "method": method, "as_chat": True} for t in anthropic]
     art, ours = both_outcomes(
         "trajectory_histories_script", {"trajectories": derived, "valid": dumps, "invalid": []}
     )
     for index, (mine, theirs) in enumerate(zip(ours["histories"], art["histories"], strict=True)):
         assert mine == theirs, f"Anthropic case {index}: {first_difference(mine, theirs)}"
-    assert [len(found) for found in art["histories"]] == [1, 2, 3, 2, 1]
+    assert [len(found) for found in art["histories"]] == [1, 2, 3, 2, 1, 1, 2, 3, 2]
+    in_chat_form = art["histories"][5][0]["messages"]
+    assert [m["role"] for m in in_chat_form] == ["system", "user", "assistant", "tool", "assistant"]
     stripped = art["histories"][3][1]["message_sources"]
     assert [source["request_index"] for source in stripped] == [0, None, 2, None]
-    dumps = [
-        *dumps,
-        *(["AnthropicMessagesHistory", h] for found in ours["histories"] for h in found),
+    dumps += [
+        ["AnthropicMessagesHistory" if "system" in history else "ChatCompletionsHistory", history]
+        for found in ours["histories"]
+        for history in found
     ]
     art, ours = both_outcomes(
         "trajectory_histories_script", {"trajectories": [], "valid": dumps, "invalid": []}

@@ -3,7 +3,8 @@ names the package) from the cases read as JSON from stdin, and print, as JSON, e
 `model_dump(mode="json")`:
 
 - `histories`: each trajectory's `chat_completions_histories(...)` or the case's `method`
-  (or the error it raised); arthex spells each method as a function (`ARTHEX_FUNCTIONS`);
+  (or the error it raised), in chat form where the case says `as_chat`; arthex spells each
+  method as a function (`ARTHEX_FUNCTIONS`);
 - `valid`: each `[class name, JSON]` validated by that class and dumped again;
 - `rejected`: for each `[class name, JSON]`, whether validation refused it.
 
@@ -39,6 +40,8 @@ def run(lib, cases):
         try:
             method = case.get("method", "chat_completions_histories")
             found = histories_of(lib, trajectory, method, case.get("options", {}))
+            if case.get("as_chat"):
+                found = [history.as_chat_completions_history() for history in found]
         except ValueError as error:
             out["histories"].append({"error": str(error).splitlines()[0]})
         else:
