@@ -161,7 +161,7 @@ def _add(
         prompt,
         prompt_sources,
         keys,
-        [Output(0, reply, AnthropicMessageSource(exchange=exchange), _key(reply))],
+        [Output(0, [reply], [AnthropicMessageSource(exchange=exchange)], [_key(reply)])],
         context,
         sequence,
         exchange.start_time,

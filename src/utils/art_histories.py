@@ -213,7 +213,9 @@ class _Branches:
                 choice.message.model_dump(mode="python", exclude_none=True)
             )
             source = ChatCompletionsMessageSource(exchange=exchange, choice_index=choice.index)
-            outputs.append(Output(choice.index, reply, source, _key(reply, visible_only=visible)))
+            outputs.append(
+                Output(choice.index, [reply], [source], [_key(reply, visible_only=visible)])
+            )
         self.tree.extend(
             prompt, prompt_sources, keys, outputs, context, sequence, exchange.start_time, continues
         )

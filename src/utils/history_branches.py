@@ -95,12 +95,13 @@ class Branch:
 
 @attrs.frozen
 class Output:
-    """One output of a call: its choice index, the item, its source and its key."""
+    """One output of a call: its choice index, its items (a message, or sampled tokens),
+    their sources and their keys."""
 
     index: int
-    item: Any
-    source: Any
-    key: str
+    items: list[Any]
+    sources: list[Any]
+    keys: list[str]
 
 
 class BranchTree:
@@ -172,9 +173,9 @@ class BranchTree:
         for output in outputs:
             self.branches.append(
                 Branch(
-                    items=[*prompt, output.item],
-                    sources=[*sources, output.source],
-                    keys=[*keys, output.key],
+                    items=[*prompt, *output.items],
+                    sources=[*sources, *output.sources],
+                    keys=[*keys, *output.keys],
                     context=context,
                     order=(*order, output.index),
                     first_time=first_time,

@@ -13,7 +13,7 @@ from openai.types.chat.chat_completion import Choice
 
 _TOKEN_ID = re.compile(r"token_id:(\d+)$")
 # Extras by which a server reports the sampled tokens' logprobs in a compact list.
-_COMPACT_LOGPROBS = ("compact_logprobs", "art_completion_logprobs")
+COMPACT_LOGPROBS = ("compact_logprobs", "art_completion_logprobs")
 # A reply with any of these says something, so it cannot have sampled no tokens.
 _SPOKEN = ("content", "refusal", "reasoning", "reasoning_content", "tool_calls", "function_call")
 
@@ -29,7 +29,8 @@ def extra(value: object, name: str) -> object:
     return fields.get(name)
 
 
-def _token_id(value: object) -> int | None:
+def token_id(value: object) -> int | None:
+    """One exact token id: a non-negative integer, or `token_id:N` (None: neither)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     if isinstance(value, str) and (match := _TOKEN_ID.fullmatch(value)):
@@ -43,7 +44,7 @@ def token_ids(values: object, field: str) -> list[int] | None:
         return None
     if not isinstance(values, list):
         raise ValueError(f"{field} exact token metadata must be a list")
-    ids = [_token_id(value) for value in values]
+    ids = [token_id(value) for value in values]
     if any(i is None for i in ids):
         raise ValueError(f"{field} contains an invalid exact token ID")
     return [i for i in ids if i is not None]
@@ -53,7 +54,7 @@ def sampled_ids(choice: Choice) -> list[int] | None:
     """The token ids the server sampled for a choice: its `token_ids`, else the ids its
     logprob entries carry; None where unknown."""
     ids = token_ids(extra(choice, "token_ids"), "Chat Completions token_ids")
-    if any(key in (choice.model_extra or {}) for key in _COMPACT_LOGPROBS):
+    if any(key in (choice.model_extra or {}) for key in COMPACT_LOGPROBS):
         return ids
     entries: list[Any] = []
     if choice.logprobs is not None:
@@ -81,7 +82,7 @@ def _paired_ids(entries: list[Any]) -> tuple[list[int], list[float]]:
     for entry in entries:
         data = entry.model_dump(mode="python")
         raw = data["token_id"] if "token_id" in data else data.get("token")
-        found = _token_id(raw)
+        found = token_id(raw)
         if found is None and ("token_id" in data or str(raw).startswith("token_id:")):
             raise ValueError("Chat Completions logprobs contains an invalid exact token ID")
         if found is None:

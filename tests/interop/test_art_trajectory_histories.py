@@ -230,6 +230,81 @@ def duplicate_choices() -> dict[str, Any]:
     return captured(twice)
 
 
+# -- legacy Completions calls with exact token ids -------------------------------------------
+
+
+def completion(
+    second: int,
+    prompt: object,
+    *samples: list[int],
+    prompt_ids: list[int] | None = None,
+    **request: Any,
+) -> dict[str, Any]:
+    """One Completions call; each sample is a choice's sampled ids (its text their words)."""
+    choices = []
+    for index, sampled in enumerate(samples):
+        choice: dict[str, Any] = {
+            "index": index,
+            "text": " ".join(map(str, sampled)),
+            "finish_reason": "stop",
+            "logprobs": None,
+            "token_ids": sampled,
+        }
+        if prompt_ids is not None:
+            choice["prompt_token_ids"] = prompt_ids
+        choices.append(choice)
+    return {
+        "start_time": f"2026-01-01T00:02:{second:02d}Z",
+        "end_time": f"2026-01-01T00:02:{second:02d}.100000Z",
+        "request": {"model": "base@1", "prompt": prompt, "max_tokens": 8, **request},
+        "response": {"id": f"cmpl-{second}", "object": "text_completion",
+                     "created": 1767225600 + second, "model": "served", "choices": choices},
+    }  # fmt: skip
+
+
+def completion_turns() -> dict[str, Any]:
+    """A text agent: each call's prompt ids extend the last prompt and sample; two samples
+    of the second call, the first continued; a regeneration of the first call."""
+    return {"exchanges": {"completions": [
+        completion(0, "Q: 2+2?", [40, 41], prompt_ids=[1, 30, 31]),
+        completion(1, "Q: 2+2? 4 Sure?", [50], [51, 52], prompt_ids=[1, 30, 31, 40, 41, 32]),
+        completion(2, "Q: 2+2? 4 Sure? yes Why?", [60],
+                   prompt_ids=[1, 30, 31, 40, 41, 32, 50, 33]),
+        completion(3, "Q: 2+2?", [42], prompt_ids=[1, 30, 31]),
+    ]}}  # fmt: skip
+
+
+def completion_batch() -> dict[str, Any]:
+    """A batch of two token prompts, the choices naming their prompt, and a token prompt whose
+    ids only the request holds, its sample carried as `token_id:N` logprob tokens."""
+    batch = completion(0, [[1, 7], [1, 8]], [70], [80])
+    batch["response"]["choices"][0]["prompt_index"] = 1
+    batch["response"]["choices"][1]["prompt_index"] = 0
+    carried = completion(1, [1, 9], [])
+    carried["response"]["choices"][0].update(
+        token_ids=None, text="ok",
+        logprobs={"tokens": ["token_id:90", "token_id:91"], "token_logprobs": [-0.1, -0.2]},
+    )  # fmt: skip
+    return {"exchanges": {"completions": [batch, carried]}}
+
+
+def completion_without_ids() -> dict[str, Any]:
+    return {"exchanges": {"completions": [completion(0, "text prompt", [5])]}}
+
+
+def completion_with_suffix() -> dict[str, Any]:
+    return {"exchanges": {"completions": [completion(0, [1], [5], suffix="end")]}}
+
+
+TOKENS = "completions_token_histories"
+COMPLETION_CASES: list[dict[str, Any]] = [
+    {"trajectory": completion_turns(), "method": TOKENS},
+    {"trajectory": completion_batch(), "method": TOKENS},
+    {"trajectory": completion_without_ids(), "method": TOKENS},
+    {"trajectory": completion_with_suffix(), "method": TOKENS},
+]
+
+
 RECONCILE = {"reconcile_text_equivalent_tokenizations": True}
 NO_CRITIC = {"error": "Trajectory contains no Chat Completions exchanges for model 'critic'"}
 TRAJECTORIES: list[dict[str, Any]] = [
@@ -248,6 +323,7 @@ TRAJECTORIES: list[dict[str, Any]] = [
     {"trajectory": legacy(), "options": {"model": "agent@1"}},
     {"trajectory": bad_tokens()},
     {"trajectory": duplicate_choices()},
+    *COMPLETION_CASES,
 ]  # fmt: skip
 
 # -- the other three APIs, recorded as ART records them --------------------------------------
@@ -464,6 +540,13 @@ ANTHROPIC = [
 ]
 
 
+def history_class(history: dict[str, Any]) -> str:
+    """Which history class a dump is (by its fields)."""
+    if "prompt" in history:
+        return "CompletionsTokenHistory"
+    return "AnthropicMessagesHistory" if "system" in history else "ChatCompletionsHistory"
+
+
 def sdk_neutral(value: Any) -> Any:
     """A dump without the null `metadata` field the OpenAI SDK 3.x (arthex's) added to
     ChatCompletion; ART's venv has the 2.x SDK, whose dump lacks it."""
@@ -490,10 +573,14 @@ def test_chat_histories_and_records_are_arts() -> None:
             f"trajectory case {index}: {first_difference(sdk_neutral(mine), theirs)}"
         )
     shapes = [len(found) if isinstance(found, list) else found for found in art["histories"]]
-    assert shapes[:-2] == [1, 4, 2, 1, 2, 1, 2, 2, 1, 1, NO_CRITIC, 2, 2]
-    assert shapes[-2:] == [
+    assert shapes[:13] == [1, 4, 2, 1, 2, 1, 2, 2, 1, 1, NO_CRITIC, 2, 2]
+    assert shapes[13:] == [
         {"error": "Chat Completions token_ids contains an invalid exact token ID"},
         {"error": "Chat Completions response contains duplicate choice indices"},
+        3,
+        3,
+        {"error": "Completions token history requires exact token IDs for every choice"},
+        {"error": "Completions suffix is not supported"},
     ]
     assert [name for name, _ in art_only] == [
         "CompletionsTokenHistory", "CompletionsStringHistory", "ResponsesHistory",
@@ -513,7 +600,7 @@ def test_chat_histories_and_records_are_arts() -> None:
     dumps += art_only
     for found in ours["histories"]:
         if isinstance(found, list):
-            dumps.extend(["ChatCompletionsHistory", history] for history in found)
+            dumps.extend([history_class(history), history] for history in found)
     method = "anthropic_messages_histories"
     derived: list[dict[str, Any]] = [{"trajectory": t, "method": method} for t in anthropic]
     derived += [{"trajectory": anthropic[1], "method": method, "options": RECONCILE}]
@@ -528,11 +615,7 @@ def test_chat_histories_and_records_are_arts() -> None:
     assert [m["role"] for m in in_chat_form] == ["system", "user", "assistant", "tool", "assistant"]
     stripped = art["histories"][3][1]["message_sources"]
     assert [source["request_index"] for source in stripped] == [0, None, 2, None]
-    dumps += [
-        ["AnthropicMessagesHistory" if "system" in history else "ChatCompletionsHistory", history]
-        for found in ours["histories"]
-        for history in found
-    ]
+    dumps += [[history_class(history), history] for found in ours["histories"] for history in found]
     art, ours = both_outcomes(
         "trajectory_histories_script", {"trajectories": [], "valid": dumps, "invalid": []}
     )

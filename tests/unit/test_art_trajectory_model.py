@@ -21,6 +21,10 @@ from arthex.utils.anthropic_histories import (
     anthropic_messages_history,
 )
 from arthex.utils.art_histories import chat_completions_history
+from arthex.utils.completions_histories import (
+    completions_token_histories,
+    completions_token_history,
+)
 
 COMPLETION: dict[str, Any] = {
     "start_time": "2026-01-01T00:00:00Z",
@@ -237,3 +241,25 @@ def test_anthropic_histories_need_messages_calls_of_the_model() -> None:
     assert found.model == "claude-x" and found.system_source is None
     reply = {"role": "assistant", "content": MESSAGE["response"]["content"]}
     assert found.messages == [*MESSAGE["request"]["messages"], reply]
+
+
+def test_an_echoed_completions_prompt_is_refused_in_one_line() -> None:
+    echoed = {**COMPLETION, "request": {**COMPLETION["request"], "echo": True}}
+    trajectory = Trajectory.model_validate({"exchanges": {"completions": [echoed]}})
+    with pytest.raises(ValueError, match="does not derive histories of echoed Completions"):
+        completions_token_histories(trajectory)
+
+
+def test_a_completions_history_from_the_prompt_and_sampled_ids() -> None:
+    choice = {**COMPLETION["response"]["choices"][0], "prompt_token_ids": [7, 8], "token_ids": [9]}
+    call = {**COMPLETION, "response": {**COMPLETION["response"], "choices": [choice]}}
+    history = completions_token_history(
+        Trajectory.model_validate({"exchanges": {"completions": [call]}})
+    )
+    assert history.prompt == [7, 8, 9] and history.sampled_spans == [(2, 3)]
+    assert [
+        (s.start, s.end, s.source and s.source.choice_index) for s in history.prompt_sources
+    ] == [
+        (0, 2, None),
+        (2, 3, 0),
+    ]

@@ -8,8 +8,8 @@ names the package) from the cases read as JSON from stdin, and print, as JSON, e
 - `valid`: each `[class name, JSON]` validated by that class and dumped again;
 - `rejected`: for each `[class name, JSON]`, whether validation refused it.
 
-Under ART, `art_only` also holds the dumps of the histories of the APIs arthex reads but
-does not derive yet (Responses, legacy Completions).
+Under ART, `art_only` also holds the dumps of the histories arthex reads but does not derive
+yet (Responses, legacy Completions as strings).
 
 Run by ART's interpreter for ART; the interop test runs arthex's cases in its own process.
 """
@@ -22,6 +22,7 @@ import sys
 ARTHEX_FUNCTIONS = {
     "chat_completions_histories": "arthex.utils.art_histories",
     "anthropic_messages_histories": "arthex.utils.anthropic_histories",
+    "completions_token_histories": "arthex.utils.completions_histories",
 }
 
 
