@@ -8,14 +8,17 @@ response, else a token-id prompt in the request) and the sampled ones (`token_id
 its logprob tokens carry as `token_id:N`). A batched request's choices go to its prompts by
 `prompt_index`, by matching prompt ids, or `n` at a time in index order.
 
-Not here: echoed prompts (`echo=True`) and the string histories ART falls back to without
-exact ids.
+`completions_string_histories` gives the text form ART falls back to without exact ids: one
+character per item, a call continuing the longest branch whose text its prompt starts with
+(where the served prompt ids extend that branch's last prompt and sample, unless
+`reconcile_text_equivalent_tokenizations`); an echoed prompt is cut from the choice's text.
+The token histories of an echoed prompt are not derived here.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from openai.types import CompletionChoice
@@ -24,11 +27,13 @@ from ..core.trajectories import Trajectory
 from .art_trajectories import (
     CompletionsExchange,
     CompletionsSource,
+    CompletionsStringHistory,
+    CompletionsStringSourceSpan,
     CompletionsTokenHistory,
     CompletionsTokenSourceSpan,
 )
-from .history_branches import BranchTree, Output, by_model
-from .served_tokens import COMPACT_LOGPROBS, extra, token_id, token_ids
+from .history_branches import Branch, BranchTree, Output, by_model
+from .served_tokens import COMPACT_LOGPROBS, extra, is_prefix, token_id, token_ids
 
 _PROTOCOL = "Completions"
 _UNMATCHED = "Cannot associate Completions choices with batched prompts"
@@ -108,6 +113,147 @@ def completions_token_history(
             f"Completions token history requires exactly one history; found {len(histories)}"
         )
     return histories[0]
+
+
+def completions_string_histories(
+    trajectory: Trajectory,
+    *,
+    model: str | None = None,
+    reconcile_text_equivalent_tokenizations: bool = False,
+) -> list[CompletionsStringHistory]:
+    """Every text history of the trajectory's Completions calls, per model, branches in the
+    order they were made."""
+    records = [CompletionsExchange.model_validate(r) for r in trajectory.exchanges.completions]
+    histories: list[CompletionsStringHistory] = []
+    for served, exchanges in by_model(records, model, _PROTOCOL):
+        tree = BranchTree()
+        cache: dict[tuple[int, int], Tokens] = {}
+        complete = True
+        for sequence, exchange in enumerate(exchanges):
+            if exchange.request.get("suffix") is not None:
+                raise ValueError("Completions suffix is not supported")
+            echoed = exchange.request.get("echo") is True
+            prompts = _prompts(exchange.request.get("prompt"))
+            groups = _choice_groups(exchange, prompts)
+            for prompt_index, (prompt, choices) in enumerate(zip(prompts, groups, strict=True)):
+                if not isinstance(prompt, str):
+                    complete = False
+                    continue
+                for choice in choices:
+                    text = choice.text
+                    if echoed:
+                        if not text.startswith(prompt):
+                            raise ValueError("Cannot locate echoed Completions prompt boundary")
+                        text = text[len(prompt) :]
+                    source = CompletionsSource(exchange=exchange, prompt_index=prompt_index)
+                    output = CompletionsSource(
+                        exchange=exchange, prompt_index=prompt_index, choice_index=choice.index
+                    )
+                    prompt_ids = _cached(cache, exchange, choice, echoed)[0]
+                    tree.extend(
+                        list(prompt),
+                        [source] * len(prompt),
+                        [],
+                        [Output(choice.index, list(text), [output] * len(text), [])],
+                        (),
+                        sequence,
+                        exchange.start_time,
+                        _follows(
+                            cache,
+                            prompt_ids,
+                            len(prompt),
+                            reconcile_text_equivalent_tokenizations,
+                        ),
+                    )
+        if not complete:
+            raise ValueError("Completions string history requires text prompts for every choice")
+        for branch in tree.branches:
+            runs = _runs(branch.sources)
+            histories.append(
+                CompletionsStringHistory(
+                    model=served,
+                    prompt="".join(branch.items),
+                    prompt_sources=[
+                        CompletionsStringSourceSpan(start=start, end=end, source=source)
+                        for start, end, source in runs
+                    ],
+                    sampled_spans=[
+                        (start, end)
+                        for start, end, source in runs
+                        if source is not None and source.choice_index is not None
+                    ],
+                )
+            )
+    if not histories:
+        raise ValueError("Completions string history requires text prompts")
+    return histories
+
+
+def completions_string_history(
+    trajectory: Trajectory,
+    *,
+    model: str | None = None,
+    reconcile_text_equivalent_tokenizations: bool = False,
+) -> CompletionsStringHistory:
+    """The trajectory's one Completions text history."""
+    histories = completions_string_histories(
+        trajectory,
+        model=model,
+        reconcile_text_equivalent_tokenizations=reconcile_text_equivalent_tokenizations,
+    )
+    if len(histories) != 1:
+        raise ValueError(
+            f"Completions string history requires exactly one history; found {len(histories)}"
+        )
+    return histories[0]
+
+
+def _cached(
+    cache: dict[tuple[int, int], Tokens],
+    exchange: CompletionsExchange,
+    choice: CompletionChoice,
+    echoed: bool,
+) -> Tokens:
+    """A choice's tokens, once; of an echoed prompt only the served prompt ids are read."""
+    key = (id(exchange), choice.index)
+    if key not in cache:
+        if echoed:
+            prompt = extra(choice, "prompt_token_ids")
+            if prompt is None:
+                prompt = extra(exchange.response, "prompt_token_ids")
+            prompt_ids = token_ids(prompt, "Completions prompt_token_ids") or None
+            cache[key] = (_with_request_prompt(exchange, prompt_ids), None)
+        else:
+            cache[key] = _tokens(exchange, choice)
+    return cache[key]
+
+
+def _follows(
+    cache: dict[tuple[int, int], Tokens],
+    prompt_ids: list[int] | None,
+    size: int,
+    reconcile: bool,
+) -> Callable[[Branch], bool]:
+    """Whether a call continues a branch: its served prompt ids start with the branch's last
+    prompt and sample (true where either is unknown)."""
+
+    def follows(branch: Branch) -> bool:
+        if reconcile or prompt_ids is None:
+            return True
+        source = next(
+            (
+                s
+                for s in reversed(branch.sources[:size])
+                if s is not None and s.choice_index is not None
+            ),
+            None,
+        )
+        if source is None:
+            return True
+        before, sampled = cache[(id(source.exchange), source.choice_index)]
+        return before is None or sampled is None or is_prefix([*before, *sampled], prompt_ids)
+
+    return follows
 
 
 def _runs(sources: Sequence[Any]) -> list[tuple[int, int, Any]]:

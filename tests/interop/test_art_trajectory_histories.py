@@ -296,16 +296,53 @@ def completion_with_suffix() -> dict[str, Any]:
     return {"exchanges": {"completions": [completion(0, [1], [5], suffix="end")]}}
 
 
+def said_completion(
+    second: int, prompt: str, *texts: str, ids: list[list[int]] | None = None, **request: Any
+) -> dict[str, Any]:
+    """A text Completions call; `ids` are the prompt's then each choice's served token ids."""
+    call = completion(second, prompt, *([0] for _ in texts), **request)
+    for index, choice in enumerate(call["response"]["choices"]):
+        choice["text"] = texts[index]
+        if ids is None:
+            del choice["token_ids"]
+        else:
+            choice.update(prompt_token_ids=ids[0], token_ids=ids[index + 1])
+    return call
+
+
+def string_turns() -> dict[str, Any]:
+    """Text turns: the second call continues the first (two choices), an echoed call."""
+    return {"exchanges": {"completions": [
+        said_completion(0, "Q: hi\nA:", " hello", ids=[[1, 2], [3]]),
+        said_completion(1, "Q: hi\nA: hello\nQ: more\nA:", " sure", " fine",
+                        ids=[[1, 2, 3, 4], [5], [6]]),
+        said_completion(2, "Z:", "Z: ok", echo=True),
+    ]}}  # fmt: skip
+
+
+def string_retokenized() -> dict[str, Any]:
+    """The second prompt's text continues the first, its served ids do not."""
+    return {"exchanges": {"completions": [
+        said_completion(0, "Q:", " a", ids=[[1], [2]]),
+        said_completion(1, "Q: a\nQ:", " b", ids=[[1, 9, 3], [4]]),
+    ]}}  # fmt: skip
+
+
+RECONCILE = {"reconcile_text_equivalent_tokenizations": True}
 TOKENS = "completions_token_histories"
+STRINGS = "completions_string_histories"
 COMPLETION_CASES: list[dict[str, Any]] = [
     {"trajectory": completion_turns(), "method": TOKENS},
     {"trajectory": completion_batch(), "method": TOKENS},
     {"trajectory": completion_without_ids(), "method": TOKENS},
     {"trajectory": completion_with_suffix(), "method": TOKENS},
+    {"trajectory": string_turns(), "method": STRINGS},
+    {"trajectory": string_retokenized(), "method": STRINGS},
+    {"trajectory": string_retokenized(), "method": STRINGS, "options": RECONCILE},
+    {"trajectory": completion_batch(), "method": STRINGS},
 ]
 
 
-RECONCILE = {"reconcile_text_equivalent_tokenizations": True}
 NO_CRITIC = {"error": "Trajectory contains no Chat Completions exchanges for model 'critic'"}
 TRAJECTORIES: list[dict[str, Any]] = [
     {"trajectory": tool_turns()},
@@ -543,7 +580,8 @@ ANTHROPIC = [
 def history_class(history: dict[str, Any]) -> str:
     """Which history class a dump is (by its fields)."""
     if "prompt" in history:
-        return "CompletionsTokenHistory"
+        text = isinstance(history["prompt"], str)
+        return "CompletionsStringHistory" if text else "CompletionsTokenHistory"
     return "AnthropicMessagesHistory" if "system" in history else "ChatCompletionsHistory"
 
 
@@ -581,6 +619,10 @@ def test_chat_histories_and_records_are_arts() -> None:
         3,
         {"error": "Completions token history requires exact token IDs for every choice"},
         {"error": "Completions suffix is not supported"},
+        3,
+        2,
+        1,
+        {"error": "Completions string history requires text prompts for every choice"},
     ]
     assert [name for name, _ in art_only] == [
         "CompletionsTokenHistory", "CompletionsStringHistory", "ResponsesHistory",

@@ -22,6 +22,7 @@ from arthex.utils.anthropic_histories import (
 )
 from arthex.utils.art_histories import chat_completions_history
 from arthex.utils.completions_histories import (
+    completions_string_history,
     completions_token_histories,
     completions_token_history,
 )
@@ -263,3 +264,16 @@ def test_a_completions_history_from_the_prompt_and_sampled_ids() -> None:
         (0, 2, None),
         (2, 3, 0),
     ]
+
+
+def test_an_echo_that_does_not_start_with_the_prompt_is_refused() -> None:
+    echoed = {**COMPLETION, "request": {**COMPLETION["request"], "echo": True}}
+    trajectory = Trajectory.model_validate({"exchanges": {"completions": [echoed]}})
+    with pytest.raises(ValueError, match="Cannot locate echoed Completions prompt boundary"):
+        completions_string_history(trajectory)
+    choice = {**COMPLETION["response"]["choices"][0], "text": "2+2= 4"}
+    echoed["response"] = {**COMPLETION["response"], "choices": [choice]}
+    history = completions_string_history(
+        Trajectory.model_validate({"exchanges": {"completions": [echoed]}})
+    )
+    assert history.prompt == "2+2= 4" and history.sampled_spans == [(4, 6)]

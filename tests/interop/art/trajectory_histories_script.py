@@ -9,7 +9,7 @@ names the package) from the cases read as JSON from stdin, and print, as JSON, e
 - `rejected`: for each `[class name, JSON]`, whether validation refused it.
 
 Under ART, `art_only` also holds the dumps of the histories arthex reads but does not derive
-yet (Responses, legacy Completions as strings).
+yet (Responses).
 
 Run by ART's interpreter for ART; the interop test runs arthex's cases in its own process.
 """
@@ -23,6 +23,7 @@ ARTHEX_FUNCTIONS = {
     "chat_completions_histories": "arthex.utils.art_histories",
     "anthropic_messages_histories": "arthex.utils.anthropic_histories",
     "completions_token_histories": "arthex.utils.completions_histories",
+    "completions_string_histories": "arthex.utils.completions_histories",
 }
 
 
