@@ -38,6 +38,11 @@ class Recorded(Protocol):
 RecordedT = TypeVar("RecordedT", bound=Recorded)
 
 
+def matches(name: str | None, pattern: str) -> bool:
+    """A served name is the pattern, or matches it as a case-sensitive shell pattern."""
+    return name is not None and (name == pattern or fnmatchcase(name, pattern))
+
+
 def by_model(
     exchanges: Sequence[RecordedT], model: str | None, protocol: str
 ) -> list[tuple[str, list[RecordedT]]]:
@@ -48,12 +53,7 @@ def by_model(
     selected = [
         e
         for e in exchanges
-        if model is None
-        or (
-            e.model == model
-            if exact
-            else e.model is not None and (e.model == model or fnmatchcase(e.model, model))
-        )
+        if model is None or (e.model == model if exact else matches(e.model, model))
     ]
     if not selected:
         suffix = f" for model {model!r}" if model is not None else ""

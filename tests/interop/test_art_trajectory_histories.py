@@ -341,6 +341,17 @@ COMPLETION_CASES: list[dict[str, Any]] = [
     {"trajectory": string_retokenized(), "method": STRINGS, "options": RECONCILE},
     {"trajectory": completion_batch(), "method": STRINGS},
 ]
+MULTIPLE = "Trajectory resolves to multiple protocol histories; use a protocol-specific method"
+MIXED = {"exchanges": {**tool_turns()["exchanges"], **completion_turns()["exchanges"]}}
+ANY_API: list[dict[str, Any]] = [
+    {"trajectory": tool_turns(), "method": "histories"},
+    {"trajectory": completion_without_ids(), "method": "histories"},
+    {"trajectory": completion_turns(), "method": "histories"},
+    {"trajectory": legacy(), "method": "histories"},
+    {"trajectory": MIXED, "method": "histories"},
+    {"trajectory": MIXED, "method": "histories", "options": {"model": "base@*"}},
+    {"trajectory": MIXED, "method": "histories", "options": {"model": "nobody"}},
+]
 
 
 NO_CRITIC = {"error": "Trajectory contains no Chat Completions exchanges for model 'critic'"}
@@ -361,6 +372,7 @@ TRAJECTORIES: list[dict[str, Any]] = [
     {"trajectory": bad_tokens()},
     {"trajectory": duplicate_choices()},
     *COMPLETION_CASES,
+    *ANY_API,
 ]  # fmt: skip
 
 # -- the other three APIs, recorded as ART records them --------------------------------------
@@ -579,6 +591,8 @@ ANTHROPIC = [
 
 def history_class(history: dict[str, Any]) -> str:
     """Which history class a dump is (by its fields)."""
+    if "messages_and_choices" in history:
+        return "LegacyHistory"
     if "prompt" in history:
         text = isinstance(history["prompt"], str)
         return "CompletionsStringHistory" if text else "CompletionsTokenHistory"
@@ -623,6 +637,13 @@ def test_chat_histories_and_records_are_arts() -> None:
         2,
         1,
         {"error": "Completions string history requires text prompts for every choice"},
+        1,
+        1,
+        3,
+        2,
+        {"error": MULTIPLE},
+        3,
+        {"error": "Trajectory contains no exchanges for model 'nobody'"},
     ]
     assert [name for name, _ in art_only] == [
         "CompletionsTokenHistory", "CompletionsStringHistory", "ResponsesHistory",
@@ -647,12 +668,13 @@ def test_chat_histories_and_records_are_arts() -> None:
     derived: list[dict[str, Any]] = [{"trajectory": t, "method": method} for t in anthropic]
     derived += [{"trajectory": anthropic[1], "method": method, "options": RECONCILE}]
     derived += [{"trajectory": t, "method": method, "as_chat": True} for t in anthropic]
+    derived += [{"trajectory": anthropic[0], "method": "histories"}]
     art, ours = both_outcomes(
         "trajectory_histories_script", {"trajectories": derived, "valid": dumps, "invalid": []}
     )
     for index, (mine, theirs) in enumerate(zip(ours["histories"], art["histories"], strict=True)):
         assert mine == theirs, f"Anthropic case {index}: {first_difference(mine, theirs)}"
-    assert [len(found) for found in art["histories"]] == [1, 2, 3, 2, 1, 1, 2, 3, 2]
+    assert [len(found) for found in art["histories"]] == [1, 2, 3, 2, 1, 1, 2, 3, 2, 1]
     in_chat_form = art["histories"][5][0]["messages"]
     assert [m["role"] for m in in_chat_form] == ["system", "user", "assistant", "tool", "assistant"]
     stripped = art["histories"][3][1]["message_sources"]

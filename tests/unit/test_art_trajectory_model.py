@@ -14,6 +14,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import ValidationError
 
 import arthex.art.trajectories as art
+from arthex.core.errors import UnsupportedCapability
 from arthex.core.exchanges import ChatCompletionsExchange, TrajectoryExchanges
 from arthex.core.trajectories import Trajectory
 from arthex.utils.anthropic_histories import (
@@ -26,6 +27,7 @@ from arthex.utils.completions_histories import (
     completions_token_histories,
     completions_token_history,
 )
+from arthex.utils.trajectory_histories import trajectory_histories, trajectory_history
 
 COMPLETION: dict[str, Any] = {
     "start_time": "2026-01-01T00:00:00Z",
@@ -277,3 +279,24 @@ def test_an_echo_that_does_not_start_with_the_prompt_is_refused() -> None:
         Trajectory.model_validate({"exchanges": {"completions": [echoed]}})
     )
     assert history.prompt == "2+2= 4" and history.sampled_spans == [(4, 6)]
+
+
+def test_the_dispatcher_refuses_responses_calls_saying_so() -> None:
+    record = {
+        "start_time": "2026-01-01T00:00:00Z",
+        "end_time": "2026-01-01T00:00:01Z",
+        "request": {"model": "agent@1", "input": "Hi"},
+        "response": {"id": "r", "object": "response", "created_at": 1, "model": "served",
+                     "output": [], "parallel_tool_calls": True, "tool_choice": "auto",
+                     "tools": []},
+    }  # fmt: skip
+    trajectory = Trajectory.model_validate({"exchanges": {"responses": [record]}})
+    with pytest.raises(UnsupportedCapability, match="Responses histories"):
+        trajectory_histories(trajectory)
+    hi = [{"role": "user", "content": "Hi"}]
+    two = Trajectory.model_validate(
+        {"exchanges": {"chat_completions": [chat(0, "a", hi, "x"), chat(1, "b", hi, "y")]}}
+    )
+    with pytest.raises(ValueError, match="Trajectory history requires exactly one model"):
+        trajectory_history(two)
+    assert trajectory_history(two, model="b").messages[-1]["content"] == "y"  # type: ignore[union-attr]

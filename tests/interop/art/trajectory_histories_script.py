@@ -24,14 +24,17 @@ ARTHEX_FUNCTIONS = {
     "anthropic_messages_histories": "arthex.utils.anthropic_histories",
     "completions_token_histories": "arthex.utils.completions_histories",
     "completions_string_histories": "arthex.utils.completions_histories",
+    "histories": "arthex.utils.trajectory_histories.trajectory_histories",
 }
 
 
 def histories_of(lib, trajectory, method, options):
     if lib == "art":
         return getattr(trajectory, method)(**options)
-    derive = importlib.import_module(ARTHEX_FUNCTIONS[method])
-    return getattr(derive, method)(trajectory, **options)
+    where = ARTHEX_FUNCTIONS[method]
+    if where.endswith(method):
+        where, method = where.rsplit(".", 1)
+    return getattr(importlib.import_module(where), method)(trajectory, **options)
 
 
 def run(lib, cases):
