@@ -5,11 +5,12 @@ the choice it came from), as ART 0.5.23's `Trajectory.chat_completions_histories
 How calls become branches: calls are taken per model, in the order they started. A call
 continues the longest branch (with the same tools and chat template) whose messages its
 request repeats; each of its choices then ends a branch of its own. A call whose request is a
-prefix of a branch (a regeneration) forks from it. A message keeps the source of the branch it
-was first seen in, unless the served tokens show the model never saw that branch (the prompt
-does not start with the earlier prompt and reply, or a reasoning span the model sampled was
-dropped): then the call starts a new branch. Reasoning fields are left out of the comparison of
-messages unless `reconcile_text_equivalent_tokenizations` is set, which also ignores the tokens.
+prefix of a branch (a regeneration) forks from it. A call continues a branch only where the
+served tokens agree (its prompt's tokens start with the branch's last prompt and reply and hold
+every reasoning span sampled on it; a tool call cut at the token limit is never continued);
+otherwise it starts a new branch, its messages keeping the earlier branch's sources where the
+reply's tokens are still there. Reasoning fields are left out of the comparison of messages
+unless `reconcile_text_equivalent_tokenizations` is set, which also ignores the tokens.
 
 A trajectory without recorded calls gives one history per conversation (its main one, then its
 additional histories), every source None.
