@@ -79,7 +79,6 @@ _CAPTURE = (
     "use arthex.capture() (a scope or a decorator), arthex.capture_trajectory(...) or "
     "arthex.current_trajectory(): every chat completion to a watched endpoint is recorded"
 )
-_EXCHANGES = "arthex records chat completions only, as Trajectory.exchanges (see docs/capture.md)"
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
 _TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference server"
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
@@ -318,7 +317,6 @@ _HF_TRAINER = Refuse(
     "arthex does not take Hugging Face trainer arguments; "
     "set the optimizer on the backend: arthex.LocalBackend(adam_betas=..., weight_decay=...)"
 )
-_TRAINING_EXCHANGES = Refuse(_EXCHANGES)
 _LANGGRAPH = "arthex.composition.langgraph"
 _MCP = "arthex.environments.mcp_scenarios"
 _BENCH = "arthex.apps.benchmarking"
@@ -327,9 +325,7 @@ _LANGGRAPH_INTERNAL = Refuse(
     "wrap_rollout(model, rollout) records the rollout's calls with arthex.capture(), "
     "not in log files"
 )
-_HISTORY_TYPES = Refuse(
-    "arthex.History holds a trajectory's additional histories (messages_and_choices, tools)"
-)
+_ART_TRAJECTORIES = "arthex.utils.art_trajectories"
 _COMPACT = Refuse("use Trajectory.model_dump_json() and Trajectory.model_validate_json()")
 
 MODULES: dict[str, dict[str, Entry]] = {
@@ -673,55 +669,55 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.tinker.backend": {"TinkerBackend": _TINKER_BACKEND},
     "art.tokenizer": {"get_tokenizer": _GET_TOKENIZER},
     "art.trajectories": {
-        "AnthropicMessageSource": _TRAINING_EXCHANGES,
-        "AnthropicMessagesHistory": _TRAINING_EXCHANGES,
-        "ChatCompletionsExchange": _TRAINING_EXCHANGES,
-        "ChatCompletionsHistory": _TRAINING_EXCHANGES,
-        "ChatCompletionsMessageSource": _TRAINING_EXCHANGES,
-        "ChatCompletionsRequest": _TRAINING_EXCHANGES,
-        "CompactDumpable": _COMPACT,
-        "CompactTrajectoryKind": _COMPACT,
-        "CompactTrajectoryPayload": _COMPACT,
-        "CompletionsExchange": _TRAINING_EXCHANGES,
-        "CompletionsRequest": _TRAINING_EXCHANGES,
-        "CompletionsSource": _TRAINING_EXCHANGES,
-        "CompletionsStringHistory": _TRAINING_EXCHANGES,
-        "CompletionsStringSourceSpan": _TRAINING_EXCHANGES,
-        "CompletionsTokenHistory": _TRAINING_EXCHANGES,
-        "CompletionsTokenSourceSpan": _TRAINING_EXCHANGES,
+        "AnthropicMessageSource": Use(_ART_TRAJECTORIES, "AnthropicMessageSource"),
+        "AnthropicMessagesHistory": Use(_ART_TRAJECTORIES, "AnthropicMessagesHistory"),
+        "ChatCompletionsExchange": Use("arthex.core.exchanges", "ChatCompletionsExchange"),
+        "ChatCompletionsHistory": Use(_ART_TRAJECTORIES, "ChatCompletionsHistory"),
+        "ChatCompletionsMessageSource": Use(_ART_TRAJECTORIES, "ChatCompletionsMessageSource"),
+        "ChatCompletionsRequest": Use(_ART_TRAJECTORIES, "ChatCompletionsRequest"),
+        "CompactDumpable": Use(_ART_TRAJECTORIES, "CompactDumpable"),
+        "CompactTrajectoryKind": Use(_ART_TRAJECTORIES, "CompactTrajectoryKind"),
+        "CompactTrajectoryPayload": Use(_ART_TRAJECTORIES, "CompactTrajectoryPayload"),
+        "CompletionsExchange": Use(_ART_TRAJECTORIES, "CompletionsExchange"),
+        "CompletionsRequest": Use(_ART_TRAJECTORIES, "CompletionsRequest"),
+        "CompletionsSource": Use(_ART_TRAJECTORIES, "CompletionsSource"),
+        "CompletionsStringHistory": Use(_ART_TRAJECTORIES, "CompletionsStringHistory"),
+        "CompletionsStringSourceSpan": Use(_ART_TRAJECTORIES, "CompletionsStringSourceSpan"),
+        "CompletionsTokenHistory": Use(_ART_TRAJECTORIES, "CompletionsTokenHistory"),
+        "CompletionsTokenSourceSpan": Use(_ART_TRAJECTORIES, "CompletionsTokenSourceSpan"),
         "History": Use("arthex.core.exchanges", "SequenceHistory"),
         "LegacyHistory": Use("arthex.core.trajectories", "History"),
-        "MessagesExchange": _TRAINING_EXCHANGES,
-        "MessagesRequest": _TRAINING_EXCHANGES,
+        "MessagesExchange": Use(_ART_TRAJECTORIES, "MessagesExchange"),
+        "MessagesRequest": Use(_ART_TRAJECTORIES, "MessagesRequest"),
         "MetadataValue": _METADATA_VALUE,
         "PydanticException": Use("arthex.core.trajectories", "CapturedException"),
-        "ResponsesExchange": _TRAINING_EXCHANGES,
-        "ResponsesHistory": _TRAINING_EXCHANGES,
-        "ResponsesItemSource": _TRAINING_EXCHANGES,
-        "ResponsesRequest": _TRAINING_EXCHANGES,
+        "ResponsesExchange": Use(_ART_TRAJECTORIES, "ResponsesExchange"),
+        "ResponsesHistory": Use(_ART_TRAJECTORIES, "ResponsesHistory"),
+        "ResponsesItemSource": Use(_ART_TRAJECTORIES, "ResponsesItemSource"),
+        "ResponsesRequest": Use(_ART_TRAJECTORIES, "ResponsesRequest"),
         "TensorizedHistory": _TOKENIZE_NAME,
         "TensorizedMultiHistoryTrajectory": _TOKENIZE_NAME,
         "TensorizedTopK": _TOKENIZE_NAME,
         "TensorizedTrajectory": _TOKENIZE_NAME,
         "TensorizedTrajectoryGroup": _TOKENIZE_NAME,
-        "TokenFlag": _TOKENIZE_NAME,
+        "TokenFlag": Use(_ART_TRAJECTORIES, "TokenFlag"),
         "TokenizedHistory": _TOKENIZE_NAME,
         "TokenizedMultiHistoryTrajectory": _TOKENIZE_NAME,
         "TokenizedTopK": _TOKENIZE_NAME,
         "TokenizedTrajectory": _TOKENIZE_NAME,
         "TokenizedTrajectoryGroup": _TOKENIZE_NAME,
-        "Tokenizer": _TOKENIZE_NAME,
+        "Tokenizer": Use(_ART_TRAJECTORIES, "Tokenizer"),
         "Trajectory": _TRAJECTORY,
-        "TrajectoryExchanges": _TRAINING_EXCHANGES,
+        "TrajectoryExchanges": Use("arthex.core.exchanges", "TrajectoryExchanges"),
         "TrajectoryGroup": _GROUP,
-        "TrajectoryHistory": _HISTORY_TYPES,
+        "TrajectoryHistory": Use(_ART_TRAJECTORIES, "TrajectoryHistory"),
         "compact_dump": _COMPACT,
         "compact_memory": _COMPACT,
         "compact_validate": _COMPACT,
         "compact_validate_json": _COMPACT,
         "current_trajectory": _CURRENT,
         "first_occurrence_masks": _TOKENIZE_NAME,
-        "get_messages": Refuse("use trajectory.messages()"),
+        "get_messages": Use(_ART_TRAJECTORIES, "get_messages"),
         "no_capture": _NO_CAPTURE,
         "tensorize": _TOKENIZE_NAME,
         "tokenize": _TOKENIZE_NAME,

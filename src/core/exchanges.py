@@ -18,12 +18,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from openai.types.chat import ChatCompletion
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from .chat_types import as_message
 
-# ART dumps a computed `model` field with each exchange in some paths (not in parquet); it is
-# derived from the request, so it is dropped on read rather than refused.
+# ART dumps a computed `model` field with each exchange (its parquet writer leaves it out); it
+# is derived from the request, so it is written in a dump as ART does and dropped on read.
 _COMPUTED = "model"
 
 
@@ -57,6 +64,7 @@ class ChatCompletionsExchange(BaseModel):
     def _as_utc(cls, value: datetime) -> datetime:
         return _utc(value)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def model(self) -> str | None:
         """The model the request named (the served name, e.g. `agent@3`)."""
@@ -73,6 +81,20 @@ class TrajectoryExchanges(BaseModel):
     completions: list[dict[str, Any]] = Field(default_factory=list)
     responses: list[dict[str, Any]] = Field(default_factory=list)
     messages: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("completions", "responses", "messages", mode="before")
+    @classmethod
+    def _records_as_json(cls, records: Any) -> Any:
+        """A typed record (a pydantic model) is kept as its JSON dump, without the derived
+        `model` name, as a record read from a file is."""
+        if not isinstance(records, list):
+            return records
+        return [
+            record.model_dump(mode="json", exclude_computed_fields=True)
+            if isinstance(record, BaseModel)
+            else record
+            for record in records
+        ]
 
     def __bool__(self) -> bool:
         return bool(self.chat_completions or self.completions or self.responses or self.messages)

@@ -12,22 +12,82 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
+    from arthex.core.exchanges import ChatCompletionsExchange as ChatCompletionsExchange
     from arthex.core.exchanges import SequenceHistory as History
+    from arthex.core.exchanges import TrajectoryExchanges as TrajectoryExchanges
     from arthex.core.trajectories import CapturedException as PydanticException
     from arthex.core.trajectories import History as LegacyHistory
     from arthex.core.trajectories import MetadataValue as MetadataValue
     from arthex.core.trajectories import Trajectory as Trajectory
     from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
     from arthex.core.trajectories import trajectory_group as trajectory_group
+    from arthex.utils.art_trajectories import AnthropicMessagesHistory as AnthropicMessagesHistory
+    from arthex.utils.art_trajectories import AnthropicMessageSource as AnthropicMessageSource
+    from arthex.utils.art_trajectories import ChatCompletionsHistory as ChatCompletionsHistory
+    from arthex.utils.art_trajectories import (
+        ChatCompletionsMessageSource as ChatCompletionsMessageSource,
+    )
+    from arthex.utils.art_trajectories import ChatCompletionsRequest as ChatCompletionsRequest
+    from arthex.utils.art_trajectories import CompactDumpable as CompactDumpable
+    from arthex.utils.art_trajectories import CompactTrajectoryKind as CompactTrajectoryKind
+    from arthex.utils.art_trajectories import CompactTrajectoryPayload as CompactTrajectoryPayload
+    from arthex.utils.art_trajectories import CompletionsExchange as CompletionsExchange
+    from arthex.utils.art_trajectories import CompletionsRequest as CompletionsRequest
+    from arthex.utils.art_trajectories import CompletionsSource as CompletionsSource
+    from arthex.utils.art_trajectories import CompletionsStringHistory as CompletionsStringHistory
+    from arthex.utils.art_trajectories import (
+        CompletionsStringSourceSpan as CompletionsStringSourceSpan,
+    )
+    from arthex.utils.art_trajectories import CompletionsTokenHistory as CompletionsTokenHistory
+    from arthex.utils.art_trajectories import (
+        CompletionsTokenSourceSpan as CompletionsTokenSourceSpan,
+    )
+    from arthex.utils.art_trajectories import MessagesExchange as MessagesExchange
+    from arthex.utils.art_trajectories import MessagesRequest as MessagesRequest
+    from arthex.utils.art_trajectories import ResponsesExchange as ResponsesExchange
+    from arthex.utils.art_trajectories import ResponsesHistory as ResponsesHistory
+    from arthex.utils.art_trajectories import ResponsesItemSource as ResponsesItemSource
+    from arthex.utils.art_trajectories import ResponsesRequest as ResponsesRequest
+    from arthex.utils.art_trajectories import TokenFlag as TokenFlag
+    from arthex.utils.art_trajectories import Tokenizer as Tokenizer
+    from arthex.utils.art_trajectories import TrajectoryHistory as TrajectoryHistory
+    from arthex.utils.art_trajectories import get_messages as get_messages
 
     __all__ = [
+        "AnthropicMessageSource",
+        "AnthropicMessagesHistory",
+        "ChatCompletionsExchange",
+        "ChatCompletionsHistory",
+        "ChatCompletionsMessageSource",
+        "ChatCompletionsRequest",
+        "CompactDumpable",
+        "CompactTrajectoryKind",
+        "CompactTrajectoryPayload",
+        "CompletionsExchange",
+        "CompletionsRequest",
+        "CompletionsSource",
+        "CompletionsStringHistory",
+        "CompletionsStringSourceSpan",
+        "CompletionsTokenHistory",
+        "CompletionsTokenSourceSpan",
         "History",
         "LegacyHistory",
+        "MessagesExchange",
+        "MessagesRequest",
         "MetadataValue",
         "PydanticException",
+        "ResponsesExchange",
+        "ResponsesHistory",
+        "ResponsesItemSource",
+        "ResponsesRequest",
+        "TokenFlag",
+        "Tokenizer",
         "Trajectory",
+        "TrajectoryExchanges",
         "TrajectoryGroup",
+        "TrajectoryHistory",
         "current_trajectory",
+        "get_messages",
         "no_capture",
         "trajectory_group",
     ]
