@@ -16,6 +16,8 @@ read instead of failing later.
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import IntFlag
@@ -314,9 +316,7 @@ class AnthropicMessagesHistory(SequenceHistory):
     chat_template_kwargs: dict[str, Any] | None = None
 
     def as_chat_completions_history(self) -> ChatCompletionsHistory:
-        """This conversation in chat form (`utils.anthropic_histories.as_chat_history`)."""
-        from .anthropic_histories import as_chat_history
-
+        """This conversation in chat form (`as_chat_history`)."""
         return as_chat_history(self)
 
 
@@ -475,3 +475,127 @@ __all__ = [
     "TrajectoryHistory",
     "get_messages",
 ]
+
+
+# -- an Anthropic Messages history in chat form ----------------------------------------------
+
+
+def as_chat_history(history: AnthropicMessagesHistory) -> ChatCompletionsHistory:
+    """An Anthropic Messages history in chat form, as ART converts it: the system prompt as a
+    system message, each message's text blocks as its content, thinking as `reasoning`,
+    tool_use blocks as tool calls and each tool_result as a tool message; every converted
+    message keeps its message's source (a reply's as output 0). Tools become function tools."""
+    messages: list[dict[str, Any]] = []
+    sources: list[ChatCompletionsMessageSource | None] = []
+    if history.system:
+        messages.append({"role": "system", "content": _text(history.system)})
+        source = history.system_source
+        sources.append(None if source is None else ChatCompletionsMessageSource(exchange=source))
+    for message, origin in zip(history.messages, history.message_sources, strict=True):
+        converted = _as_chat_messages(message)
+        messages.extend(converted)
+        chat_source = (
+            None
+            if origin is None
+            else ChatCompletionsMessageSource(
+                exchange=origin.exchange,
+                request_index=origin.request_index,
+                output_indices=(0,) if origin.request_index is None else None,
+            )
+        )
+        sources.extend([chat_source] * len(converted))
+    return ChatCompletionsHistory(
+        model=history.model,
+        messages=messages,
+        message_sources=sources,
+        tools=_function_tools(history.tools),
+        chat_template=history.chat_template,
+        chat_template_kwargs=copy.deepcopy(history.chat_template_kwargs),
+    )
+
+
+def _text(content: object) -> str:
+    """The text of a content value: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        block["text"]
+        for block in content
+        if isinstance(block, Mapping)
+        and block.get("type") in ("input_text", "output_text", "text")
+        and isinstance(block.get("text"), str)
+    )
+
+
+def _as_chat_messages(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+    role = raw.get("role", "user")
+    content = raw.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    out: list[dict[str, Any]] = []
+    text = reasoning = ""
+    calls: list[dict[str, Any]] = []
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            text += str(block.get("text") or "")
+        elif kind == "thinking":
+            reasoning += str(block.get("thinking") or "")
+        elif kind == "tool_use":
+            arguments = json.dumps(block.get("input") or {})
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": arguments},
+                }
+            )
+        elif kind == "tool_result":
+            if text:
+                out.append({"role": role, "content": text})
+                text = ""
+            result = block.get("content", "")
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.get("tool_use_id", block.get("id")),
+                    "content": result if isinstance(result, str) else _text(result),
+                }
+            )
+        else:
+            raise ValueError(f"Unsupported Anthropic content block type: {kind!r}")
+    message: dict[str, Any] = {"role": role, "content": text}
+    if reasoning:
+        message["reasoning"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    if text or reasoning or calls or role == "assistant":
+        out.append(message)
+    return out
+
+
+def _function_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Anthropic tools as chat function tools (a non-function tool is kept as it is)."""
+    if tools is None:
+        return None
+    converted = []
+    for tool in tools:
+        if tool.get("type", "function") != "function":
+            converted.append(tool)
+            continue
+        function = {
+            "name": tool.get("name"),
+            "description": tool.get("description"),
+            "parameters": tool.get("input_schema", {}),
+        }
+        converted.append(
+            {
+                "type": "function",
+                "function": {key: value for key, value in function.items() if value is not None},
+            }
+        )
+    return converted
