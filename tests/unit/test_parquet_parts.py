@@ -1,0 +1,337 @@
+"""The parquet store's part files (adapters/parquet/parts.py), function by function: the names
+of step files and legacy `-N` parts, listing them on a local and on a non-local filesystem,
+what a step file's footer says it folded, a part's identity (size and a hash of its last 64
+KiB, worked out here from the physical file) and reading one step while a writer folds."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pytest
+from fsspec.implementations.local import (  # type: ignore[import-untyped]
+    LocalFileSystem as FsspecLocal,
+)
+
+from arthex.adapters.parquet.parts import (
+    FOLDED_KEY,
+    PartFile,
+    folded_parts,
+    list_dir,
+    list_parts,
+    parse_part_name,
+    part_identity,
+    part_name,
+    read_step,
+    read_tail,
+)
+from arthex.adapters.parquet.store import ParquetTrajectoryStore
+from arthex.core.errors import CorruptDataError, InvalidInputError
+from arthex.core.identity import RunRef
+from arthex.core.trajectories import TrajectoryGroup
+from arthex.testing.builders import make_group
+from tests._parts import write_legacy_part
+
+LOCAL = pafs.LocalFileSystem()
+RUN = RunRef("proj", "run-1")
+
+
+def tagged(*tags: int) -> list[TrajectoryGroup]:
+    return [make_group([0.0, 1.0], metadata={"n": tag}) for tag in tags]
+
+
+def tags(groups: list[TrajectoryGroup]) -> list[object]:
+    return [g.metadata["n"] for g in groups]
+
+
+def step_file(root: Path, groups: list[TrajectoryGroup], step: int = 0) -> Path:
+    """A step file as the store writes it, under `root`."""
+    store = ParquetTrajectoryStore(str(root))
+    return Path(asyncio.run(store.write(RUN, "train", step, groups)))
+
+
+# --- names ------------------------------------------------------------------------------
+
+
+def test_a_step_file_and_a_legacy_part_are_named_as_art_and_old_arthex_wrote_them() -> None:
+    assert part_name(3) == "0003.parquet"
+    assert part_name(3, 0) == "0003.parquet"
+    assert part_name(3, 1) == "0003-1.parquet"
+    assert part_name(7, 12) == "0007-12.parquet"
+    assert part_name(12345, 2) == "12345-2.parquet"
+
+
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        ("0003.parquet", (3, 0)),
+        ("0000.parquet", (0, 0)),
+        ("0003-1.parquet", (3, 1)),
+        ("0003-10.parquet", (3, 10)),
+        ("12345.parquet", (12345, 0)),
+        ("12345-7.parquet", (12345, 7)),
+    ],
+)
+def test_a_part_name_gives_its_step_and_part(name: str, parsed: tuple[int, int]) -> None:
+    assert parse_part_name(name) == parsed
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "12.parquet",  # narrower than ART's four digits
+        "00012.parquet",  # a leading zero past four digits
+        "0008-0.parquet",  # part 0 is the step file itself
+        "0008-01.parquet",
+        "0008-.parquet",
+        ".tmp-0005.parquet",  # a file being written
+        ".tmp-0005.parquet.123.abcd",
+        "0007.parquet.bak",
+        "x0007.parquet",
+        "0007.parquetx",
+        "0007",
+        ".lock",
+        "",
+    ],
+)
+def test_other_names_are_not_parts(name: str) -> None:
+    assert parse_part_name(name) is None
+
+
+def test_a_part_name_reads_back_as_what_named_it() -> None:
+    for step, part in [(0, 0), (9, 1), (10000, 3), (42, 11)]:
+        assert parse_part_name(part_name(step, part)) == (step, part)
+
+
+# --- listing ----------------------------------------------------------------------------
+
+
+def test_a_directory_lists_its_files_and_folders_and_a_missing_one_lists_nothing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.parquet").write_bytes(b"x")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    kinds = {info.base_name: info.type for info in list_dir(LOCAL, str(tmp_path))}
+    assert kinds == {
+        "a.parquet": pafs.FileType.File,
+        "sub": pafs.FileType.Directory,
+        "dangling": pafs.FileType.Unknown,
+    }
+    assert [i.path for i in list_dir(LOCAL, str(tmp_path)) if i.base_name == "sub"] == [
+        str(tmp_path / "sub")
+    ]
+    assert list_dir(LOCAL, str(tmp_path / "missing")) == []
+    assert list_dir(LOCAL, str(tmp_path / "a.parquet")) == []  # a file, not a directory
+
+
+def test_a_directory_on_another_filesystem_is_listed_through_it(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "0001.parquet").write_bytes(b"x")
+    (tmp_path / "d" / "sub").mkdir()
+    subtree = pafs.SubTreeFileSystem(str(tmp_path), LOCAL)
+    assert subtree.type_name != "local"
+    kinds = {info.base_name: info.type for info in list_dir(subtree, "d")}
+    assert kinds == {"0001.parquet": pafs.FileType.File, "sub": pafs.FileType.Directory}
+    assert list_dir(subtree, "missing") == []
+
+
+def make_run(root: Path) -> Path:
+    """A model's trajectories folder: train steps 0 and 2 (step 0 with a legacy part), val
+    step 1, a hidden folder and names the store does not write."""
+    trajectories = root / "trajectories"
+    for split, step in [("train", 0), ("train", 2), ("val", 1)]:
+        (trajectories / split).mkdir(parents=True, exist_ok=True)
+        (trajectories / split / part_name(step)).write_bytes(b"step file")
+    (trajectories / "train" / part_name(0, 1)).write_bytes(b"legacy part")
+    (trajectories / "train" / "notes.txt").write_text("x")
+    (trajectories / "train" / ".tmp-0003.parquet.1.ab").write_bytes(b"half")
+    (trajectories / "train" / part_name(4)).mkdir()  # a folder with a part's name
+    (trajectories / ".hidden").mkdir()
+    (trajectories / ".hidden" / part_name(0)).write_bytes(b"x")
+    (trajectories / "stray.parquet").write_bytes(b"x")  # a file, not a split
+    return trajectories
+
+
+def listed(parts: list[PartFile]) -> list[tuple[str, int, int, str]]:
+    return [(p.split, p.step, p.part, Path(p.path).name) for p in parts]
+
+
+def test_every_split_is_listed_by_split_step_and_part(tmp_path: Path) -> None:
+    trajectories = make_run(tmp_path)
+    parts = list_parts(LOCAL, str(trajectories))
+    assert listed(parts) == [
+        ("train", 0, 0, "0000.parquet"),
+        ("train", 0, 1, "0000-1.parquet"),
+        ("train", 2, 0, "0002.parquet"),
+        ("val", 1, 0, "0001.parquet"),
+    ]
+    assert parts[1].path == f"{trajectories}/train/0000-1.parquet"
+
+
+def test_splits_and_steps_choose_the_parts(tmp_path: Path) -> None:
+    trajectories = str(make_run(tmp_path))
+    assert listed(list_parts(LOCAL, trajectories, "val")) == [("val", 1, 0, "0001.parquet")]
+    assert [p.step for p in list_parts(LOCAL, trajectories, ["train"], 2)] == [2]
+    assert [(p.split, p.step) for p in list_parts(LOCAL, trajectories, None, [1, 2])] == [
+        ("train", 2),
+        ("val", 1),
+    ]
+    assert list_parts(LOCAL, trajectories, ("val", "train"), (7,)) == []
+    assert list_parts(LOCAL, trajectories, "test") == []  # a split never written
+    assert list_parts(LOCAL, str(tmp_path / "none")) == []
+
+
+@pytest.mark.parametrize(
+    ("split", "steps", "message"),
+    [
+        ("train", True, "steps must be a int or an iterable of them, got True"),
+        ("train", "0", "steps must be a int or an iterable of them, got '0'"),
+        ("train", 1.5, "steps must be a int or an iterable of them, got 1.5"),
+        ("train", [1, True, "2"], "steps must hold only int values, got [True, '2']"),
+        (b"train", None, "split must be a str or an iterable of them, got b'train'"),
+        (5, None, "split must be a str or an iterable of them, got 5"),
+        (["train", 5], None, "split must hold only str values, got [5]"),
+    ],
+)
+def test_filters_of_the_wrong_type_are_refused_naming_them(
+    tmp_path: Path, split: Any, steps: Any, message: str
+) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        list_parts(LOCAL, str(tmp_path), split, steps)
+    assert str(caught.value) == message
+
+
+def test_a_split_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="split"):
+        list_parts(LOCAL, str(tmp_path), "../train")
+
+
+# --- what a step file folded, and a part's identity -------------------------------------
+
+
+def test_a_footer_without_folded_parts_or_with_a_damaged_entry_folds_nothing() -> None:
+    entry = {"name": "0000-1.parquet", "size": 10, "tail": "ab"}
+    assert folded_parts(None) == []
+    assert folded_parts({}) == []
+    assert folded_parts({b"other": b"[]"}) == []
+    assert folded_parts({FOLDED_KEY: b"not json"}) == []
+    assert folded_parts({FOLDED_KEY: b'{"name": "0000-1.parquet"}'}) == []
+    assert folded_parts({FOLDED_KEY: json.dumps([entry, "x", 3]).encode()}) == [entry]
+
+
+@pytest.mark.parametrize("size", [0, 100, 64 * 1024, 64 * 1024 + 1, 200_000])
+def test_a_files_tail_is_its_last_64_kib_and_the_file_is_left_at_its_start(
+    tmp_path: Path, size: int
+) -> None:
+    content = bytes(i * 7 % 251 for i in range(size))
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    with LOCAL.open_input_file(str(path)) as handle:
+        assert read_tail(handle) == (size, content[-65536:])
+        assert handle.tell() == 0
+        assert handle.read(5) == content[:5]
+
+
+def test_a_parts_identity_is_its_name_size_and_the_hash_of_its_tail(tmp_path: Path) -> None:
+    content = bytes(range(256)) * 1000  # 256,000 bytes
+    path = tmp_path / "0000-1.parquet"
+    path.write_bytes(content)
+    assert part_identity(LOCAL, str(path)) == {
+        "name": "0000-1.parquet",
+        "size": 256_000,
+        "tail": hashlib.sha256(content[-65536:]).hexdigest(),
+    }
+
+
+# --- reading one step -------------------------------------------------------------------
+
+
+def test_a_step_is_its_step_file_then_the_legacy_parts_it_has_not_folded(tmp_path: Path) -> None:
+    directory = step_file(tmp_path, tagged(0), step=3).parent
+    write_legacy_part(directory, 3, 2, tagged(2))
+    write_legacy_part(directory, 3, 1, tagged(1))
+    write_legacy_part(directory, 4, 1, tagged(9))  # another step's
+    assert tags(read_step(LOCAL, str(directory), "train", 3)) == [0, 1, 2]
+    assert tags(read_step(LOCAL, str(directory), "train", 4)) == [9]
+    assert read_step(LOCAL, str(directory), "train", 5) == []
+
+
+def test_a_folded_part_still_on_disk_is_skipped_when_listed_and_read(tmp_path: Path) -> None:
+    directory = step_file(tmp_path, tagged(0)).parent
+    legacy = Path(write_legacy_part(directory, 0, 1, tagged(1)))
+    kept = legacy.read_bytes()
+    step_file(tmp_path, tagged(2))  # folds the part into the step file and deletes it
+    legacy.write_bytes(kept)  # as a writer that died before the delete leaves it
+    assert tags(read_step(LOCAL, str(directory), "train", 0)) == [0, 1, 2]
+    assert listed(list_parts(LOCAL, str(directory.parent))) == [("train", 0, 0, "0000.parquet")]
+    legacy.write_bytes(kept + b"changed")  # same name, other bytes: not the folded one
+    assert [p.part for p in list_parts(LOCAL, str(directory.parent))] == [0, 1]
+
+
+def test_a_step_file_that_cannot_be_read_keeps_its_legacy_parts_listed(tmp_path: Path) -> None:
+    directory = tmp_path / "trajectories" / "train"
+    directory.mkdir(parents=True)
+    (directory / part_name(0)).write_bytes(b"not parquet")
+    write_legacy_part(directory, 0, 1, tagged(1))
+    assert [p.part for p in list_parts(LOCAL, str(directory.parent))] == [0, 1]
+
+
+class RacingFilesystem(FsspecLocal):  # type: ignore[misc]
+    """The local disk, where opening a chosen file first runs `before_open` (what another
+    process does at that moment)."""
+
+    cachable = False
+
+    def __init__(self, watched: str, before_open: Any) -> None:
+        super().__init__()
+        self.watched = watched
+        self.before_open = before_open
+        self.opens = 0
+
+    def open(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).name == self.watched:
+            self.opens += 1
+            self.before_open(self.opens)
+        return super().open(path, *args, **kwargs)
+
+
+def test_a_part_folded_and_deleted_while_the_step_is_read_is_read_once(tmp_path: Path) -> None:
+    """A writer folds the legacy part between the listing and its read: the part is gone and
+    the open step file is older than the fold, so the read starts over."""
+    directory = step_file(tmp_path / "live", tagged(0)).parent
+    legacy = Path(write_legacy_part(directory, 0, 1, tagged(1)))
+    after = step_file(tmp_path / "folded", tagged(0, 1))  # the step file after the fold
+
+    def fold(opens: int) -> None:
+        if opens == 1:
+            shutil.copyfile(after, directory / part_name(0))
+            legacy.unlink()
+
+    racing = RacingFilesystem(legacy.name, fold)
+    filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(racing))
+    assert tags(read_step(filesystem, str(directory), "train", 0)) == [0, 1]
+    assert racing.opens == 1
+
+
+def test_parts_that_keep_vanishing_are_refused_after_five_reads(tmp_path: Path) -> None:
+    directory = step_file(tmp_path, tagged(0)).parent
+    legacy = Path(write_legacy_part(directory, 0, 1, tagged(1)))
+
+    def vanish(_opens: int) -> None:
+        raise FileNotFoundError(str(legacy))
+
+    racing = RacingFilesystem(legacy.name, vanish)
+    filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(racing))
+    with pytest.raises(CorruptDataError) as caught:
+        read_step(filesystem, str(directory), "train", 0)
+    assert str(caught.value) == (
+        f"the parts of step 0 in {directory} kept changing while being read (5 attempts); "
+        "is a writer stuck mid-fold? Read again"
+    )
+    assert racing.opens == 5
