@@ -236,19 +236,21 @@ def test_forward_only_and_a_chunked_prompt_are_decoded() -> None:
 def test_a_zstd_body_is_decompressed_when_its_content_encoding_says_so() -> None:
     import zstandard
 
-    body = fb_request([datum([4, 5], target_tokens=np.array([5, 6]))], "cross_entropy")
-    compressed = zstandard.ZstdCompressor().compress(body.SerializeToString())
+    # Long enough for zstd to compress (a short body is stored raw inside the frame, which a
+    # protobuf parser may still read through).
+    tokens = [4, 5] * 300
+    body = fb_request([datum(tokens, target_tokens=np.array([*tokens[1:], 6]))], "cross_entropy")
+    plain = body.SerializeToString()
+    compressed = zstandard.ZstdCompressor().compress(plain)
+    assert len(compressed) < len(plain) // 4
     # the SDK sends "Content-Encoding: zstd"; the server lower-cases header names
-    assert decode_forward_backward(compressed, {"content-encoding": "zstd"}).data[0].tokens == [
-        4,
-        5,
-    ]
-    assert decode_forward_backward(compressed, {"content-encoding": "ZSTD"}).data[0].tokens == [
-        4,
-        5,
-    ]
-    plain = body.SerializeToString()  # none said: the body is read as it came
-    assert decode_forward_backward(plain, {"content-type": PROTO}).data[0].tokens == [4, 5]
+    zstd = decode_forward_backward(compressed, {"content-encoding": "zstd"})
+    assert zstd.data[0].tokens == tokens
+    assert (
+        decode_forward_backward(compressed, {"content-encoding": "ZSTD"}).data[0].tokens == tokens
+    )
+    # none said: the body is read as it came
+    assert decode_forward_backward(plain, {"content-type": PROTO}).data[0].tokens == tokens
 
 
 def test_the_v2_config_wins_and_its_text_values_are_not_numbers() -> None:
@@ -336,6 +338,10 @@ def test_forward_backward_outputs_are_what_the_sdk_reads_per_datum() -> None:
     assert len(read.loss_fn_outputs) == 2
     assert [o["logprobs"].data for o in read.loss_fn_outputs] == outputs
     assert {o["logprobs"].dtype for o in read.loss_fn_outputs} == {"float32"}
+    # the batched field as sent: float32 data, and each datum's start as a byte offset into it
+    field = pb.ForwardBackwardOutput.FromString(reply.body).loss_fn_outputs[0].fields["logprobs"]
+    assert np.frombuffer(field.offsets, np.int64).tolist() == [0, 12, 16]
+    assert len(field.data) == 16
 
 
 def test_no_datum_outputs_is_an_empty_record() -> None:
