@@ -254,10 +254,13 @@ def test_a_parts_identity_is_its_name_size_and_the_hash_of_its_tail(tmp_path: Pa
 
 def test_a_step_is_its_step_file_then_the_legacy_parts_it_has_not_folded(tmp_path: Path) -> None:
     directory = step_file(tmp_path, tagged(0), step=3).parent
+    write_legacy_part(directory, 3, 10, tagged(10))
     write_legacy_part(directory, 3, 2, tagged(2))
     write_legacy_part(directory, 3, 1, tagged(1))
     write_legacy_part(directory, 4, 1, tagged(9))  # another step's
-    assert tags(read_step(LOCAL, str(directory), "train", 3)) == [0, 1, 2]
+    assert tags(read_step(LOCAL, str(directory), "train", 3)) == [0, 1, 2, 10]
+    parts = list_parts(LOCAL, str(directory.parent))
+    assert [(p.step, p.part) for p in parts] == [(3, 0), (3, 1), (3, 2), (3, 10), (4, 1)]
     assert tags(read_step(LOCAL, str(directory), "train", 4)) == [9]
     assert read_step(LOCAL, str(directory), "train", 5) == []
 
