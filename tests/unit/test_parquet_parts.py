@@ -187,6 +187,19 @@ def test_splits_and_steps_choose_the_parts(tmp_path: Path) -> None:
     assert list_parts(LOCAL, str(tmp_path / "none")) == []
 
 
+def test_a_step_filter_keeps_every_wanted_step_among_many_files(tmp_path: Path) -> None:
+    """Twenty steps and twenty other names in one split, in whatever order the directory
+    lists them: the filter keeps the odd steps, every one of them."""
+    directory = tmp_path / "trajectories" / "train"
+    directory.mkdir(parents=True)
+    for step in range(20):
+        (directory / part_name(step)).write_bytes(b"x")
+        (directory / f"notes-{step}.txt").write_bytes(b"x")
+    odd = list(range(1, 20, 2))
+    assert [p.step for p in list_parts(LOCAL, str(directory.parent), "train", odd)] == odd
+    assert [p.step for p in list_parts(LOCAL, str(directory.parent))] == list(range(20))
+
+
 @pytest.mark.parametrize(
     ("split", "steps", "message"),
     [
@@ -197,6 +210,7 @@ def test_splits_and_steps_choose_the_parts(tmp_path: Path) -> None:
         (b"train", None, "split must be a str or an iterable of them, got b'train'"),
         (5, None, "split must be a str or an iterable of them, got 5"),
         (["train", 5], None, "split must hold only str values, got [5]"),
+        ("train", [0, "a", "b", "c", True], "steps must hold only int values, got ['a', 'b', 'c']"),
     ],
 )
 def test_filters_of_the_wrong_type_are_refused_naming_them(
@@ -208,8 +222,12 @@ def test_filters_of_the_wrong_type_are_refused_naming_them(
 
 
 def test_a_split_that_is_not_a_name_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError, match="split"):
-        list_parts(LOCAL, str(tmp_path), "../train")
+    with pytest.raises(InvalidInputError) as caught:
+        list_parts(LOCAL, str(tmp_path), ["train", "../train"])
+    assert str(caught.value).startswith("split '../train' is not a safe path segment")
+    with pytest.raises(InvalidInputError) as caught:
+        list_parts(LOCAL, str(tmp_path), "")
+    assert str(caught.value) == "split must not be empty"
 
 
 # --- what a step file folded, and a part's identity -------------------------------------
@@ -277,12 +295,57 @@ def test_a_folded_part_still_on_disk_is_skipped_when_listed_and_read(tmp_path: P
     assert [p.part for p in list_parts(LOCAL, str(directory.parent))] == [0, 1]
 
 
+def folded_and_left_behind(root: Path, step: int = 0) -> Path:
+    """A step whose legacy part 1 was folded into its step file, and left on disk (a writer
+    that died before the delete); the part's path."""
+    directory = step_file(root, tagged(0), step).parent
+    legacy = Path(write_legacy_part(directory, step, 1, tagged(1)))
+    kept = legacy.read_bytes()
+    step_file(root, tagged(2), step)  # folds the part and deletes it
+    legacy.write_bytes(kept)
+    return legacy
+
+
 def test_a_step_file_that_cannot_be_read_keeps_its_legacy_parts_listed(tmp_path: Path) -> None:
     directory = tmp_path / "trajectories" / "train"
     directory.mkdir(parents=True)
     (directory / part_name(0)).write_bytes(b"not parquet")
     write_legacy_part(directory, 0, 1, tagged(1))
     assert [p.part for p in list_parts(LOCAL, str(directory.parent))] == [0, 1]
+
+
+def test_an_unreadable_step_file_does_not_stop_the_others_footers_being_read(
+    tmp_path: Path,
+) -> None:
+    """Five steps whose step file is damaged and five whose step file folded its part: each
+    step is decided on its own footer, whichever order they are looked at in."""
+    root = tmp_path / "store"
+    for step in range(5):
+        folded_and_left_behind(root, step)
+    directory = root / "proj" / "models" / "run-1" / "trajectories" / "train"
+    for step in range(5, 10):
+        (directory / part_name(step)).write_bytes(b"not parquet")
+        write_legacy_part(directory, step, 1, tagged(step))
+    listing = [(p.step, p.part) for p in list_parts(LOCAL, str(directory.parent))]
+    assert listing == [(s, 0) for s in range(5)] + [(s, p) for s in range(5, 10) for p in (0, 1)]
+
+
+def test_a_folded_part_left_behind_is_skipped_on_another_filesystem_too(tmp_path: Path) -> None:
+    legacy = folded_and_left_behind(tmp_path)
+    subtree = pafs.SubTreeFileSystem(str(tmp_path), LOCAL)
+    trajectories = "proj/models/run-1/trajectories"
+    assert listed(list_parts(subtree, trajectories)) == [("train", 0, 0, "0000.parquet")]
+    assert tags(read_step(subtree, f"{trajectories}/train", "train", 0)) == [0, 1, 2]
+    assert legacy.exists()
+
+
+def test_a_legacy_part_of_another_name_than_the_folded_ones_is_read(tmp_path: Path) -> None:
+    """An older arthex writing beside a newer one adds `-2` after `-1` was folded."""
+    legacy = folded_and_left_behind(tmp_path)
+    write_legacy_part(legacy.parent, 0, 2, tagged(7))
+    assert tags(read_step(LOCAL, str(legacy.parent), "train", 0)) == [0, 1, 2, 7]
+    trajectories = str(legacy.parent.parent)
+    assert [p.part for p in list_parts(LOCAL, trajectories)] == [0, 2]
 
 
 class RacingFilesystem(FsspecLocal):  # type: ignore[misc]
@@ -319,6 +382,20 @@ def test_a_part_folded_and_deleted_while_the_step_is_read_is_read_once(tmp_path:
     racing = RacingFilesystem(legacy.name, fold)
     filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(racing))
     assert tags(read_step(filesystem, str(directory), "train", 0)) == [0, 1]
+    assert racing.opens == 1
+
+
+def test_a_folded_part_deleted_while_it_is_listed_is_not_listed(tmp_path: Path) -> None:
+    """The next writer deletes the folded part left behind just as a listing checks it."""
+    legacy = folded_and_left_behind(tmp_path)
+
+    def delete(_opens: int) -> None:
+        legacy.unlink()
+
+    racing = RacingFilesystem(legacy.name, delete)
+    filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(racing))
+    trajectories = str(legacy.parent.parent)
+    assert listed(list_parts(filesystem, trajectories)) == [("train", 0, 0, "0000.parquet")]
     assert racing.opens == 1
 
 
