@@ -12,7 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import (  # type: ignore[import-untyped]
     LocalFileSystem as FsspecLocal,
@@ -29,6 +31,7 @@ from arthex.adapters.parquet.parts import (
     part_name,
     read_step,
     read_tail,
+    step_parts,
 )
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.errors import CorruptDataError, InvalidInputError
@@ -241,6 +244,8 @@ def test_a_footer_without_folded_parts_or_with_a_damaged_entry_folds_nothing() -
     assert folded_parts({FOLDED_KEY: b"not json"}) == []
     assert folded_parts({FOLDED_KEY: b'{"name": "0000-1.parquet"}'}) == []
     assert folded_parts({FOLDED_KEY: json.dumps([entry, "x", 3]).encode()}) == [entry]
+    for other in (b"7", b"null", b'"0000-1.parquet"'):  # JSON, but not a list
+        assert folded_parts({FOLDED_KEY: other}) == []
 
 
 @pytest.mark.parametrize("size", [0, 100, 64 * 1024, 64 * 1024 + 1, 200_000])
@@ -293,6 +298,30 @@ def test_a_folded_part_still_on_disk_is_skipped_when_listed_and_read(tmp_path: P
     assert listed(list_parts(LOCAL, str(directory.parent))) == [("train", 0, 0, "0000.parquet")]
     legacy.write_bytes(kept + b"changed")  # same name, other bytes: not the folded one
     assert [p.part for p in list_parts(LOCAL, str(directory.parent))] == [0, 1]
+
+
+def test_a_steps_parts_are_its_step_file_and_legacy_parts_by_part_number(
+    tmp_path: Path,
+) -> None:
+    directory = step_file(tmp_path, tagged(0), step=3).parent
+    for step, part in [(3, 10), (3, 2), (4, 1)]:
+        write_legacy_part(directory, step, part, tagged(part))
+    (directory / part_name(3, 5)).mkdir()  # a folder with a part's name is not a part
+    assert step_parts(LOCAL, str(directory), "train", 3) == [
+        PartFile("train", 3, part, f"{directory}/{part_name(3, part)}") for part in (0, 2, 10)
+    ]
+    assert step_parts(LOCAL, str(directory), "val", 4) == [
+        PartFile("val", 4, 1, f"{directory}/0004-1.parquet")
+    ]
+
+
+def test_a_damaged_legacy_part_is_named_in_the_error(tmp_path: Path) -> None:
+    directory = step_file(tmp_path, tagged(0)).parent
+    legacy = directory / part_name(0, 1)
+    pq.write_table(pa.table({"x": [1]}), legacy)  # parquet, but no trajectory version
+    with pytest.raises(CorruptDataError) as caught:
+        read_step(LOCAL, str(directory), "train", 0)
+    assert str(caught.value).startswith(f"{legacy} has no 'art.trajectory_parquet.version'")
 
 
 def folded_and_left_behind(root: Path, step: int = 0) -> Path:
