@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from fsspec.implementations.local import (  # type: ignore[import-untyped]
-    LocalFileSystem as FsspecLocal,
-)
 
 from arthex.adapters.parquet.parts import (
     FOLDED_KEY,
@@ -377,23 +375,25 @@ def test_a_legacy_part_of_another_name_than_the_folded_ones_is_read(tmp_path: Pa
     assert [p.part for p in list_parts(LOCAL, trajectories)] == [0, 2]
 
 
-class RacingFilesystem(FsspecLocal):  # type: ignore[misc]
-    """The local disk, where opening a chosen file first runs `before_open` (what another
-    process does at that moment)."""
+def racing(watched: str, before_open: Callable[[int], None]) -> tuple[pafs.FileSystem, list[int]]:
+    """The local disk, where opening the file named `watched` first runs `before_open` with
+    the count of its opens so far (what another process does at that moment); the
+    filesystem, and the list its opens are counted in. Through fsspec's local filesystem
+    (installed with torch and huggingface_hub, not by arthex itself)."""
+    local = pytest.importorskip("fsspec.implementations.local")
+    base: Any = local.LocalFileSystem
+    opens: list[int] = []
 
-    cachable = False
+    class Racing(base):  # type: ignore[misc]
+        cachable = False
 
-    def __init__(self, watched: str, before_open: Any) -> None:
-        super().__init__()
-        self.watched = watched
-        self.before_open = before_open
-        self.opens = 0
+        def open(self, path: str, *args: Any, **kwargs: Any) -> Any:
+            if Path(path).name == watched:
+                opens.append(1)
+                before_open(len(opens))
+            return super().open(path, *args, **kwargs)
 
-    def open(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        if Path(path).name == self.watched:
-            self.opens += 1
-            self.before_open(self.opens)
-        return super().open(path, *args, **kwargs)
+    return pafs.PyFileSystem(pafs.FSSpecHandler(Racing())), opens
 
 
 def test_a_part_folded_and_deleted_while_the_step_is_read_is_read_once(tmp_path: Path) -> None:
@@ -403,44 +403,41 @@ def test_a_part_folded_and_deleted_while_the_step_is_read_is_read_once(tmp_path:
     legacy = Path(write_legacy_part(directory, 0, 1, tagged(1)))
     after = step_file(tmp_path / "folded", tagged(0, 1))  # the step file after the fold
 
-    def fold(opens: int) -> None:
-        if opens == 1:
+    def fold(count: int) -> None:
+        if count == 1:
             shutil.copyfile(after, directory / part_name(0))
             legacy.unlink()
 
-    racing = RacingFilesystem(legacy.name, fold)
-    filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(racing))
+    filesystem, opens = racing(legacy.name, fold)
     assert tags(read_step(filesystem, str(directory), "train", 0)) == [0, 1]
-    assert racing.opens == 1
+    assert len(opens) == 1
 
 
 def test_a_folded_part_deleted_while_it_is_listed_is_not_listed(tmp_path: Path) -> None:
     """The next writer deletes the folded part left behind just as a listing checks it."""
     legacy = folded_and_left_behind(tmp_path)
 
-    def delete(_opens: int) -> None:
+    def delete(_count: int) -> None:
         legacy.unlink()
 
-    racing = RacingFilesystem(legacy.name, delete)
-    filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(racing))
+    filesystem, opens = racing(legacy.name, delete)
     trajectories = str(legacy.parent.parent)
     assert listed(list_parts(filesystem, trajectories)) == [("train", 0, 0, "0000.parquet")]
-    assert racing.opens == 1
+    assert len(opens) == 1
 
 
 def test_parts_that_keep_vanishing_are_refused_after_five_reads(tmp_path: Path) -> None:
     directory = step_file(tmp_path, tagged(0)).parent
     legacy = Path(write_legacy_part(directory, 0, 1, tagged(1)))
 
-    def vanish(_opens: int) -> None:
+    def vanish(_count: int) -> None:
         raise FileNotFoundError(str(legacy))
 
-    racing = RacingFilesystem(legacy.name, vanish)
-    filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(racing))
+    filesystem, opens = racing(legacy.name, vanish)
     with pytest.raises(CorruptDataError) as caught:
         read_step(filesystem, str(directory), "train", 0)
     assert str(caught.value) == (
         f"the parts of step 0 in {directory} kept changing while being read (5 attempts); "
         "is a writer stuck mid-fold? Read again"
     )
-    assert racing.opens == 5
+    assert len(opens) == 5
