@@ -14,7 +14,7 @@ import pytest
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
 from tests._view_runs import PLANTED, VAL_MEANS, Viewer, build_runs, val_groups, viewer
-from tests.e2e.test_s3_store import KEY, REGION, S3, SECRET
+from tests._s3_server import KEY, REGION, S3, SECRET
 
 pytestmark = pytest.mark.e2e
 
