@@ -13,8 +13,8 @@ import pytest
 
 from arthex.adapters.parquet.store import ParquetTrajectoryStore
 from arthex.core.identity import RunRef
-from tests._view_runs import PLANTED, VAL_MEANS, Viewer, build_runs, val_groups, viewer
 from tests._s3_server import KEY, REGION, S3, SECRET
+from tests._view_runs import PLANTED, VAL_MEANS, Viewer, build_runs, val_groups, viewer
 
 pytestmark = pytest.mark.e2e
 
