@@ -136,3 +136,77 @@ def test_a_deleted_model_registered_again_starts_fresh_from_the_base_weights(
     assert latest == base  # not the deleted model's trained weights
     # one step from the base weights on the same groups: what the deleted model's step 1 was
     assert close_to(retrained, trained)
+
+
+def test_a_delete_racing_logs_samples_and_a_register_leaves_no_half_state(
+    server: ServerProcess, tiny: str
+) -> None:
+    """Requests in flight when the delete comes each end one way or the other (done before
+    it, or refused as unknown), and none of them re-opens the run or writes into its folder
+    after the delete removed it; a register of the same names racing the delete waits for it
+    and gets a fresh model."""
+    import openai
+
+    tenant, key = server.fresh_tenant()
+    run = RunRef("race", "agent")
+    spec = ModelSpec(run=run, base_model=tiny)
+    untouched = ModelSpec(run=RunRef("race", "untouched"), base_model=tiny)
+
+    async def trained_model() -> tuple[str, InferenceEndpoint, Answer]:
+        backend = ServerlessBackend(server.url, key)
+        try:
+            base_endpoint = await backend.register(untouched)
+            endpoint = await backend.register(spec)
+            assert base_endpoint is not None and endpoint is not None
+            base = await greedy(base_endpoint, base_endpoint.name_at(0))
+            assert await train_once(backend, run) == (1, [0, 1])
+            return backend.remote_of(run)["model_id"], endpoint, base
+        finally:
+            await backend.close()
+
+    async def race(model_id: str, endpoint: InferenceEndpoint) -> list[object]:
+        async with Client(api_key=key, base_url=server.url + "/v1") as client:
+            logs = [
+                client.models.log(
+                    model_id=model_id, trajectory_groups=synthetic_groups(), split="val"
+                )
+                for _ in range(3)
+            ]
+            samples = [greedy(endpoint, endpoint.model_name) for _ in range(3)]
+            deleting = client.models.delete(model_id=model_id)
+            return list(await asyncio.gather(*logs, *samples, deleting, return_exceptions=True))
+
+    model_id, endpoint, base = asyncio.run(trained_model())
+    folder = server.state_dir / "backend" / tenant / "models" / model_id
+    assert (folder / "checkpoints").is_dir()
+    results = asyncio.run(race(model_id, endpoint))
+    *logs, s1, s2, s3, deleted = results
+    assert deleted is None  # the delete itself succeeded
+    for outcome in logs:
+        assert outcome is None or isinstance(outcome, NotRegisteredError), outcome
+    for outcome in (s1, s2, s3):  # answered by the trained step, or refused as unknown
+        assert isinstance(outcome, tuple | openai.NotFoundError), outcome
+    assert not folder.exists()  # nothing wrote into the folder after it was removed
+
+    async def create_racing_a_delete() -> tuple[str, tuple[int, list[int]], Answer]:
+        old_id, _, _ = await trained_model()
+        async with Client(api_key=key, base_url=server.url + "/v1") as client:
+            # a create of the same names (no lease, so the delete is never refused) either
+            # finds the model before the delete, or waits for the delete and makes it anew
+            await asyncio.gather(
+                client.models.delete(model_id=old_id),
+                client.models.create(project="race", name="agent", base_model=tiny),
+            )
+        backend = ServerlessBackend(server.url, key)
+        try:
+            again = await backend.register(spec)
+            assert again is not None
+            fresh = (await backend.get_step(run), await backend.checkpoint_steps(run))
+            return backend.remote_of(run)["model_id"], fresh, await greedy(again, again.model_name)
+        finally:
+            await backend.close()
+
+    again_id, fresh, latest = asyncio.run(create_racing_a_delete())
+    assert again_id == model_id
+    assert fresh == (0, [0])
+    assert latest == base
