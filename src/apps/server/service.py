@@ -381,7 +381,7 @@ class TrainingService:
         steps = await self.backend.checkpoint_steps(record.run)
         await self.quotas.admit_checkpoint(tenant, self._model_dir(record)[-1], len(steps))
         # Those awaited: check again, then claim, with no await in between.
-        if self.registry.get(tenant, record.id) is not record:
+        if self.registry.get(tenant, record.id) is None:  # deleted meanwhile
             raise NotRegisteredError(f"model {record.label} was deleted")
         self.leases.require(record.id, lease, record.label)
         self.refuse_if_training(record)
