@@ -188,6 +188,21 @@ class StepMetricsSource(Protocol):
 
 
 @runtime_checkable
+class RunForgetting(Protocol):
+    """A backend that holds an open run in memory (its trainer, what it serves) and can drop
+    one: what a server that deletes a model calls before removing the run's files, so the same
+    run registered again is opened afresh from its files (a fresh model at step 0 when they
+    are gone) instead of continuing from the deleted one's weights. A backend that keeps
+    nothing of a run between calls needs none of this."""
+
+    async def forget_run(self, run: RunRef) -> None:
+        """Release what this backend holds of `run` and stop serving it (requests already
+        accepted finish, a training call in flight ends first); the run's files stay. The
+        run is unknown here after, until it is registered again; a run not open is a no-op."""
+        ...
+
+
+@runtime_checkable
 class RankStacks(Protocol):
     """A backend whose training runs in rank processes: their stacks for a hang report."""
 
@@ -349,6 +364,7 @@ __all__ = [
     "InferenceEndpoint",
     "LeaseHolder",
     "ModelExporter",
+    "RunForgetting",
     "RunLeases",
     "ServedCheckpoint",
     "StepMetricsSource",

@@ -462,3 +462,56 @@ def test_a_register_that_failed_to_serve_leaves_its_name_free_for_the_retry(
 
     first_url, retry_url = with_backend(LocalBackend(), spec_for(base_model, tmp_path), body)
     assert retry_url == first_url
+
+
+# --- forgetting a run ----------------------------------------------------------------------
+
+
+def test_forget_run_unserves_the_run_and_registering_it_again_loads_it_from_its_files(
+    base_model: str, tmp_path: Path
+) -> None:
+    """forget_run (what the training server calls when it deletes a model): none of the run's
+    names are served, another run on the same engine keeps its own, and the run registered
+    again is opened from its files on the same engine (its name was given back, so no second
+    engine starts), its trainer loaded from the latest checkpoint. A run served read-only
+    (serve_checkpoint, no trainer) is unserved the same way."""
+    other_run = RunRef("proj", "other")
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        backend = LocalBackend(full_finetune=True)
+        try:
+            endpoint = await backend.register(spec_for(base_model, tmp_path))
+            other = await backend.register(spec_for(base_model, tmp_path, other_run))
+            assert endpoint is not None and other is not None
+            await train(backend, synthetic_groups())
+            trained = backend.training_tensors(RUN)[0]
+            await backend.forget_run(RUN)
+            seen["after_forget"] = await served(endpoint)
+            with pytest.raises(NotRegisteredError):
+                backend.training_tensors(RUN)
+            again = await backend.register(spec_for(base_model, tmp_path))
+            assert again is not None
+            seen["same_engine"] = again.base_url == endpoint.base_url
+            seen["again"] = await served(again)
+            seen["weights_from_files"] = same_tensors(backend.training_tensors(RUN)[0], trained)
+            seen["step"] = await backend.get_step(RUN)
+        finally:
+            await backend.close()
+        reader = LocalBackend(full_finetune=True)
+        try:
+            async with reader.serve_checkpoint(spec_for(base_model, tmp_path), 1) as one:
+                seen["read_only"] = await served(one.endpoint)
+            await reader.forget_run(RUN)
+            seen["read_only_after"] = await served(one.endpoint)
+        finally:
+            await reader.close()
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen["after_forget"] == {"other", "other@0"}
+    assert seen["same_engine"]
+    assert seen["again"] == {"agent", "agent@1", "other", "other@0"}  # register serves the latest
+    assert seen["weights_from_files"] and seen["step"] == 1
+    assert "agent@1" in seen["read_only"]
+    assert seen["read_only_after"] == set()

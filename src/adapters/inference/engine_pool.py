@@ -133,6 +133,15 @@ class ServingPool:
             if serving.engine.is_served(name):
                 await serving.engine.unload(name)
 
+    async def forget(self, serving: Serving, served: str) -> None:
+        """Stop serving `served` and each of its `{served}@{step}` on `serving` (requests
+        already accepted still finish), then give the name back: the run it served is gone
+        (its model deleted), and the same name opened again loads its steps afresh."""
+        for name in serving.engine.served_models():  # the plain name (an alias) sorts first
+            if _names_step_of(name, served) and serving.engine.is_served(name):
+                await serving.engine.unload(name)
+        serving.names.discard(served)
+
     async def close(self) -> None:
         """Stop every server, then its engine."""
         servings, self._servings = self._servings, []
@@ -140,6 +149,14 @@ class ServingPool:
             with contextlib.suppress(Exception):
                 await serving.stop_server()
             await serving.engine.close()
+
+
+def _names_step_of(name: str, served: str) -> bool:
+    """`name` is `served` itself or one of its steps (`{served}@{step}`)."""
+    if name == served:
+        return True
+    before, at, step = name.rpartition("@")
+    return bool(at) and before == served and step.isascii() and step.isdigit()
 
 
 class RunTable(Generic[R]):
@@ -180,6 +197,16 @@ class RunTable(Generic[R]):
                     raise self._closed_error(run)
                 self._runs[run] = state
             return state
+
+    async def forget(self, run: RunRef) -> R | None:
+        """Drop one run (its model was deleted) and return its state, for the owner to
+        release what it holds; None when it is not open. An `open` of any run in flight
+        finishes first (so a register racing this one is dropped too, never left half-open),
+        and a later `open` of the run opens it afresh."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            return self._runs.pop(run, None)
 
     def get(self, run: RunRef) -> R | None:
         return self._runs.get(run)

@@ -226,7 +226,8 @@ class LocalBackend(BackendTrainEntry):
         self._runs: RunTable[_Run] = RunTable("LocalBackend")
         self._pool = ServingPool("LocalBackend", api_key=api_key)
         self._pins: dict[RunRef, Counter[int]] = {}
-        self._readers: dict[RunRef, Serving] = {}  # runs served here without being trained
+        # runs served here without being trained: their engine, and the name they are served as
+        self._readers: dict[RunRef, tuple[Serving, str]] = {}
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -356,6 +357,24 @@ class LocalBackend(BackendTrainEntry):
             await self._pool.close()
         finally:
             await release_leases(self)
+
+    async def forget_run(self, run: RunRef) -> None:
+        """Drop `run` (RunForgetting; the training server calls it when the run's model is
+        deleted): its trainer is released and nothing of it is served any more, so the next
+        `register` of the run opens it afresh from its files (a new step 0 when they are gone)
+        instead of continuing from the weights in memory. A register of the run in flight is
+        waited for and dropped too; a training call in flight ends first, and requests already
+        sampling it finish. The files stay; a run not open here is a no-op."""
+        if self._runs.closed:
+            return  # `close` released everything already
+        state = await self._runs.forget(run)
+        if state is not None:
+            async with state.lock:  # after any train, SFT or checkpoint delete on the run
+                await self._pool.forget(state.serving, state.spec.served_name)
+                await self._discard(state)
+        reader = self._readers.pop(run, None)
+        if reader is not None:
+            await self._pool.forget(*reader)
 
     async def _discard(self, run: _Run) -> None:
         """Release a run's trainer (its rank processes, when it has them)."""
@@ -652,7 +671,8 @@ class LocalBackend(BackendTrainEntry):
 
     async def _reader(self, model: ModelSpec) -> Serving:
         """The engine serving `model`'s run without a trainer (started on first use)."""
-        serving = self._readers.get(model.run)
+        reader = self._readers.get(model.run)
+        serving = reader[0] if reader is not None else None
         if serving is not None and serving.key == model.base_model:
             return serving
         if not model.base_model:
@@ -662,16 +682,17 @@ class LocalBackend(BackendTrainEntry):
             )
         if serving is not None:  # the same run on another base model: a separate engine
             self._pool.release(serving, model.served_name)
-        serving = self._readers[model.run] = await self._serving_for(model)
+        serving = await self._serving_for(model)
+        self._readers[model.run] = (serving, model.served_name)
         return serving
 
     def _reader_for(self, spec: ModelSpec) -> Serving | None:
         """A run served here read-only and now registered: its engine serves it from now on."""
-        serving = self._readers.get(spec.run)
-        if serving is None or serving.key != spec.base_model:
+        reader = self._readers.get(spec.run)
+        if reader is None or reader[0].key != spec.base_model:
             return None
         del self._readers[spec.run]
-        return serving
+        return reader[0]
 
     def pinned_steps(self, run: RunRef) -> list[int]:
         """Steps that must not be deleted now: leased with `pin`, or a running KL reference."""

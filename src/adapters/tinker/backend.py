@@ -188,7 +188,8 @@ class TinkerBackend(BackendTrainEntry):
         self._runs: RunTable[_Run] = RunTable("TinkerBackend")
         self._pool = ServingPool("TinkerBackend", api_key=inference_api_key, extra="tinker")
         self._chats: dict[str, ChatTokenizer] = {}
-        self._readers: dict[RunRef, Serving] = {}  # runs served here without being trained
+        # runs served here without being trained: their engine, and the name they are served as
+        self._readers: dict[RunRef, tuple[Serving, str]] = {}
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -333,6 +334,25 @@ class TinkerBackend(BackendTrainEntry):
                     await asyncio.to_thread(release, service, 10.0)
         finally:
             await release_leases(self)  # the models registered here give their runs back
+
+    async def forget_run(self, run: RunRef) -> None:
+        """Drop `run` (RunForgetting; the training server calls it when the run's model is
+        deleted): nothing of it is served any more and its training client is let go, so the
+        next `register` of the run opens it afresh from its record (a new Tinker run when the
+        record is gone). A call in flight on the run ends first; the service's checkpoints
+        and the record stay; a run not open here is a no-op."""
+        if self._runs.closed:
+            return
+        state = await self._runs.forget(run)
+        if state is not None:
+            async with state.lock:
+                if state.serving is not None:
+                    await self._pool.forget(state.serving, state.spec.served_name)
+                state.training = None
+                state.references.clear()
+        reader = self._readers.pop(run, None)
+        if reader is not None:
+            await self._pool.forget(*reader)
 
     async def __aenter__(self) -> TinkerBackend:
         return self
@@ -750,9 +770,11 @@ class TinkerBackend(BackendTrainEntry):
         )
 
     async def _reader(self, model: ModelSpec) -> Serving:
-        serving = self._readers.get(model.run)
-        if serving is None:
-            serving = self._readers[model.run] = await self._serving_for(model)
+        reader = self._readers.get(model.run)
+        if reader is not None:
+            return reader[0]
+        serving = await self._serving_for(model)
+        self._readers[model.run] = (serving, model.served_name)
         return serving
 
     async def _serve_step(self, state: _Run, step: int) -> None:

@@ -4,15 +4,15 @@
 
 Delete takes the model's lease like any write (a model another client trains is refused), and
 refuses a model that is training; it removes the model's folder under the backend's root
-(checkpoints and logged groups), its lease, and its registry entry, so the id is unknown after.
+(checkpoints and logged groups), its lease, and its registry entry, so the id is unknown after;
+the backend forgets the run first (what it holds in memory: a trainer, the steps it serves),
+so the same names registered again are a fresh model at step 0 with the base weights.
 Logged groups go to the model's own folder on the server, in the store's parquet layout, at the
 model's current step.
 """
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 from typing import Any
 
 from ...adapters.layout import RunLayout
@@ -35,8 +35,7 @@ async def delete_model(
     # the registry entry goes first: a crash after it leaves only unreachable files
     service.registry.remove(record.id)
     service.leases.release(record.id, lease)
-    service.forget(record)
-    await asyncio.to_thread(shutil.rmtree, folder, True)
+    await service.forget(record, folder)  # the backend drops the run, then its folder goes
     return {"id": record.id, "object": "model", "deleted": True}
 
 
@@ -52,8 +51,8 @@ async def log_groups(
     if body.get("trajectory_groups") == []:
         raise InvalidInputError("log got an empty list of trajectory_groups: nothing to log")
     groups = parse_groups(body.get("trajectory_groups"))
-    await service.ensure_registered(record)
-    step = await service.backend.get_step(record.run)
-    store = ParquetTrajectoryStore(service.backend_root)
-    await store.write(record.run, split, step, groups)
+    async with service.holding(record):  # a delete waits: no write outlives the folder
+        step = await service.backend.get_step(record.run)
+        store = ParquetTrajectoryStore(service.backend_root)
+        await store.write(record.run, split, step, groups)
     return {"logged": len(groups), "split": split, "step": step}

@@ -31,7 +31,7 @@ from ...core.errors import (
     UnsupportedCapability,
 )
 from ...core.identity import ModelSpec, RunRef, validate_name
-from ...ports.training_backend import InferenceEndpoint, TrainingBackend
+from ...ports.training_backend import InferenceEndpoint, RunForgetting, TrainingBackend
 from .jobs import JobLog, JobStore
 from .leases import Lease, LeaseTable, parse_claim
 from .limits import ServerLimits
@@ -160,7 +160,7 @@ class TrainingService:
         )
         created_before = self._existing_ancestors(record)
         try:
-            await self.ensure_registered(record)
+            await self.ensure_registered(record, creating=True)
         except BaseException as exc:
             self._remove_created(record, created_before)
             if isinstance(exc, Exception) and not isinstance(exc, UnsupportedCapability):
@@ -191,21 +191,45 @@ class TrainingService:
             )
         return record
 
-    async def ensure_registered(self, record: ModelRecord) -> InferenceEndpoint | None:
-        """Register with the backend once per server process (again after a restart)."""
+    async def ensure_registered(
+        self, record: ModelRecord, *, creating: bool = False
+    ) -> InferenceEndpoint | None:
+        """Register with the backend once per server process (again after a restart).
+        NotRegisteredError when the model was deleted meanwhile (unless it is being created):
+        a request that found it before the delete never opens its run again."""
         if record.id in self._endpoints:
             return self._endpoints[record.id]
-        lock = self._register_locks.setdefault(record.id, asyncio.Lock())
-        async with lock:
-            if record.id not in self._endpoints:
-                spec = ModelSpec(
-                    run=record.run,
-                    base_model=record.base_model,
-                    trainable=True,
-                    base_path=str(self.backend_root),
-                    config=record.config,
-                )
-                self._endpoints[record.id] = await self.backend.register(spec)
+        async with self._lock_of(record):
+            return await self._registered(record, creating=creating)
+
+    @contextlib.asynccontextmanager
+    async def holding(self, record: ModelRecord) -> AsyncIterator[InferenceEndpoint | None]:
+        """The model registered with the backend, kept from being deleted while the block
+        runs (a write into its folder must not outlive the delete that removes it)."""
+        async with self._lock_of(record):
+            yield await self._registered(record)
+
+    def _lock_of(self, record: ModelRecord) -> asyncio.Lock:
+        """The model id's lock: registering and deleting it take turns. Kept after a delete
+        (ids come back for the same names), so a request waiting on it and one that comes
+        later never hold two different locks of one id."""
+        return self._register_locks.setdefault(record.id, asyncio.Lock())
+
+    async def _registered(
+        self, record: ModelRecord, *, creating: bool = False
+    ) -> InferenceEndpoint | None:
+        """`ensure_registered`, its lock held."""
+        if not creating and self.registry.get(record.tenant, record.id) is None:
+            raise NotRegisteredError(f"model {record.label} was deleted")
+        if record.id not in self._endpoints:
+            spec = ModelSpec(
+                run=record.run,
+                base_model=record.base_model,
+                trainable=True,
+                base_path=str(self.backend_root),
+                config=record.config,
+            )
+            self._endpoints[record.id] = await self.backend.register(spec)
         return self._endpoints[record.id]
 
     def _check_base_model(self, value: object) -> str | None:
@@ -225,10 +249,17 @@ class TrainingService:
             )
         return value
 
-    def forget(self, record: ModelRecord) -> None:
-        """A deleted model is registered with the backend again if its id comes back."""
-        self._endpoints.pop(record.id, None)
-        self._register_locks.pop(record.id, None)
+    async def forget(self, record: ModelRecord, folder: Path) -> None:
+        """Drop a model whose registry entry is gone: the backend forgets its run (a backend
+        that holds runs open in memory, RunForgetting), then its `folder` is removed. Under the
+        id's lock, so neither a request that found the model before the delete nor the same
+        names registered again can open the run in between: the first gets NotRegisteredError,
+        the second waits and then opens a fresh model at step 0."""
+        async with self._lock_of(record):
+            self._endpoints.pop(record.id, None)
+            if isinstance(self.backend, RunForgetting):
+                await self.backend.forget_run(record.run)
+            await asyncio.to_thread(shutil.rmtree, folder, True)
 
     def _model_dir(self, record: ModelRecord) -> list[Path]:
         """The folders a file-based backend makes for a model, outermost first."""
@@ -350,6 +381,8 @@ class TrainingService:
         steps = await self.backend.checkpoint_steps(record.run)
         await self.quotas.admit_checkpoint(tenant, self._model_dir(record)[-1], len(steps))
         # Those awaited: check again, then claim, with no await in between.
+        if self.registry.get(tenant, record.id) is None:  # deleted meanwhile
+            raise NotRegisteredError(f"model {record.label} was deleted")
         self.leases.require(record.id, lease, record.label)
         self.refuse_if_training(record)
         self.quotas.admit_job(tenant)

@@ -4,12 +4,24 @@ new backend over the same storage resumes from the newest checkpoint."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
-from ...core.errors import ArthexError
+import openai
+import pytest
+
+from ...adapters.layout import RunLayout
+from ...core.errors import ArthexError, NotRegisteredError
 from ...core.identity import ModelSpec
-from ...ports.training_backend import Capability, InferenceEndpoint, TrainingBackend
+from ...ports.training_backend import (
+    Capability,
+    InferenceEndpoint,
+    RunForgetting,
+    TrainingBackend,
+)
 from .backend_base import BackendFixtures, require
 from .scenario import (
+    Greedy,
+    greedy,
     run_scenario,
 )
 
@@ -48,6 +60,46 @@ class LifecycleContract(BackendFixtures):
             await b.close()
 
         run_scenario(backend, spec, scenario)
+
+    def test_a_forgotten_run_whose_files_are_gone_registers_again_at_step_zero(
+        self, backend: TrainingBackend, spec: ModelSpec
+    ) -> None:
+        """What a server that deletes a model does (RunForgetting, then the run's folder
+        removed): the same run registered again is a fresh one, the base weights at step 0,
+        not the weights the backend still held."""
+        if not isinstance(backend, RunForgetting):
+            pytest.skip("backend keeps no run open in memory (no forget_run)")
+
+        async def scenario(
+            b: TrainingBackend, s: ModelSpec, endpoint: InferenceEndpoint | None
+        ) -> tuple[Greedy | None, Greedy | None, int, list[int]]:
+            base = trained = None
+            if endpoint is not None:
+                base, trained = await self._train_two(b, s, endpoint)
+            else:
+                async for _m in b.train_steps(s.run, self.make_groups(), self.config()):
+                    pass
+            assert isinstance(b, RunForgetting)
+            await b.forget_run(s.run)
+            with pytest.raises(NotRegisteredError):
+                await b.checkpoint_steps(s.run)
+            if endpoint is not None:  # nothing of the run is served any more
+                with pytest.raises(openai.NotFoundError):
+                    await greedy(endpoint, s.run.inference_name())
+            await asyncio.to_thread(shutil.rmtree, RunLayout.of(s.base_path, s.run).dir, True)
+            await b.forget_run(s.run)  # twice, or a run not open: nothing happens
+            again = await b.register(s)
+            fresh = await greedy(again, s.run.inference_name()) if again is not None else None
+            if base is not None and trained is not None:
+                moved = (trained.tokens, round(trained.logprob, 3))
+                assert moved != (base.tokens, round(base.logprob, 3)), "the oracle can tell"
+            return base, fresh, await b.get_step(s.run), await b.checkpoint_steps(s.run)
+
+        base, fresh, step, steps = run_scenario(backend, spec, scenario)
+        assert (step, steps) == (0, [0])
+        if base is not None and fresh is not None:
+            assert fresh.tokens == base.tokens
+            assert fresh.logprob == pytest.approx(base.logprob, abs=1e-3)
 
     # -- restart -------------------------------------------------------------------------
 

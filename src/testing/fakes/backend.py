@@ -230,6 +230,19 @@ class InMemoryBackend(BackendTrainEntry):
         await asyncio.to_thread(_write_export, out_dir, payload)
         return out_dir
 
+    async def forget_run(self, run: RunRef) -> None:
+        """RunForgetting: drop the run's checkpoints (they live only here, so this is what
+        deleting a run's files is on a backend that keeps them on disk): registered again,
+        the run starts at step 0. A training call in flight on it ends first."""
+        lock = self._locks.get(run)
+        if lock is None:
+            return
+        async with lock:
+            self._checkpoints.pop(run, None)
+            self._locks.pop(run, None)
+            for key in [key for key in self._metrics if key[0] == run]:
+                del self._metrics[key]
+
     async def close(self) -> None:
         self.closed = True
         await release_leases(self)  # the models registered here give their runs back
