@@ -32,6 +32,8 @@ from .loaders import load_trajectories as load_model_trajectories
 if TYPE_CHECKING:
     import polars as pl
 
+    from ..core.model import Model
+
 __all__ = [
     "BenchmarkModelKey",
     "filter_rename_model_split",
@@ -443,7 +445,7 @@ def percentage_comparison_bar_chart(
 
 
 async def log_constant_metrics_wandb(
-    model: Any,
+    model: Model,
     num_steps: int,
     split_metrics: Mapping[str, Mapping[str, float]],
     logged_run_name: str | None = None,
@@ -489,7 +491,7 @@ async def log_constant_metrics_wandb(
 # -- a model's trajectories from its backup bucket ----------------------------------------------
 
 
-async def pull_model_trajectories(model: Any) -> None:
+async def pull_model_trajectories(model: Model) -> None:
     """Copy `model`'s run folder from the bucket named by `$BACKUP_BUCKET` (ART's key layout,
     `s3://{bucket}/{project}/models/{run}/`) into its `base_path`, without its checkpoints and
     logs: what the loaders above read. A missing variable is refused before anything moves."""

@@ -46,6 +46,8 @@ except ImportError as error:
 if TYPE_CHECKING:
     from openai.types.chat.chat_completion import Choice
 
+    from ..core.model import Model
+
 DEFAULT_INVOKE_TIMEOUT = 600.0
 """Seconds one call of the chat model may take before `ainvoke` gives up (None: no limit)."""
 
@@ -63,7 +65,7 @@ class _Endpoint:
 _ROLLOUT: contextvars.ContextVar[_Endpoint] = contextvars.ContextVar("arthex_langgraph_rollout")
 
 
-def _endpoint_of(model: Any) -> _Endpoint:
+def _endpoint_of(model: Model) -> _Endpoint:
     base_url = getattr(model, "inference_base_url", None)
     api_key = getattr(model, "inference_api_key", None)
     if not base_url or api_key is None:
@@ -87,7 +89,7 @@ def _current(what: str) -> _Endpoint:
 
 
 def wrap_rollout(
-    model: Any, rollout: Callable[..., Awaitable[Trajectory]]
+    model: Model, rollout: Callable[..., Awaitable[Trajectory]]
 ) -> Callable[..., Awaitable[Trajectory]]:
     """`rollout`, run so that `init_chat_model()` inside it talks to `model`'s endpoint and
     every chat completion sent there is recorded into the trajectory `rollout` returns.
