@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
     from arthex.core.trajectories import trajectory_group as trajectory_group
     from arthex.utils.retry import retry as retry
+    from arthex.utils.tokenizer import get_tokenizer as get_tokenizer
+    from arthex.utils.trajectory_tokenizing import tensorize as tensorize
+    from arthex.utils.trajectory_tokenizing import tokenize as tokenize
 
     __all__ = [
         "Backend",
@@ -68,8 +71,11 @@ if TYPE_CHECKING:
         "dev",
         "gather_trajectories",
         "gather_trajectory_groups",
+        "get_tokenizer",
         "no_capture",
         "retry",
+        "tensorize",
+        "tokenize",
         "trajectory_group",
         "trajectory_group_batches",
         "yield_trajectory",

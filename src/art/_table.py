@@ -66,11 +66,6 @@ _MEGATRON = "use arthex.LocalBackend(world_size=N) to train on several GPUs"
 _SEQUENCES = (
     "arthex.art.preprocessing.tokenize.tokenize_trajectory_groups shows the sequences training sees"
 )
-_TOKENIZE = (
-    "arthex's backends tokenize from the token ids the server returned; "
-    + _SEQUENCES
-    + ", and transformers.AutoTokenizer.from_pretrained(base_model) tokenizes text"
-)
 _SFT_TOKENS = (
     "arthex's SFT renders the chat template and masks all but the assistant turns inside "
     "model.train_sft(...)"
@@ -186,7 +181,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.tinker.server": _TINKER,
     "art.tinker.service": _TINKER,
     "art.token_prefix": _INTERNAL,
-    "art.trajectories.tensors": _TOKENIZE,
     "art.utils.append_only": _INTERNAL,
     "art.utils.cache_dirs": _INTERNAL,
     "art.utils.chat_template": _INTERNAL,
@@ -302,8 +296,20 @@ _LEASES: dict[str, Entry] = {
     ),
 }
 _YIELD = Refuse(_CAPTURE)
-_TOKENIZE_NAME = Refuse(_TOKENIZE)
-_GET_TOKENIZER = Refuse("use transformers.AutoTokenizer.from_pretrained(base_model)")
+_GET_TOKENIZER = Use("arthex.utils.tokenizer", "get_tokenizer")
+_TOKENIZED = "arthex.utils.tokenized_trajectories"
+_TOKENIZING = "arthex.utils.trajectory_tokenizing"
+_TENSORIZED = "arthex.utils.tensorized_trajectories"
+_TENSORIZED_NAMES: dict[str, Entry] = {
+    name: Use(_TENSORIZED, name)
+    for name in (
+        "TensorizedHistory",
+        "TensorizedMultiHistoryTrajectory",
+        "TensorizedTopK",
+        "TensorizedTrajectory",
+        "TensorizedTrajectoryGroup",
+    )
+}
 _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
 _TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
@@ -366,8 +372,8 @@ MODULES: dict[str, dict[str, Entry]] = {
         "init_megatron_runtime_config": _MEGATRON_NAME,
         "no_capture": _NO_CAPTURE,
         "retry": _RETRY,
-        "tensorize": _TOKENIZE_NAME,
-        "tokenize": _TOKENIZE_NAME,
+        "tensorize": Use(_TOKENIZING, "tensorize"),
+        "tokenize": Use(_TOKENIZING, "tokenize"),
         "trajectory": _YIELD,
         "trajectory_group": _TRAJECTORY_GROUP,
         "trajectory_group_batches": _BATCHES,
@@ -614,8 +620,8 @@ MODULES: dict[str, dict[str, Entry]] = {
                 "tokenize_trajectory_groups",
             )
         },
-        "SFTBatch": Refuse(_SFT_TOKENS),
-        "tokenize_sft_batch": Refuse(_SFT_TOKENS),
+        "SFTBatch": Use("arthex.adapters.local.sft_batch", "SFTBatch"),
+        "tokenize_sft_batch": Use("arthex.adapters.local.sft_batch", "tokenize_sft_batch"),
     },
     "art.preprocessing.vllm_tokens": {
         name: Use("arthex.utils.vllm_tokens", name)
@@ -695,17 +701,17 @@ MODULES: dict[str, dict[str, Entry]] = {
         "ResponsesHistory": Use(_ART_TRAJECTORIES, "ResponsesHistory"),
         "ResponsesItemSource": Use(_ART_TRAJECTORIES, "ResponsesItemSource"),
         "ResponsesRequest": Use(_ART_TRAJECTORIES, "ResponsesRequest"),
-        "TensorizedHistory": _TOKENIZE_NAME,
-        "TensorizedMultiHistoryTrajectory": _TOKENIZE_NAME,
-        "TensorizedTopK": _TOKENIZE_NAME,
-        "TensorizedTrajectory": _TOKENIZE_NAME,
-        "TensorizedTrajectoryGroup": _TOKENIZE_NAME,
+        "TensorizedHistory": Use(_TENSORIZED, "TensorizedHistory"),
+        "TensorizedMultiHistoryTrajectory": Use(_TENSORIZED, "TensorizedMultiHistoryTrajectory"),
+        "TensorizedTopK": Use(_TENSORIZED, "TensorizedTopK"),
+        "TensorizedTrajectory": Use(_TENSORIZED, "TensorizedTrajectory"),
+        "TensorizedTrajectoryGroup": Use(_TENSORIZED, "TensorizedTrajectoryGroup"),
         "TokenFlag": Use(_ART_TRAJECTORIES, "TokenFlag"),
-        "TokenizedHistory": _TOKENIZE_NAME,
-        "TokenizedMultiHistoryTrajectory": _TOKENIZE_NAME,
-        "TokenizedTopK": _TOKENIZE_NAME,
-        "TokenizedTrajectory": _TOKENIZE_NAME,
-        "TokenizedTrajectoryGroup": _TOKENIZE_NAME,
+        "TokenizedHistory": Use(_TOKENIZED, "TokenizedHistory"),
+        "TokenizedMultiHistoryTrajectory": Use(_TOKENIZED, "TokenizedMultiHistoryTrajectory"),
+        "TokenizedTopK": Use(_TOKENIZED, "TokenizedTopK"),
+        "TokenizedTrajectory": Use(_TOKENIZED, "TokenizedTrajectory"),
+        "TokenizedTrajectoryGroup": Use(_TOKENIZED, "TokenizedTrajectoryGroup"),
         "Tokenizer": Use(_ART_TRAJECTORIES, "Tokenizer"),
         "Trajectory": _TRAJECTORY,
         "TrajectoryExchanges": Use("arthex.core.exchanges", "TrajectoryExchanges"),
@@ -716,14 +722,15 @@ MODULES: dict[str, dict[str, Entry]] = {
         "compact_validate": _COMPACT,
         "compact_validate_json": _COMPACT,
         "current_trajectory": _CURRENT,
-        "first_occurrence_masks": _TOKENIZE_NAME,
+        "first_occurrence_masks": Use(_TOKENIZED, "first_occurrence_masks"),
         "get_messages": Use(_ART_TRAJECTORIES, "get_messages"),
         "no_capture": _NO_CAPTURE,
-        "tensorize": _TOKENIZE_NAME,
-        "tokenize": _TOKENIZE_NAME,
+        "tensorize": Use(_TOKENIZING, "tensorize"),
+        "tokenize": Use(_TOKENIZING, "tokenize"),
         "trajectory": _YIELD,
         "trajectory_group": _TRAJECTORY_GROUP,
     },
+    "art.trajectories.tensors": _TENSORIZED_NAMES,
     "art.types": {
         "LocalTrainResult": _TRAIN_RESULT_NAME,
         "MegatronRuntimeConfig": _MEGATRON_NAME,

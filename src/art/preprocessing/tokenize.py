@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.adapters.local.sft_batch import SFTBatch as SFTBatch
+    from arthex.adapters.local.sft_batch import tokenize_sft_batch as tokenize_sft_batch
     from arthex.adapters.local.tokenized import ChatTemplateTool as ChatTemplateTool
     from arthex.adapters.local.tokenized import (
         ChatTemplateToolSchemaFormat as ChatTemplateToolSchemaFormat,
@@ -26,8 +28,10 @@ if TYPE_CHECKING:
     __all__ = [
         "ChatTemplateTool",
         "ChatTemplateToolSchemaFormat",
+        "SFTBatch",
         "TokenizedResult",
         "assemble_vllm_training_sequences",
+        "tokenize_sft_batch",
         "tokenize_trajectory",
         "tokenize_trajectory_groups",
     ]

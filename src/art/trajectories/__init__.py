@@ -52,6 +52,27 @@ if TYPE_CHECKING:
     from arthex.utils.art_trajectories import Tokenizer as Tokenizer
     from arthex.utils.art_trajectories import TrajectoryHistory as TrajectoryHistory
     from arthex.utils.art_trajectories import get_messages as get_messages
+    from arthex.utils.tensorized_trajectories import TensorizedHistory as TensorizedHistory
+    from arthex.utils.tensorized_trajectories import (
+        TensorizedMultiHistoryTrajectory as TensorizedMultiHistoryTrajectory,
+    )
+    from arthex.utils.tensorized_trajectories import TensorizedTopK as TensorizedTopK
+    from arthex.utils.tensorized_trajectories import TensorizedTrajectory as TensorizedTrajectory
+    from arthex.utils.tensorized_trajectories import (
+        TensorizedTrajectoryGroup as TensorizedTrajectoryGroup,
+    )
+    from arthex.utils.tokenized_trajectories import TokenizedHistory as TokenizedHistory
+    from arthex.utils.tokenized_trajectories import (
+        TokenizedMultiHistoryTrajectory as TokenizedMultiHistoryTrajectory,
+    )
+    from arthex.utils.tokenized_trajectories import TokenizedTopK as TokenizedTopK
+    from arthex.utils.tokenized_trajectories import TokenizedTrajectory as TokenizedTrajectory
+    from arthex.utils.tokenized_trajectories import (
+        TokenizedTrajectoryGroup as TokenizedTrajectoryGroup,
+    )
+    from arthex.utils.tokenized_trajectories import first_occurrence_masks as first_occurrence_masks
+    from arthex.utils.trajectory_tokenizing import tensorize as tensorize
+    from arthex.utils.trajectory_tokenizing import tokenize as tokenize
 
     __all__ = [
         "AnthropicMessageSource",
@@ -80,15 +101,28 @@ if TYPE_CHECKING:
         "ResponsesHistory",
         "ResponsesItemSource",
         "ResponsesRequest",
+        "TensorizedHistory",
+        "TensorizedMultiHistoryTrajectory",
+        "TensorizedTopK",
+        "TensorizedTrajectory",
+        "TensorizedTrajectoryGroup",
         "TokenFlag",
+        "TokenizedHistory",
+        "TokenizedMultiHistoryTrajectory",
+        "TokenizedTopK",
+        "TokenizedTrajectory",
+        "TokenizedTrajectoryGroup",
         "Tokenizer",
         "Trajectory",
         "TrajectoryExchanges",
         "TrajectoryGroup",
         "TrajectoryHistory",
         "current_trajectory",
+        "first_occurrence_masks",
         "get_messages",
         "no_capture",
+        "tensorize",
+        "tokenize",
         "trajectory_group",
     ]
 else:
