@@ -332,7 +332,7 @@ _LANGGRAPH_INTERNAL = Refuse(
     "not in log files"
 )
 _ART_TRAJECTORIES = "arthex.utils.art_trajectories"
-_COMPACT = Refuse("use Trajectory.model_dump_json() and Trajectory.model_validate_json()")
+_COMPACT = "arthex.utils.compact_trajectories"
 
 MODULES: dict[str, dict[str, Entry]] = {
     "art": {
@@ -717,10 +717,10 @@ MODULES: dict[str, dict[str, Entry]] = {
         "TrajectoryExchanges": Use("arthex.core.exchanges", "TrajectoryExchanges"),
         "TrajectoryGroup": _GROUP,
         "TrajectoryHistory": Use(_ART_TRAJECTORIES, "TrajectoryHistory"),
-        "compact_dump": _COMPACT,
-        "compact_memory": _COMPACT,
-        "compact_validate": _COMPACT,
-        "compact_validate_json": _COMPACT,
+        "compact_dump": Use(_COMPACT, "compact_dump"),
+        "compact_memory": Use(_COMPACT, "compact_memory"),
+        "compact_validate": Use(_COMPACT, "compact_validate"),
+        "compact_validate_json": Use(_COMPACT, "compact_validate_json"),
         "current_trajectory": _CURRENT,
         "first_occurrence_masks": Use(_TOKENIZED, "first_occurrence_masks"),
         "get_messages": Use(_ART_TRAJECTORIES, "get_messages"),

@@ -52,6 +52,10 @@ if TYPE_CHECKING:
     from arthex.utils.art_trajectories import Tokenizer as Tokenizer
     from arthex.utils.art_trajectories import TrajectoryHistory as TrajectoryHistory
     from arthex.utils.art_trajectories import get_messages as get_messages
+    from arthex.utils.compact_trajectories import compact_dump as compact_dump
+    from arthex.utils.compact_trajectories import compact_memory as compact_memory
+    from arthex.utils.compact_trajectories import compact_validate as compact_validate
+    from arthex.utils.compact_trajectories import compact_validate_json as compact_validate_json
     from arthex.utils.tensorized_trajectories import TensorizedHistory as TensorizedHistory
     from arthex.utils.tensorized_trajectories import (
         TensorizedMultiHistoryTrajectory as TensorizedMultiHistoryTrajectory,
@@ -117,6 +121,10 @@ if TYPE_CHECKING:
         "TrajectoryExchanges",
         "TrajectoryGroup",
         "TrajectoryHistory",
+        "compact_dump",
+        "compact_memory",
+        "compact_validate",
+        "compact_validate_json",
         "current_trajectory",
         "first_occurrence_masks",
         "get_messages",
