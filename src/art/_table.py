@@ -75,7 +75,20 @@ _CAPTURE = (
     "arthex.current_trajectory(): every chat completion to a watched endpoint is recorded"
 )
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
-_TINKER = "use arthex.TinkerBackend; model.openai_client() reaches its inference server"
+_TINKER_SERVER = (
+    "arthex.TinkerBackend serves each registered model from arthex's OpenAI-compatible server "
+    "over Tinker sampling (model.openai_client()); ART's standalone server for any Tinker API "
+    "key and tinker:// path is not in arthex"
+)
+_TINKER_RENDERING = (
+    "arthex does not use tinker-cookbook renderers: its TinkerBackend renders prompts with "
+    "the base model's chat template and keeps the sampled ids on each Choice; "
+    "arthex.art.tinker_native.data.trajectory_groups_to_datums builds the Datums from them"
+)
+_TINKER_RUN_STATE = (
+    "arthex.TinkerBackend keeps a run's steps and tinker:// paths in "
+    "{model_dir}/tinker-run.json; set lora_rank and seed on arthex.TinkerBackend(...)"
+)
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
 _AUTOTUNE = (
     "arthex has no autotuner (ART's resizes rollout workers and packing as it runs, from "
@@ -130,7 +143,6 @@ REFUSED_PACKAGES: dict[str, str] = {
     "art.tau_bench": (
         "arthex has no tau-bench client; call the benchmark's own client from the rollout"
     ),
-    "art.tinker_native": _TINKER,
     "art.trainer_rank": _MEGATRON,
     "art.transformers": "arthex loads models with transformers as it is; no patches to apply",
     "art.unsloth": "arthex does not use Unsloth; use arthex.LocalBackend (torch and peft)",
@@ -176,10 +188,16 @@ REFUSED_MODULES: dict[str, str] = {
     "art.preprocessing.sft": _SFT_TOKENS,
     "art.runtime_diagnostics": _VLLM,
     "art.serving_capabilities": _VLLM,
-    "art.tinker.client": _TINKER,
-    "art.tinker.renderers": _TINKER,
-    "art.tinker.server": _TINKER,
-    "art.tinker.service": _TINKER,
+    "art.tinker.client": (
+        "ART's client for its Tinker server's own routes (PUT /v1/models/{name}, "
+        "/v1/messages_and_choices/with_logprobs), which arthex's server does not have; "
+        "model.openai_client() is a plain openai.AsyncOpenAI"
+    ),
+    "art.tinker.server": _TINKER_SERVER,
+    "art.tinker.service": (
+        "ART's TinkerBackend trains in a child process through this service; "
+        "arthex.TinkerBackend calls the Tinker SDK in this process"
+    ),
     "art.token_prefix": _INTERNAL,
     "art.utils.append_only": _INTERNAL,
     "art.utils.cache_dirs": _INTERNAL,
@@ -333,6 +351,8 @@ _LANGGRAPH_INTERNAL = Refuse(
 )
 _ART_TRAJECTORIES = "arthex.utils.art_trajectories"
 _COMPACT = "arthex.utils.compact_trajectories"
+_RENDERERS = "arthex.utils.tinker_renderers"
+_TINKER_DATA = "arthex.adapters.tinker.art_data"
 
 MODULES: dict[str, dict[str, Entry]] = {
     "art": {
@@ -668,11 +688,48 @@ MODULES: dict[str, dict[str, Entry]] = {
         "TrainingJobs": Use("arthex.adapters.serverless.api", "TrainingJobs"),
     },
     "art.tinker": {
-        "OpenAICompatibleTinkerServer": Refuse(_TINKER),
+        "OpenAICompatibleTinkerServer": Refuse(_TINKER_SERVER),
         "TinkerBackend": _TINKER_BACKEND,
-        "get_renderer_name": Refuse(_TINKER),
+        "get_renderer_name": Use(_RENDERERS, "get_renderer_name"),
     },
     "art.tinker.backend": {"TinkerBackend": _TINKER_BACKEND},
+    "art.tinker.renderers": {
+        "get_renderer_name": Use(_RENDERERS, "get_renderer_name"),
+        "is_qwen3_dot_family_model": Use(_RENDERERS, "is_qwen3_dot_family_model"),
+        "renderer_name_message": Refuse(
+            "ART's hint for TinkerArgs(renderer_name=...), which arthex ignores: "
+            "arthex.TinkerBackend renders prompts with the base model's chat template"
+        ),
+    },
+    "art.tinker_native": {"TinkerNativeBackend": _TINKER_BACKEND},
+    "art.tinker_native.backend": {
+        "ModelState": Refuse(_TINKER_RUN_STATE),
+        "STATE_KEY_LATEST_STEP": Refuse(_TINKER_RUN_STATE),
+        "STATE_KEY_RUN_IDS": Refuse(_TINKER_RUN_STATE),
+        "TinkerNativeBackend": _TINKER_BACKEND,
+        "TinkerNativeModelConfig": Refuse(_TINKER_RUN_STATE),
+    },
+    "art.tinker_native.data": {
+        "build_datum": Use(_TINKER_DATA, "build_datum"),
+        "compute_advantages": Use(_TINKER_DATA, "compute_advantages"),
+        "convert_openai_messages_to_renderer_format": Refuse(_TINKER_RENDERING),
+        "create_conversation_prefix_with_tools": Refuse(_TINKER_RENDERING),
+        "extract_logprobs_from_choice": Refuse(
+            "arthex reads the sampled ids from choice.token_ids (its server returns them "
+            "with prompt_token_ids) and the logprobs from choice.logprobs.content"
+        ),
+        "find_last_choice": Refuse(
+            "ART trains the last Choice of each history; arthex trains every Choice: "
+            "Trajectory.choices() lists them"
+        ),
+        "history_to_datum": Refuse(_TINKER_RENDERING),
+        "iter_trajectory_histories": Use(_TINKER_DATA, "iter_trajectory_histories"),
+        "parse_completion_to_openai_message": Refuse(
+            "arthex's inference server parses each completion into the Choice's message "
+            "itself, with the base model's chat template"
+        ),
+        "trajectory_groups_to_datums": Use(_TINKER_DATA, "trajectory_groups_to_datums"),
+    },
     "art.tokenizer": {"get_tokenizer": _GET_TOKENIZER},
     "art.trajectories": {
         "AnthropicMessageSource": Use(_ART_TRAJECTORIES, "AnthropicMessageSource"),

@@ -11,7 +11,8 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.adapters.tinker import TinkerBackend as TinkerBackend
+    from arthex.utils.tinker_renderers import get_renderer_name as get_renderer_name
 
-    __all__ = ["TinkerBackend"]
+    __all__ = ["TinkerBackend", "get_renderer_name"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -1,0 +1,29 @@
+"""ART's `art.tinker_native.data`, under arthex.
+
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.adapters.tinker.art_data import build_datum as build_datum
+    from arthex.adapters.tinker.art_data import compute_advantages as compute_advantages
+    from arthex.adapters.tinker.art_data import (
+        iter_trajectory_histories as iter_trajectory_histories,
+    )
+    from arthex.adapters.tinker.art_data import (
+        trajectory_groups_to_datums as trajectory_groups_to_datums,
+    )
+
+    __all__ = [
+        "build_datum",
+        "compute_advantages",
+        "iter_trajectory_histories",
+        "trajectory_groups_to_datums",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
