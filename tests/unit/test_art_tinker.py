@@ -180,6 +180,13 @@ def test_trajectory_groups_to_datums_gives_one_datum_per_trained_choice() -> Non
     assert laid_out(scaled[0])["advantages"] == pytest.approx([0.0, one, one], rel=1e-7)
     assert laid_out(scaled[2])["advantages"] == pytest.approx([-one, -one], rel=1e-7)
     assert data.trajectory_groups_to_datums([]) == []
+    plain = make_trajectory(
+        0.0, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]
+    )
+    trained = data.trajectory_groups_to_datums(
+        [TrajectoryGroup([groups[0].trajectories[0], plain])]
+    )
+    assert [laid_out(d)["input"] for d in trained] == [[1, 2, 3]]  # the plain one is skipped
 
 
 def test_trajectory_groups_to_datums_names_a_choice_it_cannot_train() -> None:
