@@ -193,6 +193,8 @@ def test_trajectory_groups_to_datums_names_a_choice_it_cannot_train() -> None:
     no_logprobs = make_trajectory(1.0, choice=make_choice("x", prompt_token_ids=[1], logprobs=None))
     with pytest.raises(InvalidInputError, match=r"group 0, trajectory 0, Choice 0: .*no logprobs"):
         data.trajectory_groups_to_datums([TrajectoryGroup([no_logprobs, make_trajectory(0.0)])])
+    with pytest.raises(InvalidInputError, match="model='policy': arthex trains every Choice"):
+        data.trajectory_groups_to_datums([], model="policy")
     no_prompt = make_trajectory(1.0, choice=make_choice("x"))
     with pytest.raises(InvalidInputError, match="prompt_token_ids is empty"):
         data.trajectory_groups_to_datums([TrajectoryGroup([no_prompt, make_trajectory(0.0)])])

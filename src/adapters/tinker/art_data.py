@@ -77,13 +77,22 @@ def trajectory_groups_to_datums(
     renderer: object = None,
     tokenizer: object = None,
     normalize_advantages: bool = True,
+    *,
+    base_model: str | None = None,
+    model: object = None,
 ) -> list[types.Datum]:
     """The Datums TinkerBackend trains on for these groups: one per Choice of every trajectory
     whose advantage is not 0 (its additional histories' Choices too).
 
-    `renderer` and `tokenizer` (ART renders each prompt again) are not needed: every Choice
-    carries the ids it was sampled with. A Choice without them, or without logprobs, is an
-    InvalidInputError naming it."""
+    `renderer`, `tokenizer` and `base_model` (ART renders or tokenizes each prompt again) are
+    not needed: every Choice carries the ids it was sampled with. A Choice without them, or
+    without logprobs, is an InvalidInputError naming it. `model` (ART's pick of one model's
+    calls in a trajectory that recorded several) is refused: every Choice is trained."""
+    if model is not None:
+        raise InvalidInputError(
+            f"model={model!r}: arthex trains every Choice of a trajectory; keep only the "
+            "trajectories (or Choices) of the model to train in the groups you pass"
+        )
     groups = list(trajectory_groups)
     if not groups:
         return []
