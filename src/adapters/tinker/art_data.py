@@ -19,14 +19,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 
-import numpy as np
-from tinker import types
-
 from ...core.advantages import group_advantages
 from ...core.config import TrainConfig
-from ...core.errors import InvalidInputError
+from ...core.errors import InvalidInputError, require_extra
 from ...core.trajectories import History, Trajectory, TrajectoryGroup
-from .datums import DatumParts, build_batch
+
+require_extra("tinker", "tinker", "numpy")  # without the SDK: the extra to install, in one line
+
+import numpy as np  # noqa: E402
+from tinker import types  # noqa: E402
+
+from .datums import DatumParts, build_batch  # noqa: E402
 
 __all__ = [
     "build_datum",
