@@ -193,8 +193,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.convert_moe_lora": _INTERNAL,
     "art.utils.deploy_model": _DEPLOY,
     "art.utils.group_aggregate": _METRICS,
-    "art.utils.lifecycle": _INTERNAL,
-    "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
     "art.utils.record_provenance": (
@@ -752,6 +750,34 @@ MODULES: dict[str, dict[str, Entry]] = {
         "retry": _RETRY,
     },
     "art.utils.log_http_errors": {"log_http_errors": _LOG_HTTP_ERRORS},
+    "art.utils.lifecycle": {
+        **{
+            name: Use("arthex.utils.process_lifecycle", name)
+            for name in (
+                "PROCESS_SHUTDOWN_TIMEOUT_SECONDS",
+                "ChildProcessSupervisor",
+                "ServiceLifecycle",
+                "cleanup_after_failure",
+                "complete_task",
+                "complete_to_thread",
+                "consume_future_exception",
+                "kill_process_group",
+                "process_shutdown_sweep_grace",
+                "process_shutdown_timeout",
+                "terminate_asyncio_process_group",
+                "terminate_popen_process_group",
+            )
+        },
+        "managed_process_cmd": Refuse(
+            "arthex has no managed-process wrapper (ART's art.utils.managed_process); start the "
+            "child with subprocess.Popen(..., start_new_session=True) and end it with "
+            "terminate_popen_process_group(process)"
+        ),
+    },
+    "art.utils.logging": {
+        name: Use("arthex.utils.status_lines", name)
+        for name in ("dim", "err", "info", "ok", "step", "warn")
+    },
     "art.utils.litellm": {
         "convert_litellm_choice_to_openai": Use(
             "arthex.utils.litellm_choices", "convert_litellm_choice_to_openai"
