@@ -153,7 +153,6 @@ REFUSED_MODULES: dict[str, str] = {
         "arthex.art.adapter_leases.pin_inference_step, and keep its checkpoint with "
         "model.delete_checkpoints(pinned=...)"
     ),
-    "art.cli": "use the `arthex` command (`arthex --help`)",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
     "art.loss": (
         "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
@@ -375,6 +374,27 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.api_costs": {
         **_api_costs,
         "track_api_cost": Use("arthex.accounting.builder", "track_api_cost"),
+    },
+    "art.cli": {
+        "app": Use("arthex.apps.cli.main", "app"),
+        "help_command": Use("arthex.apps.cli.art_commands", "help_command"),
+        "migrate": Use("arthex.apps.cli.migrate", "migrate"),
+        "run": Use("arthex.apps.cli.art_commands", "run"),
+        **dict.fromkeys(
+            ("SKILL_NAMES", "init", "install_skills"),
+            Refuse(
+                "arthex ships no coding-assistant skill files to install; docs/quickstart.md "
+                "walks through a first training script"
+            ),
+        ),
+        **dict.fromkeys(
+            ("runtime_app", "runtime_prepare", "runtime_status"),
+            Refuse(
+                "arthex prepares no separate vLLM or Megatron runtimes: pip install "
+                "'arthex[vllm]' adds vLLM to this environment, and `arthex doctor` checks the "
+                "machine (GPU, memory plan) before training"
+            ),
+        ),
     },
     "art.costs": _accounting(
         "pricing",
