@@ -88,10 +88,6 @@ _AUTOTUNE = (
     "max_steps_off_policy=..., pipeline=...)"
 )
 _DEPLOY = "arthex does not deploy to hosted providers; `arthex export` writes a folder to serve"
-_TRAIN_RESULT = (
-    "use arthex.TrainResult (step, metrics); LocalBackend checkpoints live in "
-    "{run}/checkpoints/{step:04d}"
-)
 _METRICS = "arthex has no metric registry; " + _HISTORY
 _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do this themselves"
 
@@ -220,6 +216,9 @@ _TOOLS = Use("arthex.core.chat_types", "Tools")
 _TRAIN_CONFIG = Use("arthex.core.config", "TrainConfig")
 _TRAIN_SFT_CONFIG = Use("arthex.core.sft", "TrainSFTConfig")
 _RESULT = Use("arthex.core.model", "TrainResult")
+_SERVING_UNAVAILABLE = Use("arthex.core.errors", "ServingUnavailableError")
+_LOCAL_RESULT = Use("arthex.adapters.train_results", "LocalTrainResult")
+_SERVERLESS_RESULT = Use("arthex.adapters.train_results", "ServerlessTrainResult")
 _LOCAL = Use("arthex.adapters.local", "LocalBackend")
 _SERVERLESS = Use("arthex.adapters.serverless", "ServerlessBackend")
 _TINKER_BACKEND = Use("arthex.adapters.tinker", "TinkerBackend")
@@ -303,7 +302,6 @@ _TOKENIZE_NAME = Refuse(_TOKENIZE)
 _GET_TOKENIZER = Refuse("use transformers.AutoTokenizer.from_pretrained(base_model)")
 _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
-_TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
 _WANDB_ALL = Refuse(
     "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
 )
@@ -329,10 +327,8 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art": {
         "Backend": Use("arthex.core.backend_train", "BackendTrainEntry"),
         "LoRAConfig": _shape("LoRAConfig"),
-        "LocalServingUnavailableError": Refuse(
-            "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
-        ),
-        "LocalTrainResult": _TRAIN_RESULT_NAME,
+        "LocalServingUnavailableError": _SERVING_UNAVAILABLE,
+        "LocalTrainResult": _LOCAL_RESULT,
         "MegatronRuntimeConfig": _MEGATRON_NAME,
         "MegatronTopologyConfig": _MEGATRON_NAME,
         "Messages": _MESSAGES,
@@ -345,7 +341,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
         "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "ServerlessBackend": _SERVERLESS,
-        "ServerlessTrainResult": _TRAIN_RESULT_NAME,
+        "ServerlessTrainResult": _SERVERLESS_RESULT,
         "Tools": _TOOLS,
         "TrainConfig": _TRAIN_CONFIG,
         "TrainResult": _RESULT,
@@ -505,12 +501,13 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.errors": {
         "ARTError": Use("arthex.core.errors", "ArthexError"),
-        "ArtVllmMetricsTimeoutError": Refuse(_VLLM),
+        "ArtVllmMetricsTimeoutError": Refuse(
+            "arthex does not scrape vLLM's metrics endpoint (it records no vllm/* metrics), so "
+            "no scrape times out; arthex.LocalBackend(engine='vllm') serves vLLM in-process"
+        ),
         "ForbiddenBucketCreationError": Use("arthex.utils.s3", "ForbiddenBucketCreationError"),
         "LoRADeploymentTimedOutError": Refuse(_DEPLOY),
-        "LocalServingUnavailableError": Refuse(
-            "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
-        ),
+        "LocalServingUnavailableError": _SERVING_UNAVAILABLE,
         "UnsupportedBaseModelDeploymentError": Refuse(_DEPLOY),
         "UnsupportedLoRADeploymentProviderError": Refuse(_DEPLOY),
     },
@@ -743,22 +740,20 @@ MODULES: dict[str, dict[str, Entry]] = {
         "trajectory_group": _TRAJECTORY_GROUP,
     },
     "art.types": {
-        "LocalTrainResult": _TRAIN_RESULT_NAME,
+        "LocalTrainResult": _LOCAL_RESULT,
         "MegatronRuntimeConfig": _MEGATRON_NAME,
         "MegatronTopologyConfig": _MEGATRON_NAME,
         "Message": Use("arthex.core.chat_types", "Message"),
         "MessageOrChoice": Use("arthex.core.chat_types", "MessageOrChoice"),
         "Messages": _MESSAGES,
         "MessagesAndChoices": _MESSAGES_AND_CHOICES,
-        "SFTMetricLoggingConfig": Refuse(
-            "arthex records every SFT gradient step under sft/ in the history; nothing to set"
-        ),
-        "ServerlessTrainResult": _TRAIN_RESULT_NAME,
+        "SFTMetricLoggingConfig": Use("arthex.adapters.serverless.api_types", "SFTMetricLogging"),
+        "ServerlessTrainResult": _SERVERLESS_RESULT,
         "Tools": _TOOLS,
         "TrainConfig": _TRAIN_CONFIG,
         "TrainResult": _RESULT,
         "TrainSFTConfig": _TRAIN_SFT_CONFIG,
-        "Verbosity": Refuse("pass verbose=True to backend.train(...) or model.train_sft(...)"),
+        "Verbosity": Use("arthex.utils.verbosity", "Verbosity"),
     },
     "art.utils": {
         "format_message": Use("arthex.utils.format_message", "format_message"),
