@@ -356,7 +356,8 @@ def test_dir_and_all_list_only_what_resolves() -> None:
             getattr(module, name)  # a refused name is never offered
     namespace: dict[str, Any] = {}
     exec("from arthex.art.types import *", namespace)
-    assert namespace["TrainConfig"] is arthex.TrainConfig and "MegatronRuntimeConfig" not in namespace
+    assert namespace["TrainConfig"] is arthex.TrainConfig
+    assert "MegatronRuntimeConfig" not in namespace
 
 
 def test_importing_every_path_pulls_in_no_heavy_library() -> None:
