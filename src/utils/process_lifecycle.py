@@ -100,7 +100,7 @@ async def complete_task(task: asyncio.Task[T]) -> tuple[T, asyncio.CancelledErro
         if held is None:
             raise
         held.add_note(f"operation also failed: {failure}")
-        raise held from None
+        raise held from failure
     return result, held
 
 

@@ -90,6 +90,7 @@ def test_work_that_fails_after_a_cancellation_raises_the_cancellation_noting_it(
     with pytest.raises(asyncio.CancelledError) as caught:
         asyncio.run(scenario())
     assert caught.value.__notes__ == ["operation also failed: disk full"]
+    assert isinstance(caught.value.__cause__, OSError)
 
 
 def test_work_that_fails_without_a_cancellation_raises_its_own_error() -> None:
