@@ -21,6 +21,8 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.accounting.builder import MetricDefinition as MetricDefinition
     from arthex.adapters.serverless import ServerlessBackend as ServerlessBackend
+    from arthex.adapters.train_results import LocalTrainResult as LocalTrainResult
+    from arthex.adapters.train_results import ServerlessTrainResult as ServerlessTrainResult
     from arthex.art import dev as dev
     from arthex.art.dev import LoRAConfig as LoRAConfig
     from arthex.composition.api import Model as Model
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from arthex.core.chat_types import MessagesAndChoices as MessagesAndChoices
     from arthex.core.chat_types import Tools as Tools
     from arthex.core.config import TrainConfig as TrainConfig
+    from arthex.core.errors import ServingUnavailableError as LocalServingUnavailableError
     from arthex.core.gather import gather_trajectories as gather_trajectories
     from arthex.core.gather import gather_trajectory_groups as gather_trajectory_groups
     from arthex.core.model import TrainResult as TrainResult
@@ -53,12 +56,15 @@ if TYPE_CHECKING:
     __all__ = [
         "Backend",
         "LoRAConfig",
+        "LocalServingUnavailableError",
+        "LocalTrainResult",
         "Messages",
         "MessagesAndChoices",
         "MetricDefinition",
         "Model",
         "PipelineRuntimeConfig",
         "ServerlessBackend",
+        "ServerlessTrainResult",
         "Tools",
         "TrainConfig",
         "TrainResult",

@@ -96,10 +96,6 @@ _AUTOTUNE = (
     "max_steps_off_policy=..., pipeline=...)"
 )
 _DEPLOY = "arthex does not deploy to hosted providers; `arthex export` writes a folder to serve"
-_TRAIN_RESULT = (
-    "use arthex.TrainResult (step, metrics); LocalBackend checkpoints live in "
-    "{run}/checkpoints/{step:04d}"
-)
 _METRICS = "arthex has no metric registry; " + _HISTORY
 _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do this themselves"
 
@@ -160,7 +156,6 @@ REFUSED_MODULES: dict[str, str] = {
         "arthex.art.adapter_leases.pin_inference_step, and keep its checkpoint with "
         "model.delete_checkpoints(pinned=...)"
     ),
-    "art.cli": "use the `arthex` command (`arthex --help`)",
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
     "art.loss": (
         "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
@@ -205,8 +200,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.convert_moe_lora": _INTERNAL,
     "art.utils.deploy_model": _DEPLOY,
     "art.utils.group_aggregate": _METRICS,
-    "art.utils.lifecycle": _INTERNAL,
-    "art.utils.logging": _INTERNAL,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
     "art.utils.record_provenance": (
@@ -235,6 +228,9 @@ _TOOLS = Use("arthex.core.chat_types", "Tools")
 _TRAIN_CONFIG = Use("arthex.core.config", "TrainConfig")
 _TRAIN_SFT_CONFIG = Use("arthex.core.sft", "TrainSFTConfig")
 _RESULT = Use("arthex.core.model", "TrainResult")
+_SERVING_UNAVAILABLE = Use("arthex.core.errors", "ServingUnavailableError")
+_LOCAL_RESULT = Use("arthex.adapters.train_results", "LocalTrainResult")
+_SERVERLESS_RESULT = Use("arthex.adapters.train_results", "ServerlessTrainResult")
 _LOCAL = Use("arthex.adapters.local", "LocalBackend")
 _SERVERLESS = Use("arthex.adapters.serverless", "ServerlessBackend")
 _TINKER_BACKEND = Use("arthex.adapters.tinker", "TinkerBackend")
@@ -330,7 +326,6 @@ _TENSORIZED_NAMES: dict[str, Entry] = {
 }
 _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
-_TRAIN_RESULT_NAME = Refuse(_TRAIN_RESULT)
 _WANDB_ALL = Refuse(
     "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
 )
@@ -358,10 +353,8 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art": {
         "Backend": Use("arthex.core.backend_train", "BackendTrainEntry"),
         "LoRAConfig": _shape("LoRAConfig"),
-        "LocalServingUnavailableError": Refuse(
-            "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
-        ),
-        "LocalTrainResult": _TRAIN_RESULT_NAME,
+        "LocalServingUnavailableError": _SERVING_UNAVAILABLE,
+        "LocalTrainResult": _LOCAL_RESULT,
         "MegatronRuntimeConfig": _MEGATRON_NAME,
         "MegatronTopologyConfig": _MEGATRON_NAME,
         "Messages": _MESSAGES,
@@ -374,7 +367,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "PipelineAutotuneConfig": _AUTOTUNE_NAME,
         "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "ServerlessBackend": _SERVERLESS,
-        "ServerlessTrainResult": _TRAIN_RESULT_NAME,
+        "ServerlessTrainResult": _SERVERLESS_RESULT,
         "Tools": _TOOLS,
         "TrainConfig": _TRAIN_CONFIG,
         "TrainResult": _RESULT,
@@ -403,6 +396,27 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.api_costs": {
         **_api_costs,
         "track_api_cost": Use("arthex.accounting.builder", "track_api_cost"),
+    },
+    "art.cli": {
+        "app": Use("arthex.apps.cli.main", "app"),
+        "help_command": Use("arthex.apps.cli.art_commands", "help_command"),
+        "migrate": Use("arthex.apps.cli.migrate", "migrate"),
+        "run": Use("arthex.apps.cli.art_commands", "run"),
+        **dict.fromkeys(
+            ("SKILL_NAMES", "init", "install_skills"),
+            Refuse(
+                "arthex ships no coding-assistant skill files to install; docs/quickstart.md "
+                "walks through a first training script"
+            ),
+        ),
+        **dict.fromkeys(
+            ("runtime_app", "runtime_prepare", "runtime_status"),
+            Refuse(
+                "arthex prepares no separate vLLM or Megatron runtimes: pip install "
+                "'arthex[vllm]' adds vLLM to this environment, and `arthex doctor` checks the "
+                "machine (GPU, memory plan) before training"
+            ),
+        ),
     },
     "art.costs": _accounting(
         "pricing",
@@ -513,12 +527,13 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.errors": {
         "ARTError": Use("arthex.core.errors", "ArthexError"),
-        "ArtVllmMetricsTimeoutError": Refuse(_VLLM),
+        "ArtVllmMetricsTimeoutError": Refuse(
+            "arthex does not scrape vLLM's metrics endpoint (it records no vllm/* metrics), so "
+            "no scrape times out; arthex.LocalBackend(engine='vllm') serves vLLM in-process"
+        ),
         "ForbiddenBucketCreationError": Use("arthex.utils.s3", "ForbiddenBucketCreationError"),
         "LoRADeploymentTimedOutError": Refuse(_DEPLOY),
-        "LocalServingUnavailableError": Refuse(
-            "arthex raises arthex.BackendError (arthex.MissingExtraError for a missing extra)"
-        ),
+        "LocalServingUnavailableError": _SERVING_UNAVAILABLE,
         "UnsupportedBaseModelDeploymentError": Refuse(_DEPLOY),
         "UnsupportedLoRADeploymentProviderError": Refuse(_DEPLOY),
     },
@@ -789,22 +804,20 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.trajectories.tensors": _TENSORIZED_NAMES,
     "art.types": {
-        "LocalTrainResult": _TRAIN_RESULT_NAME,
+        "LocalTrainResult": _LOCAL_RESULT,
         "MegatronRuntimeConfig": _MEGATRON_NAME,
         "MegatronTopologyConfig": _MEGATRON_NAME,
         "Message": Use("arthex.core.chat_types", "Message"),
         "MessageOrChoice": Use("arthex.core.chat_types", "MessageOrChoice"),
         "Messages": _MESSAGES,
         "MessagesAndChoices": _MESSAGES_AND_CHOICES,
-        "SFTMetricLoggingConfig": Refuse(
-            "arthex records every SFT gradient step under sft/ in the history; nothing to set"
-        ),
-        "ServerlessTrainResult": _TRAIN_RESULT_NAME,
+        "SFTMetricLoggingConfig": Use("arthex.adapters.serverless.api_types", "SFTMetricLogging"),
+        "ServerlessTrainResult": _SERVERLESS_RESULT,
         "Tools": _TOOLS,
         "TrainConfig": _TRAIN_CONFIG,
         "TrainResult": _RESULT,
         "TrainSFTConfig": _TRAIN_SFT_CONFIG,
-        "Verbosity": Refuse("pass verbose=True to backend.train(...) or model.train_sft(...)"),
+        "Verbosity": Use("arthex.utils.verbosity", "Verbosity"),
     },
     "art.utils": {
         "format_message": Use("arthex.utils.format_message", "format_message"),
@@ -816,6 +829,34 @@ MODULES: dict[str, dict[str, Entry]] = {
         "retry": _RETRY,
     },
     "art.utils.log_http_errors": {"log_http_errors": _LOG_HTTP_ERRORS},
+    "art.utils.lifecycle": {
+        **{
+            name: Use("arthex.utils.process_lifecycle", name)
+            for name in (
+                "PROCESS_SHUTDOWN_TIMEOUT_SECONDS",
+                "ChildProcessSupervisor",
+                "ServiceLifecycle",
+                "cleanup_after_failure",
+                "complete_task",
+                "complete_to_thread",
+                "consume_future_exception",
+                "kill_process_group",
+                "process_shutdown_sweep_grace",
+                "process_shutdown_timeout",
+                "terminate_asyncio_process_group",
+                "terminate_popen_process_group",
+            )
+        },
+        "managed_process_cmd": Refuse(
+            "arthex has no managed-process wrapper (ART's art.utils.managed_process); start the "
+            "child with subprocess.Popen(..., start_new_session=True) and end it with "
+            "terminate_popen_process_group(process)"
+        ),
+    },
+    "art.utils.logging": {
+        name: Use("arthex.utils.status_lines", name)
+        for name in ("dim", "err", "info", "ok", "step", "warn")
+    },
     "art.utils.litellm": {
         "convert_litellm_choice_to_openai": Use(
             "arthex.utils.litellm_choices", "convert_litellm_choice_to_openai"

@@ -1,7 +1,20 @@
-"""ART's module `art.cli`, not in arthex.
+"""ART's `art.cli`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.apps.cli.art_commands import help_command as help_command
+    from arthex.apps.cli.art_commands import run as run
+    from arthex.apps.cli.main import app as app
+    from arthex.apps.cli.migrate import migrate as migrate
+
+    __all__ = ["app", "help_command", "migrate", "run"]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

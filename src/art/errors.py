@@ -11,8 +11,9 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.core.errors import ArthexError as ARTError
+    from arthex.core.errors import ServingUnavailableError as LocalServingUnavailableError
     from arthex.utils.s3 import ForbiddenBucketCreationError as ForbiddenBucketCreationError
 
-    __all__ = ["ARTError", "ForbiddenBucketCreationError"]
+    __all__ = ["ARTError", "ForbiddenBucketCreationError", "LocalServingUnavailableError"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -192,7 +192,14 @@ class BackendTrainEntry:
                 "train_steps(run, groups, config))"
             )
         config = train_config_from_options(options)
-        return await model.train_for_backend(self, trajectory_groups, config, verbose=verbose)
+        result = await model.train_for_backend(self, trajectory_groups, config, verbose=verbose)
+        return self.train_result(model.run, result)
+
+    def train_result(self, run: RunRef, result: TrainResult) -> TrainResult:
+        """What `train` returns for the update of `run` that gave `result`: the result as it
+        is here; a backend may return a subclass that adds what it knows of the new step
+        (where its checkpoint is kept, the name it is stored under)."""
+        return result
 
 
 def _is_default(value: object, default: object) -> bool:

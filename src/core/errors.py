@@ -57,6 +57,12 @@ class BackendError(ArthexError, RuntimeError):
     """A training backend failed, or disagreed with the frontend about the state of a run."""
 
 
+class ServingUnavailableError(BackendError):
+    """A backend's own inference server cannot serve: it could not listen or start, or a
+    saved step could not be loaded into it. Rollouts cannot sample the policy, so training
+    that needs them stops here."""
+
+
 class TooManyExceptionsError(ArthexError):
     """More rollouts failed while gathering than `max_exceptions` allows."""
 

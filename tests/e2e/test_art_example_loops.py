@@ -119,10 +119,16 @@ def test_the_art_skill_template_loop_runs_with_its_imports_changed(
     assert kept == sorted({2, best})
 
 
-def test_register_fills_arts_inference_fields_with_the_run_in_one_directory(
+def test_register_fills_arts_inference_fields_and_train_names_the_checkpoint(
     base_model: str, tmp_path: Path, no_wandb: None
 ) -> None:
+    """ART's inference fields after register; then `backend.train` returns ART's
+    LocalTrainResult naming the new step's checkpoint folder, whole when it returns (ART's
+    rule: `{path}/{project}/models/{run_name}/checkpoints/{step:04d}`, if it exists)."""
     import arthex as art
+    import arthex.art as art_names
+
+    run_dir = tmp_path / "logs" / "fields" / "models" / "agent-run-1"
 
     async def main() -> None:
         model = art.TrainableModel(
@@ -149,10 +155,28 @@ def test_register_fills_arts_inference_fields_with_the_run_in_one_directory(
                 max_tokens=3,
             )
             assert reply.choices[0].logprobs is not None  # never asked for, sent anyway
+            prompt = [{"role": "user", "content": "hi"}]
+            group = art.TrajectoryGroup(
+                [
+                    art.Trajectory(messages_and_choices=[*prompt, reply.choices[0]], reward=r)
+                    for r in (0.0, 1.0)
+                ]
+            )
+            result = await backend.train(model, [group], learning_rate=1e-4)
+            assert isinstance(result, art_names.LocalTrainResult)
+            assert isinstance(result, art.TrainResult) and result.step == 1
+            assert result.checkpoint_path == str(run_dir / "checkpoints" / "0001")
+            assert result.checkpoint_ready is None
+            whole = sorted(
+                p.name
+                for p in await asyncio.to_thread(run_dir.joinpath("checkpoints", "0001").iterdir)
+            )
+            assert whole, "the checkpoint is written when train returns"
+            again = await model.train([group])  # arthex's own call keeps its plain result
+            assert type(again) is art.TrainResult and again.step == 2
         finally:
             await model.close()
             await backend.close()
 
     asyncio.run(main())
-    run_dir = tmp_path / "logs" / "fields" / "models" / "agent-run-1"
     assert (run_dir / "checkpoints").is_dir() and (run_dir / "trainer.lease").is_file()

@@ -108,8 +108,11 @@ class Recording(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-async def arthex_script(url: str, key: str, tiny: str, base_path: Path) -> list[list[Any]]:
-    """The ART script's training calls, under arthex.art with arthex's own client."""
+async def arthex_script(
+    url: str, key: str, tiny: str, base_path: Path
+) -> tuple[list[list[Any]], dict[str, Any]]:
+    """The ART script's training calls, under arthex.art with arthex's own client: the
+    requests it made, and what `backend.train` returned."""
     recording = Recording()
     backend = ServerlessBackend(api_key=key, base_url=url + "/v1", transport=recording)
     model = art.TrainableModel(
@@ -144,7 +147,8 @@ async def arthex_script(url: str, key: str, tiny: str, base_path: Path) -> list[
     finally:
         await model.close()
         await backend.close()
-    return recording.requests
+    assert isinstance(result, art.ServerlessTrainResult)  # ART's class, as ART's client gives
+    return recording.requests, {"step": result.step, "artifact_name": result.artifact_name}
 
 
 def test_arts_serverless_backend_trains_on_arthex_serve_and_arthexs_client_sends_the_same(
@@ -188,7 +192,9 @@ def test_arts_serverless_backend_trains_on_arthex_serve_and_arthexs_client_sends
     assert any("loss/train" in json.loads(line) for line in history.read_text().splitlines())
 
     other_tenant, other_key = server.fresh_tenant()
-    ours = asyncio.run(arthex_script(server.url, other_key, tiny, tmp_path / "arthex"))
+    ours, trained = asyncio.run(arthex_script(server.url, other_key, tiny, tmp_path / "arthex"))
+    # the result ART's client gave above, for this tenant's model
+    assert trained == {"step": 1, "artifact_name": f"{other_tenant}/proj/agent-run:step1"}
     (mine,) = [
         m["id"]
         for m in json.loads((server.state_dir / "registry.json").read_text())["models"]

@@ -21,7 +21,7 @@ from arthex.apps.demo.task import step_line
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = (
     *("demo", "version", "history", "plot", "trajectories"),
-    *("runs", "prune", "export", "eval", "view", "serve", "doctor"),
+    *("runs", "prune", "export", "eval", "view", "serve", "doctor", "migrate"),
 )
 PYTHON_TYPE = re.compile(r"<[a-z_.]+(\[[^>]*\])?( range)?>")  # <bool>, <list[int]>, <path>, ...
 

@@ -22,7 +22,12 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from ...core.errors import BackendError, MissingExtraError, NotRegisteredError
+from ...core.errors import (
+    BackendError,
+    MissingExtraError,
+    NotRegisteredError,
+    ServingUnavailableError,
+)
 from ...core.identity import RunRef, step_name
 from ...ports.training_backend import InferenceEndpoint
 from .engine import ServingEngine
@@ -114,15 +119,15 @@ class ServingPool:
     ) -> None:
         """Serve `{name}@{step}` from `source` (a checkpoint directory, a sampler path), then
         point `{name}` at it (unless `latest=False`: an older step served on request). A step
-        that is saved but cannot be served is a BackendError that says so (the checkpoint
-        stays)."""
+        that is saved but cannot be served is a ServingUnavailableError (a BackendError) that
+        says so (the checkpoint stays)."""
         name = step_name(served, step)
         try:
             await serving.engine.load(name, source)
             if latest:
                 serving.engine.alias(served, name)
         except Exception as exc:
-            raise BackendError(
+            raise ServingUnavailableError(
                 f"checkpoint {step} of {run} is saved but could not be served: {exc}"
             ) from exc
 

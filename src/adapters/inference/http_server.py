@@ -28,7 +28,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from ...core.errors import BackendError, InvalidInputError, MissingExtraError
+from ...core.errors import (
+    BackendError,
+    InvalidInputError,
+    MissingExtraError,
+    ServingUnavailableError,
+)
 from ._openai import build_response, error_body, parse_request
 from .asgi import (
     ASGIApp,
@@ -111,7 +116,9 @@ class InferenceServer:
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
-            raise BackendError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
+            raise ServingUnavailableError(
+                f"cannot listen on {self.host}:{self.port}: {exc}"
+            ) from exc
         config = uvicorn.Config(
             app,
             log_level="warning",
@@ -127,7 +134,9 @@ class InferenceServer:
         while not server.started:
             if self._task.done():
                 await self._cleanup()
-                raise BackendError("the inference server failed to start (see the log above)")
+                raise ServingUnavailableError(
+                    "the inference server failed to start (see the log above)"
+                )
             await asyncio.sleep(0.005)
         port = sock.getsockname()[1]
         host = f"[{self.host}]" if family == socket.AF_INET6 else self.host

@@ -58,10 +58,12 @@ from ...utils.loop_lock import LoopFreeLock
 from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..inference.vllm_args import SleepLevel
 from ..layout import MODEL_SPEC, backend_run_dir
+from ..train_results import LocalTrainResult
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from ...core.model import TrainResult
     from ..inference.chat import ChatTokenizer
     from ..inference.engine import ServingEngine
     from ..inference.vllm_engine import VllmEngine
@@ -400,6 +402,16 @@ class LocalBackend(BackendTrainEntry):
         from . import checkpoints as ckpt
 
         return ckpt.complete_steps(self._model_dir(run))
+
+    def train_result(self, run: RunRef, result: TrainResult) -> LocalTrainResult:
+        """`backend.train`'s result with the new step's checkpoint folder (None without a
+        complete checkpoint for it), as ART's LocalBackend returns it."""
+        from . import checkpoints as ckpt
+
+        model_dir = self._model_dir(run)
+        kept = result.step in ckpt.complete_steps(model_dir)
+        folder = str(ckpt.step_dir(model_dir, result.step)) if kept else None
+        return LocalTrainResult(result.step, result.metrics, checkpoint_path=folder)
 
     # --- training -----------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ from ...ports.training_backend import (
     SupervisedFineTuning,
     TrainingBackend,
 )
+from ..train_results import ServerlessTrainResult
 from . import export, wire
 from .errors import TrainingJobFailed
 from .transport import HOSTED_KEY_ENV as HOSTED_KEY_ENV  # where the CLI and users read them
@@ -78,6 +79,8 @@ from .transport import ServerlessTransport, server_of
 
 if TYPE_CHECKING:
     import httpx
+
+    from ...core.model import TrainResult
 
 EMPTY_POLL_PAUSE_S = 1.0
 LEASE_HEADER = "X-Arthex-Lease"
@@ -163,6 +166,7 @@ class ServerlessBackend(BackendTrainEntry):
         self.timeout = timeout
         self.poll_wait_s = poll_wait_s
         self._model_ids: dict[RunRef, str] = {}
+        self._entities: dict[RunRef, str] = {}  # whose model the server says it is
         self._capabilities: BackendCapabilities | None = None
         self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
         self._heartbeats: dict[RunRef, asyncio.Task[None]] = {}
@@ -206,6 +210,8 @@ class ServerlessBackend(BackendTrainEntry):
         holder = {HOLDER_HEADER: self.holder}  # with the lease header: take the lease
         payload = (await self._request("POST", wire.MODELS_PATH, json=body, headers=holder)).json()
         self._model_ids[model.run] = str(payload["id"])
+        if payload.get("entity"):
+            self._entities[model.run] = str(payload["entity"])
         lease = payload.get("lease")
         beating = self._heartbeats.get(model.run)
         if isinstance(lease, Mapping) and (beating is None or beating.done()):
@@ -231,6 +237,13 @@ class ServerlessBackend(BackendTrainEntry):
         """The newest checkpoint's step (the first of the list in descending order)."""
         page = await self._checkpoint_page(run, {"limit": "1", "order": "desc"})
         return int(page["data"][0]["step"]) if page["data"] else 0
+
+    def train_result(self, run: RunRef, result: TrainResult) -> ServerlessTrainResult:
+        """`backend.train`'s result with the name the server keeps the new step under,
+        `{entity}/{project}/{name}:step{N}`, as ART's ServerlessBackend returns it."""
+        entity = self._entities.get(run)
+        name = None if entity is None else f"{entity}/{run.project}/{run.name}:step{result.step}"
+        return ServerlessTrainResult(result.step, result.metrics, artifact_name=name)
 
     def remote_of(self, run: RunRef) -> dict[str, str]:
         """Where the run lives, for the client's model.json: the server and its model id."""

@@ -1,7 +1,7 @@
 """The `arthex` command: the app, built from one module per command group.
 
     arthex demo | version | history | plot | trajectories | runs | prune | export | eval | view
-    | serve | doctor
+    | serve | doctor | migrate
 
 Each command imports what it needs (polars, matplotlib, rich, the server) inside its body,
 so `arthex --help` stays quick. common.py holds how commands name a model and report
@@ -14,11 +14,33 @@ from typing import Any
 
 import typer
 
-from . import doctor, evaluate, history, plot, prune, run, runs, serve, trajectories, view
+from . import (
+    doctor,
+    evaluate,
+    history,
+    migrate,
+    plot,
+    prune,
+    run,
+    runs,
+    serve,
+    trajectories,
+    view,
+)
 from .conventions import CONTEXT, PLAIN, Command, Group, LazyCommand
 
+
+class ArthexGroup(Group):
+    """The `arthex` group: the typer app's commands plus `serve`, whose options load when it
+    runs, so `app()` and `command()` are the whole command line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_command(LazyCommand("serve", serve.serve.__doc__ or "", serve.command))
+
+
 app = typer.Typer(
-    cls=Group,
+    cls=ArthexGroup,
     no_args_is_help=True,
     add_completion=False,
     context_settings=CONTEXT,
@@ -56,13 +78,12 @@ app.command(cls=Command)(run.export)
 app.command(name="eval", cls=Command)(evaluate.eval_command)
 app.command(cls=Command)(view.view)
 app.command(cls=Command)(doctor.doctor)
+app.command(cls=Command)(migrate.migrate)
 
 
 def command() -> Any:
-    """The click group: the typer app plus `serve`, whose options load when it runs."""
-    group = typer.main.get_command(app)
-    group.add_command(LazyCommand("serve", serve.serve.__doc__ or "", serve.command))  # type: ignore[attr-defined]
-    return group
+    """The click group of the typer app (`serve` included)."""
+    return typer.main.get_command(app)
 
 
 def main() -> None:
