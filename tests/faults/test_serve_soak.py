@@ -290,8 +290,10 @@ def audit_tenant(soak: Soak, tenant: Tenant, ids: dict[str, str]) -> dict[str, i
     assert all(n == 1 for n in training.values()), f"{tenant.name}: {training.most_common(3)}"
 
     store = ParquetTrajectoryStore(f"{BUCKET}/{tenant.name}", filesystem=soak.stack.direct)
+    steps = asyncio.run(store.steps(RUN, "train"))  # listed once: a long run has hundreds
+    acks_by_step = {a["step"]: a for a in acks}
     stored = 0
-    for step in asyncio.run(store.steps(RUN, "train")):
+    for step in steps:
         groups = asyncio.run(store.read(RUN, "train", step))
         stored += len(groups)
         owners = {g.metadata[tenant_loop.TENANT_KEY] for g in groups}
@@ -302,10 +304,9 @@ def audit_tenant(soak: Soak, tenant: Tenant, ids: dict[str, str]) -> dict[str, i
         per_attempt = Counter(g.metadata[tenant_loop.ATTEMPT_KEY] for g in groups)
         twice = {a: n for a, n in per_attempt.items() if n != tenant_loop.GROUPS}
         assert not twice, f"{tenant.name} step {step}: groups per attempt {twice}"
-        for ack in acks:
-            if ack["step"] == step + 1:
-                assert per_attempt[ack["attempt"]] == tenant_loop.GROUPS, (tenant.name, ack)
-    assert all(a["step"] - 1 in asyncio.run(store.steps(RUN, "train")) for a in acks)
+        if (ack := acks_by_step.get(step + 1)) is not None:
+            assert per_attempt[ack["attempt"]] == tenant_loop.GROUPS, (tenant.name, ack)
+    assert all(a["step"] - 1 in steps for a in acks)
     return {"acked": len(acked), "deleted": len(deleted), "kept": len(complete), "groups": stored}
 
 
@@ -372,6 +373,11 @@ def flatness(soak: Soak) -> tuple[str, int, int, int, int]:
     return text, int(rss0), int(rss1), fd0, fd1
 
 
+def progress(text: str) -> None:
+    """A line on stderr as the audit goes (the report itself prints at the end)."""
+    print(f"[soak {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def test_eight_tenants_train_and_sample_through_faults_and_lose_nothing(soak: Soak) -> None:
     injected = soak.run()
     with (soak.root / "server-samples.csv").open("w") as out:  # to plot; its path is printed
@@ -379,8 +385,13 @@ def test_eight_tenants_train_and_sample_through_faults_and_lose_nothing(soak: So
             f"{t - soak.life_started[0]:.1f},{life},{rss},{fds}\n"
             for t, life, rss, fds in soak.samples
         )
+    progress(f"faults over, auditing ({sum(len(t.acks()) for t in soak.tenants)} acks)")
     ids = audit_isolation(soak)
-    counts = {t.name: audit_tenant(soak, t, ids) for t in soak.tenants}
+    progress("isolation audited")
+    counts = {}
+    for tenant in soak.tenants:
+        counts[tenant.name] = audit_tenant(soak, tenant, ids)
+        progress(f"{tenant.name} audited: {counts[tenant.name]}")
     text, rss0, rss1, fd0, fd1 = flatness(soak)
     lives = Counter(s[1] for s in soak.samples)
     ended: Counter[str] = Counter()
