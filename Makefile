@@ -17,7 +17,7 @@ VLLM_VENV ?= .venv-vllm
 FILESET := $(shell find src -name '*.py' 2>/dev/null | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(FILESET)
 
-.PHONY: setup setup-vllm browser demo test test-vllm lint typecheck unit bench soak mutants hunt clean
+.PHONY: setup setup-vllm browser demo test test-extended test-vllm lint typecheck unit bench soak mutants hunt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,7 +62,13 @@ unit: setup
 # Test files are spread over one worker per core (at most 4); the tests of one file share a
 # worker, so a file's module fixtures are built once.
 test: lint typecheck browser
-	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+
+# The variants CI leaves out (pytest -m extended: the other parametrizations of the two-rank,
+# memory-plan and rank-fault checks, the rest of the two-rank contract); about 15 minutes on
+# two cores. Run it before a change to distributed training or the memory plan lands.
+test-extended: setup
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder -m extended
 
 # The vLLM adapter against a real vLLM, no GPU needed (part of `make test`; this runs it alone).
 # vLLM with its CUDA torch is about 2.4 GB to download and 9.5 GB on disk, installed with uv

@@ -32,7 +32,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PYTEST_ARGS = ["-q", "-n", "auto", "--maxprocesses", "4", "--dist", "loadfile"]
+DEFAULT_PYTEST_ARGS = [
+    "-q",
+    "-n",
+    "auto",
+    "--maxprocesses",
+    "4",
+    "--dist",
+    "loadfile",
+    "--no-loadscope-reorder",
+]
 
 # A spinner: busy until its time is up or its parent (the hunt) is gone.
 SPIN = """

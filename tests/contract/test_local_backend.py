@@ -28,7 +28,23 @@ class TestLocalBackendContract(TrainingBackendContract):
 @pytest.mark.e2e
 @pytest.mark.slow
 class TestLocalBackendTwoRanksContract(TrainingBackendContract):
-    """The same contract with the model sharded over two rank processes (gloo on the CPU)."""
+    """The same contract with the model sharded over two rank processes (gloo on the CPU).
+
+    Each test starts two rank processes (about 20 s on two cores; the whole contract, about
+    ten minutes). CI runs the tests where the ranks change what happens: a step trained and
+    reduced over both, a reward's gradient, SFT then RL, the checkpoint the ranks write and a
+    restart reads, and a step's weights served; `make test-extended` runs all of them.
+    """
+
+    ci_tests = frozenset(
+        {
+            "test_train_advances_the_step_by_one_and_yields_metrics",
+            "test_rewarding_a_completion_raises_its_probability",
+            "test_sft_then_rl_continue_one_run",
+            "test_restart_resumes_from_the_newest_checkpoint",
+            "test_step_names_resolve_to_that_steps_weights",
+        }
+    )
 
     @pytest.fixture
     def backend(self) -> TrainingBackend:

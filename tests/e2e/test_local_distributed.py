@@ -113,7 +113,11 @@ def bitwise(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 # --- equivalence ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("full_finetune", [True, False], ids=["full", "lora"])
+@pytest.mark.parametrize(
+    "full_finetune",
+    [pytest.param(True, marks=pytest.mark.extended), False],  # CI: the adapter's sharding
+    ids=["full", "lora"],
+)
 def test_two_ranks_train_like_one_process_for_ten_steps(
     base_model: str, tmp_path: Path, full_finetune: bool
 ) -> None:
@@ -157,7 +161,11 @@ def live_matches_files(b: LocalBackend, folder: Path) -> list[str]:
     return bitwise(weights, saved) + bitwise(optimizer, saved_opt)
 
 
-@pytest.mark.parametrize("full_finetune", [True, False], ids=["full", "lora"])
+@pytest.mark.parametrize(
+    "full_finetune",
+    [True, pytest.param(False, marks=pytest.mark.extended)],  # CI: every weight and its Adam
+    ids=["full", "lora"],
+)
 def test_checkpoints_move_between_rank_counts_bit_for_bit(
     base_model: str, tmp_path: Path, full_finetune: bool
 ) -> None:
@@ -238,7 +246,9 @@ def second_node(launcher: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-@pytest.mark.parametrize("launcher", ["env", "torchrun"])
+@pytest.mark.parametrize(
+    "launcher", [pytest.param("env", marks=pytest.mark.extended), "torchrun"]
+)
 def test_a_rank_started_elsewhere_joins_and_trains_like_a_local_one(
     base_model: str, tmp_path: Path, launcher: str
 ) -> None:
@@ -302,6 +312,7 @@ def test_a_caller_that_stops_reading_leaves_the_ranks_on_the_checkpoint(
     assert result == (0, [], 1)
 
 
+@pytest.mark.extended
 def test_ranks_resolve_a_relative_model_path_from_the_frontends_directory(
     base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -125,7 +125,12 @@ def model_3m(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize(
     ("full", "checkpointed"),
-    [(True, False), (True, True), (False, False), (False, True)],
+    [
+        (True, False),
+        pytest.param(True, True, marks=pytest.mark.extended),
+        pytest.param(False, False, marks=pytest.mark.extended),
+        (False, True),
+    ],
     ids=["full", "full-checkpointed", "lora", "lora-checkpointed"],
 )
 def test_the_plan_is_within_15_percent_of_the_measured_peak(

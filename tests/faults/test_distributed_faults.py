@@ -96,7 +96,7 @@ async def train_until_hit(
     ("hit", "says", "forked"),
     [
         (signal.SIGKILL, "was killed by SIGKILL", True),
-        (signal.SIGINT, "KeyboardInterrupt", False),
+        pytest.param(signal.SIGINT, "KeyboardInterrupt", False, marks=pytest.mark.extended),
     ],
     ids=["killed-forked-rank", "raised-in-fresh-rank"],
 )
@@ -262,7 +262,11 @@ def descendants() -> dict[int, str]:
 
 @pytest.mark.parametrize(
     ("point", "rank"),
-    [("before-first-step", 1), ("mid-call", 1), ("checkpoint-save", 0)],
+    [
+        pytest.param("before-first-step", 1, marks=pytest.mark.extended),
+        ("mid-call", 1),
+        ("checkpoint-save", 0),
+    ],
 )
 def test_a_backend_closed_after_a_rank_was_killed_leaves_no_process(
     base_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str, rank: int
