@@ -88,7 +88,7 @@ bench: setup
 
 # Mutation testing against the fast tests, set by set (long; not in CI): the core, then each
 # adapter module with its own tests (tools/mutmut/SET.toml). make mutants MUTANT_SETS=lease
-MUTANT_SETS ?= core ledger parts lease record guard tinker
+MUTANT_SETS ?= core ledger parts stepfile lease record guard tinker emulatorkeys
 mutants: setup
 	for set in $(MUTANT_SETS); do PYTHON=$(BIN)/python tools/mutants.sh $$set || exit 1; done
 

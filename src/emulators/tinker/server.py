@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import hashlib
 import logging
-import secrets
 import shutil
 import signal
 import socket
@@ -52,9 +50,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ...apps.server.guard import OPEN_TENANT
 from ...apps.server.tinker_protocol.errors import UserError
 from ...core.errors import BackendError, InvalidInputError, MissingExtraError
+from .keys import OpenKeys, check_api_key
 
 if TYPE_CHECKING:
     from ...apps.server.tinker_protocol.external import ExternalWeights
@@ -65,21 +63,6 @@ __all__ = ["TinkerEmulator", "main"]
 logger = logging.getLogger(__name__)
 JOIN_TIMEOUT_S = 10.0  # for the server's thread to end once its work is failed
 GRACEFUL_S = 2  # open connections get this long to finish at stop (long polls have ended)
-SDK_KEY_PREFIXES = ("tml-", "eyJ")  # the SDK's API keys, and its JWTs
-
-
-class OpenKeys:
-    """The emulator's keys: any key of the SDK's shape, or only `api_key`; all one tenant."""
-
-    def __init__(self, api_key: str | None) -> None:
-        self.api_key = api_key
-
-    def identify(self, presented: str) -> tuple[str, bytes] | None:
-        if self.api_key is not None:
-            accepted = secrets.compare_digest(presented, self.api_key)
-        else:
-            accepted = presented.startswith(SDK_KEY_PREFIXES)
-        return (OPEN_TENANT, hashlib.sha256(presented.encode()).digest()) if accepted else None
 
 
 class TinkerEmulator:
@@ -108,10 +91,7 @@ class TinkerEmulator:
         long_poll_s: float = 10.0,
         torch_threads: int | None = None,
     ) -> None:
-        if api_key is not None and not api_key.startswith(SDK_KEY_PREFIXES):
-            raise InvalidInputError(
-                f"api_key must start with 'tml-' as the tinker SDK requires, got {api_key[:4]!r}..."
-            )
+        check_api_key(api_key)
         self.base_model_path = str(base_model)
         self.model_name = model_name or self.base_model_path
         self.host = host
