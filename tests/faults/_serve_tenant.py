@@ -11,9 +11,10 @@ Every group carries the tenant's name and this attempt's id in its metadata, and
 trajectory the served model name the proxy answered with, so the audit can tell whose data
 is where. Each step `model.train` returned is appended to `acks.jsonl` (fsynced): the steps
 the tenant was told were trained; then `model.delete_checkpoints` keeps the latest and the
-best by train reward, and the steps it deleted are appended too. After an error the client
-starts a new session, which resumes from the server's step; the parent starts a killed client
-again.
+best by train reward, and the steps it deleted are appended too (after a line saying it is
+about to ask, so a client killed between the server's delete and its answer is known). After
+an error the client starts a new session, which resumes from the server's step; the parent
+starts a killed client again.
 """
 
 from __future__ import annotations
@@ -131,6 +132,9 @@ async def session(options: dict[str, Any], acks: int) -> None:
             result = await model.train(groups, config=TrainConfig(learning_rate=1e-3))
             acknowledge(acks, {"step": result.step, "attempt": attempt, "at": time.time()})
             # retention, as a long run keeps its disk and its served models bounded
+            # the intent first: a kill after the server deleted and before the answer was
+            # written leaves this line alone, and the audit knows the call may have run
+            acknowledge(acks, {"deleting_after": result.step})
             decision = await model.delete_checkpoints(best_checkpoint_metric=BEST_METRIC)
             acknowledge(acks, {"deleted": list(decision.deleted)})
     finally:

@@ -102,8 +102,27 @@ class Tenant:
         return [x for x in self.lines() if "step" in x]
 
     def deleted(self) -> set[int]:
-        """The steps its own `model.delete_checkpoints` calls said they deleted."""
-        return {s for x in self.lines() for s in x.get("deleted", [])}
+        """The steps its own `model.delete_checkpoints` calls said they deleted, and those a
+        call cut short by a kill may have deleted: the acknowledged steps before the one it
+        followed (the latest is always kept) that no earlier call had said it deleted."""
+        said: set[int] = set()
+        acked: list[int] = []
+        cut_short: set[int] = set()
+        pending: int | None = None
+        for line in self.lines():
+            if "step" in line:
+                if pending is not None:  # the process was killed inside its delete call
+                    cut_short |= {s for s in acked if s < pending} - said
+                    pending = None
+                acked.append(line["step"])
+            elif "deleting_after" in line:
+                pending = line["deleting_after"]
+            elif "deleted" in line:
+                said |= set(line["deleted"])
+                pending = None
+        if pending is not None:
+            cut_short |= {s for s in acked if s < pending} - said
+        return said | cut_short
 
     def errors(self) -> Counter[str]:
         """The errors its clients recovered from, by class."""
