@@ -225,3 +225,20 @@ def test_bad_shapes_and_reductions_are_refused() -> None:
 def test_names_without_a_counterpart_are_refused(name: str) -> None:
     with pytest.raises(NotInArthexError, match=f"art.loss.{name}"):
         getattr(art_loss, name)
+
+
+def test_float16_logprobs_are_scored_in_float32() -> None:
+    """A log-ratio of 12 (ratio e^12, past float16's range): arthex upcasts to float32, as its
+    trainer scores tokens, so the loss is the float32 one and finite."""
+    tensors = {
+        "assistant_mask": torch.tensor([[False, True]]),
+        "logprobs": torch.tensor([[NAN, -12.5]]),
+        "advantages": torch.tensor([[0.0, 1.0]]),
+        "weights": torch.tensor([[0.0, 1.0]]),
+        "group_ids": torch.tensor([[0, 0]]),
+    }
+    new = torch.tensor([[-0.5, 0.0]], dtype=torch.float16)
+    result = art_loss.loss_fn(art_loss.LossInputs(inputs=tensors), new, None, None, {"ppo": True})
+    assert result.policy_loss.dtype == torch.float32
+    # PPO, A = 1, ratio e^12 clipped to 1.2: -1.2 over one token
+    assert result.policy_loss.item() == pytest.approx(-1.2, rel=1e-6)
