@@ -157,9 +157,6 @@ REFUSED_MODULES: dict[str, str] = {
         "model.delete_checkpoints(pinned=...)"
     ),
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
-    "art.loss": (
-        "choose the loss with arthex.TrainConfig(loss_fn=..., epsilon=..., epsilon_high=...)"
-    ),
     "art.pipeline_trainer.binary_prefix_tool_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
     ),
@@ -349,6 +346,10 @@ _COMPACT = "arthex.utils.compact_trajectories"
 _RENDERERS = "arthex.utils.tinker_renderers"
 _TINKER_DATA = "arthex.adapters.tinker.art_data"
 
+_RATIO_DIAGNOSTICS = Refuse(
+    "arthex keeps no ratio histogram: the step's metrics give loss/importance_ratio_mean, "
+    "_p95, _p99 and _max from every ratio exactly, and loss/clipped_token_fraction"
+)
 MODULES: dict[str, dict[str, Entry]] = {
     "art": {
         "Backend": Use("arthex.core.backend_train", "BackendTrainEntry"),
@@ -903,6 +904,22 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.utils.grpo": {
         "rewards_have_zero_variance": Use("arthex.core.advantages", "zero_variance"),
+    },
+    "art.loss": {
+        "AlignedLossInputs": Use("arthex.adapters.local.art_loss", "AlignedLossInputs"),
+        "Loss": Use("arthex.adapters.local.art_loss", "Loss"),
+        "LossInputs": Use("arthex.adapters.local.art_loss", "LossInputs"),
+        "LossOffPolicyDiagnostics": _RATIO_DIAGNOSTICS,
+        "LossOffPolicyDiagnosticsAccumulator": _RATIO_DIAGNOSTICS,
+        "PackedLossInput": Refuse(
+            "a type alias ART defines only for type checkers; "
+            "arthex.art.loss.LossInputs(inputs=...) takes a mapping of [rows, len] tensors"
+        ),
+        "compute_probs_corr": Use("arthex.adapters.local.art_loss", "compute_probs_corr"),
+        "histogram_quantile": _RATIO_DIAGNOSTICS,
+        "importance_ratio_histogram_edges": _RATIO_DIAGNOSTICS,
+        "loss_fn": Use("arthex.adapters.local.art_loss", "loss_fn"),
+        "shift_tensor": Use("arthex.adapters.local.art_loss", "shift_tensor"),
     },
     "art.utils.output_dirs": {
         "get_default_art_path": Use("arthex.utils.output_dirs", "get_default_art_path"),

@@ -1,7 +1,29 @@
-"""ART's module `art.loss`, not in arthex.
+"""ART's `art.loss`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.adapters.local.art_loss import AlignedLossInputs as AlignedLossInputs
+    from arthex.adapters.local.art_loss import Loss as Loss
+    from arthex.adapters.local.art_loss import LossInputs as LossInputs
+    from arthex.adapters.local.art_loss import compute_probs_corr as compute_probs_corr
+    from arthex.adapters.local.art_loss import loss_fn as loss_fn
+    from arthex.adapters.local.art_loss import shift_tensor as shift_tensor
+
+    __all__ = [
+        "AlignedLossInputs",
+        "Loss",
+        "LossInputs",
+        "compute_probs_corr",
+        "loss_fn",
+        "shift_tensor",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

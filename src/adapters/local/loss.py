@@ -149,7 +149,7 @@ def token_policy_loss(
     # Unknown sampling logprobs mean "ratio 1": compare the policy with itself.
     old = torch.where(torch.isnan(old), new.detach(), old)
     low, high = 1.0 - settings.clip_low, 1.0 + settings.clip_high
-    advantages, kl_sum = _kl_shaped(advantages, new, mask, ref_logprobs, settings.kl_coef)
+    advantages, kl_sum = kl_shaped(advantages, new, mask, ref_logprobs, settings.kl_coef)
     per_token, ratio = ratio_terms(settings.kind, new, old, advantages, low, high)
     loss = (per_token * weights * mask).sum() / max(normalizer, 1e-18)
 
@@ -185,7 +185,7 @@ def custom_token_loss(
     selected = batch.mask[:, 1:]
     old = batch.old_logprobs[:, 1:].to(new.dtype)
     old = torch.where(torch.isnan(old), new.detach(), old)
-    advantages, kl_sum = _kl_shaped(
+    advantages, kl_sum = kl_shaped(
         batch.advantages[:, 1:].to(new.dtype),
         new,
         selected.to(new.dtype),
@@ -211,7 +211,7 @@ def custom_token_loss(
     return loss, stats
 
 
-def _kl_shaped(
+def kl_shaped(
     advantages: torch.Tensor,
     new: torch.Tensor,
     mask: torch.Tensor,
