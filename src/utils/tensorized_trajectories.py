@@ -26,11 +26,12 @@ from pydantic import (
 from ..core.trajectories import Trajectory, TrajectoryGroup
 from .art_trajectories import TokenFlag, TrajectoryHistory
 from .tokenized_common import (
+    GroupFields,
     TrajectoryFields,
+    bind_to_sources,
     history_from_json,
     history_json,
     prefix_masks,
-    same_trajectory,
 )
 
 __all__ = [
@@ -231,7 +232,7 @@ TensorizedTrajectoryT = TypeVar(
 )
 
 
-class TensorizedTrajectoryGroup(BaseModel, Generic[TensorizedTrajectoryT]):
+class TensorizedTrajectoryGroup(GroupFields, BaseModel, Generic[TensorizedTrajectoryT]):
     """`TokenizedTrajectoryGroup` as tensors."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -239,33 +240,9 @@ class TensorizedTrajectoryGroup(BaseModel, Generic[TensorizedTrajectoryT]):
     trajectory_group: TrajectoryGroup
     trajectories: list[TensorizedTrajectoryT]
 
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return self.trajectory_group.metrics
-
-    @metrics.setter
-    def metrics(self, value: dict[str, Any]) -> None:
-        self.trajectory_group.metrics = value
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.trajectory_group.metadata
-
-    @metadata.setter
-    def metadata(self, value: dict[str, Any]) -> None:
-        self.trajectory_group.metadata = value
-
     @model_validator(mode="after")
     def _one_per_source(self) -> Self:
-        sources = self.trajectory_group.trajectories
-        if len(self.trajectories) != len(sources):
-            raise ValueError("Tensorized group differs in length from its source group")
-        for tensorized, source in zip(self.trajectories, sources, strict=True):
-            if tensorized.trajectory is not source and not same_trajectory(
-                tensorized.trajectory, source
-            ):
-                raise ValueError("Tensorized trajectory does not match its source group")
-            tensorized.trajectory = source
+        bind_to_sources("Tensorized", self.trajectories, self.trajectory_group)
         return self
 
     def to(self, device: torch.device | str) -> Self:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, JsonValue
 
-from ..core.trajectories import History, Trajectory
+from ..core.trajectories import History, Trajectory, TrajectoryGroup
 from .art_trajectories import (
     AnthropicMessagesHistory,
     ChatCompletionsHistory,
@@ -82,9 +82,45 @@ class TrajectoryFields:
         self.trajectory.metadata = value
 
 
+class GroupFields:
+    """ART's pass-throughs to the source group's metrics and metadata."""
+
+    if TYPE_CHECKING:
+        trajectory_group: TrajectoryGroup
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.trajectory_group.metrics
+
+    @metrics.setter
+    def metrics(self, value: dict[str, Any]) -> None:
+        self.trajectory_group.metrics = value
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.trajectory_group.metadata
+
+    @metadata.setter
+    def metadata(self, value: dict[str, Any]) -> None:
+        self.trajectory_group.metadata = value
+
+
 def same_trajectory(one: Trajectory, other: Trajectory) -> bool:
     """Equal dumps, NaN equal to NaN (a metric may be NaN)."""
     return one.model_dump_json() == other.model_dump_json()
+
+
+def bind_to_sources(form: str, converted: Sequence[Any], group: TrajectoryGroup) -> None:
+    """Check a group's `converted` trajectories (each with a `.trajectory`) are its own, one per
+    source in order, and make each hold the source object itself, as in ART: edits show in
+    both. `form` ("Tokenized", "Tensorized") names them in the error."""
+    sources = group.trajectories
+    if len(converted) != len(sources):
+        raise ValueError(f"{form} group differs in length from its source group")
+    for item, source in zip(converted, sources, strict=True):
+        if item.trajectory is not source and not same_trajectory(item.trajectory, source):
+            raise ValueError(f"{form} trajectory does not match its source group")
+        item.trajectory = source
 
 
 class _PrefixNode:

@@ -24,11 +24,12 @@ from pydantic import (
 from ..core.trajectories import Trajectory, TrajectoryGroup
 from .art_trajectories import TokenFlag, TrajectoryHistory
 from .tokenized_common import (
+    GroupFields,
     TrajectoryFields,
+    bind_to_sources,
     history_from_json,
     history_json,
     prefix_masks,
-    same_trajectory,
 )
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ TokenizedTrajectoryT = TypeVar(
 )
 
 
-class TokenizedTrajectoryGroup(BaseModel, Generic[TokenizedTrajectoryT]):
+class TokenizedTrajectoryGroup(GroupFields, BaseModel, Generic[TokenizedTrajectoryT]):
     """A group's trajectories, tokenized in order, with the group (whose metrics and metadata
     it passes through)."""
 
@@ -157,33 +158,9 @@ class TokenizedTrajectoryGroup(BaseModel, Generic[TokenizedTrajectoryT]):
     trajectory_group: TrajectoryGroup
     trajectories: list[TokenizedTrajectoryT]
 
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return self.trajectory_group.metrics
-
-    @metrics.setter
-    def metrics(self, value: dict[str, Any]) -> None:
-        self.trajectory_group.metrics = value
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.trajectory_group.metadata
-
-    @metadata.setter
-    def metadata(self, value: dict[str, Any]) -> None:
-        self.trajectory_group.metadata = value
-
     @model_validator(mode="after")
     def _one_per_source(self) -> Self:
-        sources = self.trajectory_group.trajectories
-        if len(self.trajectories) != len(sources):
-            raise ValueError("Tokenized group differs in length from its source group")
-        for tokenized, source in zip(self.trajectories, sources, strict=True):
-            if tokenized.trajectory is not source and not same_trajectory(
-                tokenized.trajectory, source
-            ):
-                raise ValueError("Tokenized trajectory does not match its source group")
-            tokenized.trajectory = source  # one object, as in ART: edits show in both
+        bind_to_sources("Tokenized", self.trajectories, self.trajectory_group)
         return self
 
     def tensorize(self, *, device: Any = None) -> TensorizedTrajectoryGroup[Any]:
