@@ -246,9 +246,7 @@ def second_node(launcher: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-@pytest.mark.parametrize(
-    "launcher", [pytest.param("env", marks=pytest.mark.extended), "torchrun"]
-)
+@pytest.mark.parametrize("launcher", [pytest.param("env", marks=pytest.mark.extended), "torchrun"])
 def test_a_rank_started_elsewhere_joins_and_trains_like_a_local_one(
     base_model: str, tmp_path: Path, launcher: str
 ) -> None:
