@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from arthex.core.trajectories import Trajectory as Trajectory
     from arthex.core.trajectories import TrajectoryGroup as TrajectoryGroup
     from arthex.core.trajectories import trajectory_group as trajectory_group
+    from arthex.utils.pipeline_tuner import PipelineAutotuneConfig as PipelineAutotuneConfig
     from arthex.utils.retry import retry as retry
     from arthex.utils.tokenizer import get_tokenizer as get_tokenizer
     from arthex.utils.trajectory_tokenizing import tensorize as tensorize
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
         "MessagesAndChoices",
         "MetricDefinition",
         "Model",
+        "PipelineAutotuneConfig",
         "PipelineRuntimeConfig",
         "ServerlessBackend",
         "ServerlessTrainResult",

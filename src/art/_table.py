@@ -91,9 +91,10 @@ _TINKER_RUN_STATE = (
 )
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
 _AUTOTUNE = (
-    "arthex has no autotuner (ART's resizes rollout workers and packing as it runs, from "
-    "vLLM's load); set them yourself: arthex.PipelineTrainer(num_rollout_workers=..., "
-    "max_steps_off_policy=..., pipeline=...)"
+    "arthex has no online autotuner (ART's resizes rollout workers and packing as it runs, "
+    "from vLLM's load and its Megatron packer); apply a saved profile with "
+    "PipelineTrainer(autotune=arthex.art.PipelineAutotuneConfig(mode='profile', "
+    "profile=...)), or set the sizes: arthex.PipelineTrainer(pipeline=...)"
 )
 _DEPLOY = "arthex does not deploy to hosted providers; `arthex export` writes a folder to serve"
 _METRICS = "arthex has no metric registry; " + _HISTORY
@@ -135,7 +136,6 @@ REFUSED_PACKAGES: dict[str, str] = {
         "arthex.ServerlessBackend"
     ),
     "art.megatron": _MEGATRON,
-    "art.pipeline_tuner": _AUTOTUNE,
     "art.tau_bench": (
         "arthex has no tau-bench client; call the benchmark's own client from the rollout"
     ),
@@ -167,6 +167,8 @@ REFUSED_MODULES: dict[str, str] = {
     "art.pipeline_trainer.yes_no_maybe_pipeline": (
         "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
     ),
+    "art.pipeline_tuner.attachment": _AUTOTUNE,
+    "art.pipeline_tuner.worker_controller": _AUTOTUNE,
     "art.preprocessing.dynamo_tokens": (
         "arthex reads a Choice's logprobs from choice.logprobs; Dynamo's metadata is not read"
     ),
@@ -323,6 +325,20 @@ _TENSORIZED_NAMES: dict[str, Entry] = {
 }
 _MEGATRON_NAME = Refuse(_MEGATRON)
 _AUTOTUNE_NAME = Refuse(_AUTOTUNE)
+_TUNER = "arthex.utils.pipeline_tuner"
+_AUTOTUNE_CONFIG = Use(_TUNER, "PipelineAutotuneConfig")
+_TUNER_MODELS: dict[str, Entry] = {
+    name: Use(_TUNER, name)
+    for name in (
+        "PackedGroupObservation",
+        "PackedGroupShape",
+        "PackingLeafShape",
+        "PipelineAutotuneConfig",
+        "PipelineAutotunerProfile",
+        "PipelineMetric",
+        "PipelineTuneSettings",
+    )
+}
 _WANDB_ALL = Refuse(
     "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
 )
@@ -365,7 +381,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
         "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
         "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
-        "PipelineAutotuneConfig": _AUTOTUNE_NAME,
+        "PipelineAutotuneConfig": _AUTOTUNE_CONFIG,
         "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "ServerlessBackend": _SERVERLESS,
         "ServerlessTrainResult": _SERVERLESS_RESULT,
@@ -627,7 +643,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.pipeline_trainer": {
         **_RETENTION_NAMES,
         **_ROLLOUT_TYPES,
-        "PipelineAutotuneConfig": _AUTOTUNE_NAME,
+        "PipelineAutotuneConfig": _AUTOTUNE_CONFIG,
         "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "PipelineTrainer": _PIPELINE,
         "ScenarioT": Use("arthex.core.pipeline.rollouts", "ScenarioT"),
@@ -643,6 +659,34 @@ MODULES: dict[str, dict[str, Entry]] = {
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },
     "art.pipeline_trainer.types": {**_ROLLOUT_TYPES, "ScalarMetadataValue": _METADATA_VALUE},
+    "art.pipeline_tuner": {
+        **_TUNER_MODELS,
+        "PipelineAutotunerAttachment": _AUTOTUNE_NAME,
+        "PipelineRuntimeConfig": _RUNTIME_CONFIG,
+        "RolloutWorkerController": _AUTOTUNE_NAME,
+    },
+    "art.pipeline_tuner.autotune": {
+        "PackingOutcome": _AUTOTUNE_NAME,
+        "PackingProjection": _AUTOTUNE_NAME,
+        "PipelineAutotuner": _AUTOTUNE_NAME,
+        **{
+            name: Use(_TUNER, name)
+            for name in (
+                "build_initial_settings",
+                "freshness_worker_limit",
+                "recommended_queue_size",
+            )
+        },
+    },
+    "art.pipeline_tuner.config": {
+        **_TUNER_MODELS,
+        "PipelineRuntimeConfig": _RUNTIME_CONFIG,
+        "TunerDecision": Use(_TUNER, "TunerDecision"),
+        "TunerWindowStats": Use(_TUNER, "TunerWindowStats"),
+    },
+    "art.pipeline_tuner.store": {
+        "PipelineTunerProfileStore": Use(_TUNER, "PipelineTunerProfileStore"),
+    },
     "art.preprocessing": {},
     "art.preprocessing.tokenize": {
         **{

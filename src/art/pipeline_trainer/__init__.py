@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from arthex.core.pipeline.rollouts import ScenarioT as ScenarioT
     from arthex.core.pipeline.rollouts import SingleRolloutFn as SingleRolloutFn
     from arthex.core.pipeline.runtime_config import PipelineRuntimeConfig as PipelineRuntimeConfig
+    from arthex.utils.pipeline_tuner import PipelineAutotuneConfig as PipelineAutotuneConfig
 
     __all__ = [
         "CHECKPOINT_CREATED_AT_METRIC",
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         "CheckpointRetentionContext",
         "CheckpointRetentionStrategy",
         "EvalFn",
+        "PipelineAutotuneConfig",
         "PipelineRuntimeConfig",
         "PipelineTrainer",
         "RolloutFn",

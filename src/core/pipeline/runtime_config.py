@@ -3,15 +3,22 @@
 
 The two score references weigh a throughput score of ART's trainer, which arthex's pipeline
 does not compute: they are checked and kept, and change nothing.
+
+`PipelineTrainer(autotune=...)` takes a `PipelineTuning`: something that decides the settings
+when the trainer is built (arthex.utils.pipeline_tuner's PipelineAutotuneConfig applies a saved
+tuner profile). Given settings then come from it alone, as ART's autotuner owns them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic
 
-__all__ = ["PipelineRuntimeConfig", "runtime_settings"]
+if TYPE_CHECKING:
+    from ..trainable import TrainableModel
+
+__all__ = ["PipelineRuntimeConfig", "PipelineTuning", "runtime_settings", "tuned_settings"]
 
 DEFAULTS: dict[str, Any] = {
     "num_rollout_workers": 16,
@@ -56,3 +63,46 @@ def runtime_settings(
             f"({', '.join(changed)}), not both"
         )
     return {name: getattr(pipeline, name) for name in DEFAULTS}
+
+
+class PipelineTuning(Protocol):
+    """Decides a pipeline's runtime settings when its trainer is built (`autotune=`)."""
+
+    def pipeline_settings(
+        self, model: TrainableModel, *, max_steps_off_policy: int | None
+    ) -> PipelineRuntimeConfig | None:
+        """The settings to run with, or None to leave them to `pipeline=` and the keywords.
+        Raises ValueError (a clear line) when it cannot decide them."""
+        ...
+
+
+def tuned_settings(
+    autotune: PipelineTuning | None,
+    pipeline: PipelineRuntimeConfig | None,
+    given: dict[str, Any],
+    model: TrainableModel,
+    max_steps_off_policy: int | None,
+) -> PipelineRuntimeConfig | None:
+    """`pipeline`, or the tuning's settings when it decides them: then `pipeline` and the
+    separate keywords must not be given (ValueError)."""
+    if autotune is None:
+        return pipeline
+    decide = getattr(autotune, "pipeline_settings", None)
+    if not callable(decide):
+        raise ValueError(
+            "autotune must be a PipelineAutotuneConfig (arthex.art.PipelineAutotuneConfig), "
+            f"got {type(autotune).__name__}"
+        )
+    tuned = autotune.pipeline_settings(model, max_steps_off_policy=max_steps_off_policy)
+    if tuned is None:
+        return pipeline
+    changed = sorted(name for name, value in given.items() if value != DEFAULTS[name])
+    if pipeline is not None or changed:
+        raise ValueError(
+            "the pipeline's settings cannot be given while autotune decides them (it owns "
+            "the workers, batch sizes and queue size): drop "
+            + ", ".join(["pipeline=..."] * (pipeline is not None) + changed)
+        )
+    if not isinstance(tuned, PipelineRuntimeConfig):
+        raise ValueError(f"autotune gave {type(tuned).__name__}, not a PipelineRuntimeConfig")
+    return tuned

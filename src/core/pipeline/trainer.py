@@ -60,7 +60,7 @@ from .measures import (
 from .resume import settle
 from .retention_strategy import RetentionContext, RetentionStrategy, checkpoint_infos
 from .rollouts import ConfigT, EvalFn, ModelT, RolloutFn, ScenarioT
-from .runtime_config import PipelineRuntimeConfig, runtime_settings
+from .runtime_config import PipelineRuntimeConfig, PipelineTuning, runtime_settings, tuned_settings
 from .status import PipelineStatus, check_interval
 from .stream import ScenarioStream
 from .workers import RolloutWorkers, StepGate
@@ -98,7 +98,9 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
     each durable update. While it trains it shows each update: a progress line on a
     terminal, else one log line (logger "arthex", INFO) per update, at most one every
     `log_interval_seconds` (see status.py). `pipeline=PipelineRuntimeConfig(...)` gives the
-    workers, batch bounds and queue size as one value instead (runtime_config.py).
+    workers, batch bounds and queue size as one value instead (runtime_config.py), and
+    `autotune=` something that decides that value when the trainer is built (ART's
+    `PipelineAutotuneConfig(mode="profile")`: a saved tuner profile's settings).
 
     The scenario stream must be the same on resume (a list, a seeded generator); see stream.py.
     """
@@ -135,23 +137,24 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         log_interval_seconds: float = 60.0,
         on_step: StepCallback | None = None,
         pipeline: PipelineRuntimeConfig | None = None,
+        autotune: PipelineTuning | None = None,
     ) -> None:
+        given = {
+            "num_rollout_workers": num_rollout_workers,
+            "min_batch_size": min_batch_size,
+            "max_batch_size": max_batch_size,
+            "queue_maxsize": queue_maxsize,
+        }
         try:
-            settings = runtime_settings(
-                pipeline,
-                {
-                    "num_rollout_workers": num_rollout_workers,
-                    "min_batch_size": min_batch_size,
-                    "max_batch_size": max_batch_size,
-                    "queue_maxsize": queue_maxsize,
-                },
-            )
+            pipeline = tuned_settings(autotune, pipeline, given, model, max_steps_off_policy)
+            settings = runtime_settings(pipeline, given)
         except ValueError as error:
             raise InvalidInputError(str(error)) from error
         num_rollout_workers = settings["num_rollout_workers"]
         min_batch_size, max_batch_size = settings["min_batch_size"], settings["max_batch_size"]
         queue_maxsize = settings["queue_maxsize"]
         self.pipeline = pipeline
+        self.autotune = autotune
         _positive("num_rollout_workers", num_rollout_workers)
         _positive("min_batch_size", min_batch_size)
         _positive("max_batch_size", max_batch_size, allow_none=True, least=min_batch_size)

@@ -1,0 +1,19 @@
+"""ART's `art.pipeline_tuner.store`, under arthex.
+
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.utils.pipeline_tuner import PipelineTunerProfileStore as PipelineTunerProfileStore
+
+    __all__ = [
+        "PipelineTunerProfileStore",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
