@@ -48,17 +48,26 @@ class Stack:
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.proxy = FaultProxy(f"{host}:{port}")
-        self.direct = self.filesystem(f"{host}:{port}", bucket_creation=True)
+        # the test's own way past the proxy: patient (moto's first answer, on a busy machine,
+        # takes seconds), so only the filesystems under test meet the one-second timeouts
+        self.direct = self.filesystem(
+            f"{host}:{port}", sdk_attempts=5, bucket_creation=True, timeout=30
+        )
         self.direct.create_dir(BUCKET)
 
     def filesystem(
-        self, endpoint: str | None = None, sdk_attempts: int = 1, bucket_creation: bool = False
+        self,
+        endpoint: str | None = None,
+        sdk_attempts: int = 1,
+        bucket_creation: bool = False,
+        timeout: float = 1,
     ) -> pafs.S3FileSystem:
         """`sdk_attempts=1` leaves every retry to arthex, so each fault reaches it."""
         return pafs.S3FileSystem(
             endpoint_override=endpoint or self.proxy.endpoint, scheme="http",
             access_key="testing", secret_key="testing", region="us-east-1",
-            connect_timeout=1, request_timeout=1, allow_bucket_creation=bucket_creation,
+            connect_timeout=timeout, request_timeout=timeout,
+            allow_bucket_creation=bucket_creation,
             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=sdk_attempts),
         )  # fmt: skip
 

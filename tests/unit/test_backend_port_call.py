@@ -15,6 +15,7 @@ from arthex.core.backend_train import BackendTrainEntry
 from arthex.core.config import TrainConfig
 from arthex.core.errors import InvalidInputError
 from arthex.core.identity import RunRef
+from arthex.core.model import TrainResult
 from arthex.core.trajectories import TrajectoryGroup
 from arthex.ports.training_backend import TrainingBackend
 from arthex.testing.builders import make_group
@@ -59,13 +60,16 @@ def test_the_port_names_train_steps_and_the_entry_names_arts_parameters() -> Non
 class _Recorder:
     """Stands in for a registered model: keeps the TrainConfig ART's call hands it."""
 
+    run = RunRef("proj", "run-1")
+
     def __init__(self) -> None:
         self.configs: list[TrainConfig] = []
 
     async def train_for_backend(
         self, backend: object, groups: object, config: TrainConfig, *, verbose: bool
-    ) -> None:
+    ) -> TrainResult:
         self.configs.append(config)
+        return TrainResult(step=len(self.configs), metrics={"loss": 0.5})
 
 
 @pytest.mark.parametrize(
@@ -87,5 +91,6 @@ def test_arts_options_reach_the_config_as_art_reads_them(
     """ART's older switches are read only when the option they stand for is left unset."""
     recorder = _Recorder()
     untyped: Any = _Backend().train
-    asyncio.run(untyped(recorder, GROUPS, **options))
+    result = asyncio.run(untyped(recorder, GROUPS, **options))
     assert recorder.configs == [expected]
+    assert result == TrainResult(step=1, metrics={"loss": 0.5})  # the model's, passed on
