@@ -103,6 +103,13 @@ class Together:
         self.jobs[job.job_id] = job
         return job
 
+    def reset(self) -> None:
+        """Forget every job, request and fetched archive: a fresh account."""
+        with self._lock:
+            self.requests.clear()
+            self.jobs.clear()
+            self.fetched.clear()
+
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
