@@ -85,6 +85,7 @@ WANDB_SUPPORTED_BASE_MODELS = [
     "OpenPipe/Qwen3-14B-Instruct",
     "Qwen/Qwen2.5-14B-Instruct",
 ]
+_OFFLINE_MODES = ("offline", "dryrun")
 # Together reports a re-upload of a model it already holds as this failure: the model is there
 _ALREADY_EXISTS = (
     "409 Client Error: Conflict for url: https://api.together.ai/api/admin/entity/Model"
@@ -326,6 +327,11 @@ def deploy_wandb(
     step = _step(step)
     if model.entity is not None:
         validate_name(model.entity, "model.entity")
+    elif os.environ.get("WANDB_MODE") in _OFFLINE_MODES:
+        raise InvalidInputError(
+            f"model.entity is None and W&B is offline (WANDB_MODE={os.environ['WANDB_MODE']}), "
+            "so there is no default entity to ask for: set model.entity"
+        )
     files = deployable_files(checkpoint_path)
     require_extra("wandb", "wandb")
     from ..adapters import wandb_artifacts
@@ -444,7 +450,8 @@ async def _find_job(api: TogetherApi, name: str) -> str | None:
         await api.list_jobs(), key=lambda job: str(job.get("updated_at", "")), reverse=True
     )
     for job in jobs:
-        model_name = job.get("args", {}).get("modelName") if isinstance(job, Mapping) else None
+        arguments = job.get("args")
+        model_name = arguments.get("modelName") if isinstance(arguments, Mapping) else None
         if isinstance(model_name, str) and model_name.rsplit("/", 1)[-1] == name:
             return str(_field(job, "job_id"))
     return None

@@ -211,14 +211,22 @@ def test_an_arthex_step_deploys_to_together_through_s3(
 
 
 def test_an_art_step_is_sent_whole_and_deploy_model_returns_the_name(
-    together: Together, s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    together: Together,
+    s3: S3,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     together.statuses = [("Complete", "Model upload complete")]
     folder = art_checkpoint(tmp_path, 12)
     monkeypatch.setenv("BACKUP_BUCKET", BUCKET)  # the bucket when the config names none
     config = TogetherDeploymentConfig()
-    result = asyncio.run(deploy_model(model(tmp_path), str(folder), 12, "together", config))
+    deploying = deploy_model(model(tmp_path), str(folder), 12, "together", config, verbose=True)
+    result = asyncio.run(deploying)
     assert result == DeploymentResult(inference_model_name=f"{USER}/{PROJECT}-{RUN}-12")
+    said = capsys.readouterr().out  # ART's verbose lines
+    assert "presigned_url http://" in said and "Successfully uploaded to Together: {" in said
+    assert '"status": "Complete"' in said
     assert zipped(together.fetched[f"{PROJECT}-{RUN}-12"]) == files_of(folder)
     assert len(files_of(folder)) == 3
 
@@ -453,6 +461,7 @@ BAD_WANDB: list[tuple[str, dict[str, Any], type[Exception], str]] = [
      UnsupportedBaseModelDeploymentError, "not supported for serverless LoRA deployment by W&B"),
     ("no key", {"env": "WANDB_API_KEY"}, ValueError, "WANDB_API_KEY is not set"),
     ("entity", {"entity": "../team"}, InvalidInputError, "model.entity"),
+    ("no entity offline", {"entity": None}, InvalidInputError, "set model.entity"),
     ("no folder", {"folder": "missing"}, FileNotFoundError, "Checkpoint not found at"),
     ("wrong config", {"config": TogetherDeploymentConfig()}, TypeError,
      "Expected WandbDeploymentConfig for provider 'wandb', got TogetherDeploymentConfig"),
