@@ -96,7 +96,6 @@ _AUTOTUNE = (
     "PipelineTrainer(autotune=arthex.art.PipelineAutotuneConfig(mode='profile', "
     "profile=...)), or set the sizes: arthex.PipelineTrainer(pipeline=...)"
 )
-_DEPLOY = "arthex does not deploy to hosted providers; `arthex export` writes a folder to serve"
 _METRICS = "arthex has no metric registry; " + _HISTORY
 _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do this themselves"
 
@@ -142,7 +141,6 @@ REFUSED_PACKAGES: dict[str, str] = {
     "art.trainer_rank": _MEGATRON,
     "art.transformers": "arthex loads models with transformers as it is; no patches to apply",
     "art.unsloth": "arthex does not use Unsloth; use arthex.LocalBackend (torch and peft)",
-    "art.utils.deployment": _DEPLOY,
     "art.utils.old_benchmarking": (
         "ART's retired benchmarks read per-step JSONL/YAML files that neither library writes "
         "now; use art.utils.benchmarking (load_aggregated_trajectories and its charts), after "
@@ -197,7 +195,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.cache_dirs": _INTERNAL,
     "art.utils.chat_template": _INTERNAL,
     "art.utils.convert_moe_lora": _INTERNAL,
-    "art.utils.deploy_model": _DEPLOY,
     "art.utils.group_aggregate": _METRICS,
     "art.utils.managed_process": _INTERNAL,
     "art.utils.model_config": _INTERNAL,
@@ -247,6 +244,7 @@ _FILES = "arthex.adapters.parquet.single_file"
 _STRIP = Use("arthex.utils.strip_logprobs", "strip_logprobs")
 _LOG_HTTP_ERRORS = Use("arthex.utils.log_http_errors", "log_http_errors")
 _YIELDING = "arthex.composition.yield_trajectory"
+_DEPLOYMENT = "arthex.utils.deployment"
 
 
 def _accounting(module: str, *names: str) -> dict[str, Entry]:
@@ -549,10 +547,14 @@ MODULES: dict[str, dict[str, Entry]] = {
             "no scrape times out; arthex.LocalBackend(engine='vllm') serves vLLM in-process"
         ),
         "ForbiddenBucketCreationError": Use("arthex.utils.s3", "ForbiddenBucketCreationError"),
-        "LoRADeploymentTimedOutError": Refuse(_DEPLOY),
+        "LoRADeploymentTimedOutError": Use(_DEPLOYMENT, "LoRADeploymentTimedOutError"),
         "LocalServingUnavailableError": _SERVING_UNAVAILABLE,
-        "UnsupportedBaseModelDeploymentError": Refuse(_DEPLOY),
-        "UnsupportedLoRADeploymentProviderError": Refuse(_DEPLOY),
+        "UnsupportedBaseModelDeploymentError": Use(
+            _DEPLOYMENT, "UnsupportedBaseModelDeploymentError"
+        ),
+        "UnsupportedLoRADeploymentProviderError": Use(
+            _DEPLOYMENT, "UnsupportedLoRADeploymentProviderError"
+        ),
     },
     "art.gather": {
         **{
@@ -939,6 +941,64 @@ MODULES: dict[str, dict[str, Entry]] = {
         "pull_model_trajectories": Use(_BENCH, "pull_model_trajectories"),
     },
     "art.utils.benchmarking.types": {"BenchmarkModelKey": Use(_BENCH, "BenchmarkModelKey")},
+    "art.utils.deploy_model": {
+        **{
+            name: Use(_DEPLOYMENT, name)
+            for name in (
+                "DeploymentConfig",
+                "DeploymentResult",
+                "LoRADeploymentJob",
+                "LoRADeploymentProvider",
+                "Provider",
+                "TOGETHER_SUPPORTED_BASE_MODELS",
+                "TogetherDeploymentConfig",
+                "TogetherJobStatus",
+                "WANDB_SUPPORTED_BASE_MODELS",
+                "WandbDeploymentConfig",
+                "deploy_model",
+                "deploy_wandb",
+            )
+        },
+        "archive_and_presign_step_url": Use("arthex.utils.s3", "archive_and_presign_step_url"),
+        "get_default_art_path": Use("arthex.utils.output_dirs", "get_default_art_path"),
+        "get_model_step": Use("arthex.utils.output_dirs", "get_model_step"),
+        "pull_model_from_s3": Use("arthex.utils.s3", "pull_model_from_s3"),
+    },
+    "art.utils.deployment": {
+        name: Use(_DEPLOYMENT, name)
+        for name in (
+            "DeploymentConfig",
+            "DeploymentResult",
+            "LoRADeploymentJob",
+            "LoRADeploymentProvider",
+            "Provider",
+            "TogetherDeploymentConfig",
+            "WandbDeploymentConfig",
+            "deploy_model",
+            "deploy_wandb",
+        )
+    },
+    "art.utils.deployment.common": {
+        name: Use(_DEPLOYMENT, name)
+        for name in ("DeploymentConfig", "DeploymentResult", "Provider", "deploy_model")
+    },
+    "art.utils.deployment.legacy": {
+        name: Use(_DEPLOYMENT, name) for name in ("LoRADeploymentJob", "LoRADeploymentProvider")
+    },
+    "art.utils.deployment.together": {
+        name: Use(_DEPLOYMENT, name)
+        for name in (
+            "TOGETHER_SUPPORTED_BASE_MODELS",
+            "TogetherDeploymentConfig",
+            "TogetherJob",
+            "TogetherJobStatus",
+            "deploy_to_together",
+        )
+    },
+    "art.utils.deployment.wandb": {
+        name: Use(_DEPLOYMENT, name)
+        for name in ("WANDB_SUPPORTED_BASE_MODELS", "WandbDeploymentConfig", "deploy_wandb")
+    },
     "art.utils.format_message": {
         "format_message": Use("arthex.utils.format_message", "format_message"),
     },

@@ -12,8 +12,22 @@ from arthex.art._table import module_attributes
 if TYPE_CHECKING:
     from arthex.core.errors import ArthexError as ARTError
     from arthex.core.errors import ServingUnavailableError as LocalServingUnavailableError
+    from arthex.utils.deployment import LoRADeploymentTimedOutError as LoRADeploymentTimedOutError
+    from arthex.utils.deployment import (
+        UnsupportedBaseModelDeploymentError as UnsupportedBaseModelDeploymentError,
+    )
+    from arthex.utils.deployment import (
+        UnsupportedLoRADeploymentProviderError as UnsupportedLoRADeploymentProviderError,
+    )
     from arthex.utils.s3 import ForbiddenBucketCreationError as ForbiddenBucketCreationError
 
-    __all__ = ["ARTError", "ForbiddenBucketCreationError", "LocalServingUnavailableError"]
+    __all__ = [
+        "ARTError",
+        "ForbiddenBucketCreationError",
+        "LoRADeploymentTimedOutError",
+        "LocalServingUnavailableError",
+        "UnsupportedBaseModelDeploymentError",
+        "UnsupportedLoRADeploymentProviderError",
+    ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

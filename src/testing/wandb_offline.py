@@ -29,6 +29,29 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
 @attrs.frozen
+class OfflineArtifactFile:
+    """One file of a logged artifact: its path in the artifact, the staged copy `wandb sync`
+    uploads, its size and its digest (base64 of the file's MD5)."""
+
+    path: str
+    local_path: Path
+    size: int
+    digest: str
+
+
+@attrs.frozen
+class OfflineArtifact:
+    """An artifact the run logged, as its record in the transaction log holds it."""
+
+    name: str
+    type: str
+    aliases: tuple[str, ...]
+    metadata: Mapping[str, Any]
+    storage_policy_config: Mapping[str, Any]
+    files: tuple[OfflineArtifactFile, ...]
+
+
+@attrs.frozen
 class OfflineRun:
     """What one offline run folder holds, as `wandb sync` would upload it."""
 
@@ -39,6 +62,10 @@ class OfflineRun:
     metrics: tuple[Mapping[str, str], ...]
     config: Mapping[str, Any]
     finished: bool  # the run's exit record is written: nothing more will come
+    display_name: str = ""
+    entity: str = ""
+    project: str = ""
+    artifacts: tuple[OfflineArtifact, ...] = ()
 
     def rows(self) -> list[MetricsRow]:
         """The history as metric rows (wandb's own `_step`, `_runtime`, ... left out)."""
@@ -89,12 +116,15 @@ def _parse_offline_run(run_dir: Path) -> OfflineRun:
     history: list[dict[str, Any]] = []
     metrics: list[dict[str, str]] = []
     config: dict[str, Any] = {}
+    names = {"display_name": "", "entity": "", "project": ""}
+    artifacts: list[OfflineArtifact] = []
     for payload in _log_records(logs[0]):
         record = pb.Record()
         record.ParseFromString(payload)
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run_id, resume = record.run.run_id, bool(record.run.resume)
+            names = {key: str(getattr(record.run, key)) for key in names}
             config.update(_items(record.run.config.update))
         elif kind == "config":
             config.update(_items(record.config.update))
@@ -109,6 +139,8 @@ def _parse_offline_run(run_dir: Path) -> OfflineRun:
                     "step_metric": metric.step_metric,
                 }
             )
+        elif kind == "artifact":
+            artifacts.append(_artifact(record.artifact))
         elif kind == "exit":
             finished = True
     return OfflineRun(
@@ -119,6 +151,32 @@ def _parse_offline_run(run_dir: Path) -> OfflineRun:
         metrics=tuple(metrics),
         config=config,
         finished=finished,
+        display_name=names["display_name"],
+        entity=names["entity"],
+        project=names["project"],
+        artifacts=tuple(artifacts),
+    )
+
+
+def _artifact(record: Any) -> OfflineArtifact:
+    manifest = record.manifest
+    return OfflineArtifact(
+        name=record.name,
+        type=record.type,
+        aliases=tuple(record.aliases),
+        metadata=json.loads(record.metadata) if record.metadata else {},
+        storage_policy_config={
+            item.key: json.loads(item.value_json) for item in manifest.storage_policy_config
+        },
+        files=tuple(
+            OfflineArtifactFile(
+                path=entry.path,
+                local_path=Path(entry.local_path),
+                size=int(entry.size),
+                digest=entry.digest,
+            )
+            for entry in manifest.contents
+        ),
     )
 
 

@@ -373,11 +373,13 @@ async def archive_and_presign_step_url(
     *,
     filesystem: pafs.FileSystem | None = None,
     retry_budget: float = DEFAULT_RETRY_BUDGET,
+    files: Sequence[str] | None = None,
 ) -> str:
     """Zip the checkpoint folder of `step` (or `checkpoint_path`), upload it to
     `.../zipped-steps/{step:04d}.zip` and return a URL that downloads it for an hour (signed
     by boto3 with the AWS environment's credentials: `pip install "arthex[s3]"`). `delete`
-    is accepted for ART's signature and does nothing to a single file, as in ART."""
+    is accepted for ART's signature and does nothing to a single file, as in ART. `files`
+    (paths relative to the folder) zips only those, at the archive's root as in the folder."""
     del delete
     require_extra("s3", "boto3")
     if checkpoint_path is None:
@@ -386,12 +388,13 @@ async def archive_and_presign_step_url(
     folder = Path(checkpoint_path)
     if not await asyncio.to_thread(folder.is_dir):
         raise InvalidInputError(f"the checkpoint folder {folder} does not exist")
+    chosen = None if files is None else _chosen_files(folder, files)
     key = build_s3_zipped_step_path(
         model_name=model_name, project=project, step=step, s3_bucket=s3_bucket, prefix=prefix
     )
     with tempfile.TemporaryDirectory() as scratch:
         archive = Path(scratch) / "model.zip"
-        await asyncio.to_thread(_zip_folder, folder, archive)
+        await asyncio.to_thread(_zip_folder, folder, archive, chosen)
         await ensure_bucket_exists(s3_bucket, filesystem=filesystem, retry_budget=retry_budget)
         await s3_sync(
             str(archive), key, verbose=verbose, filesystem=filesystem, retry_budget=retry_budget
@@ -402,9 +405,21 @@ async def archive_and_presign_step_url(
     return url
 
 
-def _zip_folder(folder: Path, archive: Path) -> None:
+def _chosen_files(folder: Path, files: Sequence[str]) -> list[Path]:
+    """The files named, each a file inside `folder`; checked before anything is zipped."""
+    chosen = []
+    for name in files:
+        path = folder / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or not path.is_file():
+            raise InvalidInputError(f"{name!r} is not a file inside the checkpoint folder {folder}")
+        chosen.append(path)
+    return chosen
+
+
+def _zip_folder(folder: Path, archive: Path, files: Sequence[Path] | None = None) -> None:
+    paths = sorted(folder.rglob("*")) if files is None else sorted(files)
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
-        for path in sorted(folder.rglob("*")):
+        for path in paths:
             if path.is_file():
                 zipped.write(path, path.relative_to(folder).as_posix())
 

@@ -1,7 +1,35 @@
-"""ART's package `art.utils.deployment`, not in arthex.
+"""ART's `art.utils.deployment`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.utils.deployment import DeploymentConfig as DeploymentConfig
+    from arthex.utils.deployment import DeploymentResult as DeploymentResult
+    from arthex.utils.deployment import LoRADeploymentJob as LoRADeploymentJob
+    from arthex.utils.deployment import LoRADeploymentProvider as LoRADeploymentProvider
+    from arthex.utils.deployment import Provider as Provider
+    from arthex.utils.deployment import TogetherDeploymentConfig as TogetherDeploymentConfig
+    from arthex.utils.deployment import WandbDeploymentConfig as WandbDeploymentConfig
+    from arthex.utils.deployment import deploy_model as deploy_model
+    from arthex.utils.deployment import deploy_wandb as deploy_wandb
+
+    __all__ = [
+        "DeploymentConfig",
+        "DeploymentResult",
+        "LoRADeploymentJob",
+        "LoRADeploymentProvider",
+        "Provider",
+        "TogetherDeploymentConfig",
+        "WandbDeploymentConfig",
+        "deploy_model",
+        "deploy_wandb",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -1,0 +1,21 @@
+"""ART's `art.utils.deployment.legacy`, under arthex.
+
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.utils.deployment import LoRADeploymentJob as LoRADeploymentJob
+    from arthex.utils.deployment import LoRADeploymentProvider as LoRADeploymentProvider
+
+    __all__ = [
+        "LoRADeploymentJob",
+        "LoRADeploymentProvider",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)
