@@ -155,16 +155,10 @@ REFUSED_MODULES: dict[str, str] = {
         "model.delete_checkpoints(pinned=...)"
     ),
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
-    "art.pipeline_trainer.binary_prefix_tool_pipeline": (
-        "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
-    ),
     "art.pipeline_trainer.state": (
         "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
     ),
     "art.pipeline_trainer.status": "arthex.PipelineTrainer prints its own progress",
-    "art.pipeline_trainer.yes_no_maybe_pipeline": (
-        "an ART example script; see docs/pipeline.md for arthex.PipelineTrainer"
-    ),
     "art.pipeline_tuner.attachment": _AUTOTUNE,
     "art.pipeline_tuner.worker_controller": _AUTOTUNE,
     "art.preprocessing.dynamo_tokens": (
@@ -250,6 +244,11 @@ _DEPLOYMENT = "arthex.utils.deployment"
 def _accounting(module: str, *names: str) -> dict[str, Entry]:
     """ART's cost and step-metric names: arthex's cost accounting, `arthex.accounting.{module}`."""
     return {name: Use(f"arthex.accounting.{module}", name) for name in names}
+
+
+def _example(module: str, *names: str) -> dict[str, Entry]:
+    """ART's runnable pipeline examples: arthex's versions, `arthex.apps.examples.{module}`."""
+    return {name: Use(f"arthex.apps.examples.{module}", name) for name in names}
 
 
 _PIPELINE_RL_METRICS = Refuse(
@@ -652,6 +651,24 @@ MODULES: dict[str, dict[str, Entry]] = {
         "StatusReporter": Refuse("arthex.PipelineTrainer prints its own progress"),
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },
+    "art.pipeline_trainer.binary_prefix_tool_pipeline": _example(
+        "binary_prefix_tool",
+        "PipelineConfig",
+        "SECRET_BITS",
+        "SECRET_LEN",
+        "SYSTEM_PROMPT",
+        "Scenario",
+        "TOOLS",
+        "TOOL_CHOICE",
+        "TOOL_NAME",
+        "USER_PROMPT",
+        "extract_guess",
+        "get_model_output_dir",
+        "is_valid_guess",
+        "main",
+        "print_history_summary",
+        "shared_prefix_len",
+    ),
     "art.pipeline_trainer.checkpoint_retention": _RETENTION_NAMES,
     "art.pipeline_trainer.trainer": {
         "PIPELINE_STATE_KEY": Refuse(
@@ -661,6 +678,22 @@ MODULES: dict[str, dict[str, Entry]] = {
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },
     "art.pipeline_trainer.types": {**_ROLLOUT_TYPES, "ScalarMetadataValue": _METADATA_VALUE},
+    "art.pipeline_trainer.yes_no_maybe_pipeline": _example(
+        "yes_no_maybe",
+        "BASE_MODEL",
+        "EVAL_EVERY_N_STEPS",
+        "EVAL_TRAJECTORY_COUNT",
+        "MAX_STEPS",
+        "MAX_TOKENS",
+        "MODEL_NAME",
+        "PROJECT",
+        "ROLLOUTS_PER_SCENARIO",
+        "build_scenarios",
+        "eval_fn",
+        "main",
+        "reward_for_answer",
+        "rollout_fn",
+    ),
     "art.pipeline_tuner": {
         **_TUNER_MODELS,
         "PipelineAutotunerAttachment": _AUTOTUNE_NAME,
