@@ -29,7 +29,7 @@ require_extra("tinker", "tinker", "numpy")  # without the SDK: the extra to inst
 import numpy as np  # noqa: E402
 from tinker import types  # noqa: E402
 
-from .datums import DatumParts, build_batch  # noqa: E402
+from .datums import DatumParts, build_batch, checked_logprobs  # noqa: E402
 
 __all__ = [
     "build_datum",
@@ -56,15 +56,7 @@ def build_datum(
     if not prompt_tokens or not completion_tokens:
         return None
     tokens = [*_ids(prompt_tokens, "prompt_tokens"), *_ids(completion_tokens, "completion_tokens")]
-    values = [float(v) for v in logprobs]
-    if len(values) != len(completion_tokens):
-        raise InvalidInputError(
-            f"{len(values)} logprobs for {len(completion_tokens)} completion tokens; they must "
-            "match one to one"
-        )
-    for index, value in enumerate(values):
-        if not math.isfinite(value):
-            raise InvalidInputError(f"logprob {index} is {value!r}, not a finite number")
+    values = checked_logprobs([float(v) for v in logprobs], len(completion_tokens))
     if not math.isfinite(advantage):
         raise InvalidInputError(f"advantage is {advantage!r}, not a finite number")
     return DatumParts(

@@ -136,21 +136,28 @@ def _parts(choice: Choice, advantage: float, where: str, config: TrainConfig) ->
             "TrainConfig(allow_training_without_logprobs=True) to skip such Choices (Tinker's "
             "losses need the sampler's logprobs)"
         )
-    logprobs = [entry.logprob for entry in content]
-    if len(logprobs) != len(completion):
-        raise InvalidInputError(
-            f"{where}: {len(logprobs)} logprobs for {len(completion)} completion tokens; they "
-            "must match one to one"
-        )
-    for index, value in enumerate(logprobs):
-        if not math.isfinite(value):
-            raise InvalidInputError(f"{where}: logprob {index} is {value!r}, not a finite number")
+    logprobs = checked_logprobs([entry.logprob for entry in content], len(completion), where)
     return DatumParts(
         tokens=prompt + completion,
         prompt_length=len(prompt),
         sampled_logprobs=np.asarray(logprobs, dtype=np.float32),
         advantages=np.full(len(completion), advantage, dtype=np.float32),
     )
+
+
+def checked_logprobs(logprobs: Sequence[float], completion: int, where: str = "") -> list[float]:
+    """The sampler's logprobs, one finite number per completion token (InvalidInputError, with
+    `where` in front, otherwise)."""
+    at = f"{where}: " if where else ""
+    if len(logprobs) != completion:
+        raise InvalidInputError(
+            f"{at}{len(logprobs)} logprobs for {completion} completion tokens; they must match "
+            "one to one"
+        )
+    for index, value in enumerate(logprobs):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"{at}logprob {index} is {value!r}, not a finite number")
+    return list(logprobs)
 
 
 def _token_list(value: object, field: str, where: str) -> list[int]:
