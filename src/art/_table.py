@@ -410,13 +410,10 @@ MODULES: dict[str, dict[str, Entry]] = {
         "help_command": Use("arthex.apps.cli.art_commands", "help_command"),
         "migrate": Use("arthex.apps.cli.migrate", "migrate"),
         "run": Use("arthex.apps.cli.art_commands", "run"),
-        **dict.fromkeys(
-            ("SKILL_NAMES", "init", "install_skills"),
-            Refuse(
-                "arthex ships no coding-assistant skill files to install; docs/quickstart.md "
-                "walks through a first training script"
-            ),
-        ),
+        **{
+            name: Use("arthex.apps.cli.skills", name)
+            for name in ("SKILL_NAMES", "init", "install_skills")
+        },
         **dict.fromkeys(
             ("runtime_app", "runtime_prepare", "runtime_status"),
             Refuse(
