@@ -8,6 +8,7 @@ numbers are the files' sizes, worked out here."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,8 @@ def test_a_file_in_the_way_is_one_line_and_nothing_is_written(tmp_path: Path) ->
     (tmp_path / "notes").write_text("x")
     done = invoke("install-skills", str(tmp_path / "notes"))
     assert done.exit_code == 2 and "is a file; pass the project's folder" in done.stderr
+    done = invoke("init", str(tmp_path / "notes" / "project"))
+    assert done.exit_code == 2 and "notes is a file" in done.stderr
     (tmp_path / ".agents").write_text("x")
     done = invoke("init", str(tmp_path))
     assert done.exit_code == 2 and ".agents is in the way of" in done.stderr
@@ -238,3 +241,19 @@ def test_the_skill_files_ship_in_the_package_and_their_code_parses() -> None:
         assert blocks, name
         for block in blocks:
             ast.parse(block)
+
+
+def test_a_folder_that_cannot_be_written_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        target = locked
+        if os.access(locked, os.W_OK):  # root writes anywhere, but not into /proc
+            if not Path("/proc/self").is_dir():
+                pytest.skip("root, and no /proc to refuse a write")
+            target = Path("/proc/self")
+        done = invoke("install-skills", str(target))
+        assert done.exit_code == 1 and "could not write the skills under" in done.stderr
+        assert len(done.stderr.splitlines()) == 1
+    finally:
+        locked.chmod(0o700)

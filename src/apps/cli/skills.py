@@ -6,8 +6,8 @@ skill in `SKILL_NAMES` is written to `PATH/.claude/skills/{name}/SKILL.md` (Clau
 current folder by default and made when missing, as ART does. The files are arthex's own
 (arthex/apps/cli/skill_files): how to write an RL or an SFT training script with arthex's API.
 Each file is written atomically; an existing one is replaced, as ART's copy replaces it.
-PATH that is a file, or a destination that is one, is one line with exit code 2, before
-anything is written.
+PATH that is a file (or under one), or a file in the way of a destination, is one line with
+exit code 2, before anything is written; a folder that cannot be written is one line, exit 1.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from .common import UsageError, one_line_errors
+from .common import UsageError, fail, one_line_errors
 
 SKILL_NAMES = ["train-sft", "train-rl"]
 DESTINATIONS = (Path(".claude") / "skills", Path(".agents") / "skills")
@@ -31,8 +31,9 @@ def skill_text(name: str) -> str:
 
 
 def _install(target: Path) -> list[Path]:
-    if target.exists() and not target.is_dir():
-        raise UsageError(f"{target} is a file; pass the project's folder")
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{existing} is a file; pass the project's folder")
     texts = {name: skill_text(name) for name in SKILL_NAMES}
     files = [target / root / name / "SKILL.md" for root in DESTINATIONS for name in SKILL_NAMES]
     for file in files:
@@ -59,7 +60,10 @@ def install_skills(
     Writes each skill's SKILL.md under PATH/.claude/skills/ and PATH/.agents/skills/."""
     target = path.resolve()
     with one_line_errors():
-        installed = _install(target)
+        try:
+            installed = _install(target)
+        except OSError as error:  # no permission, a read-only disk: one line, exit 1
+            fail(f"could not write the skills under {target}: {error.strerror or error}", 1)
     typer.echo(f"Installed {len(installed)} skill files into {target}:")
     for file in installed:
         typer.echo(f"  {file}")
