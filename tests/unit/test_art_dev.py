@@ -1,5 +1,7 @@
-"""`arthex.art.dev`: ART's settings TypedDicts with ART's keys, `get_model_config` giving the
-LocalBackend's settings in their shape, and ART's config checks.
+"""`arthex.art.dev`: ART's settings TypedDicts with ART's keys, `get_model_config` and
+`get_openai_server_config` giving the LocalBackend's settings in their shape (worked
+examples), ART's trainer enums (against transformers' where installed) and ART's config
+checks.
 
 ART's keys were read from ART 0.5.23's classes by its own interpreter (tests/interop/art/
 dev_shapes.py) into tests/unit/data/art_0_5_23_dev_shapes.json; the interop suite re-reads the
