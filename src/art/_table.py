@@ -339,13 +339,7 @@ _TUNER_MODELS: dict[str, Entry] = {
 _WANDB_ALL = Refuse(
     "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
 )
-_SERVER_CONFIG = Refuse(
-    "arthex's servers need no configuration passed to register(); " + _BACKEND_SETTINGS
-)
-_HF_TRAINER = Refuse(
-    "arthex does not take Hugging Face trainer arguments; "
-    "set the optimizer on the backend: arthex.LocalBackend(adam_betas=..., weight_decay=...)"
-)
+_SERVER_CONFIG = Use("arthex.art.dev.openai_server", "get_openai_server_config")
 _LANGGRAPH = "arthex.composition.langgraph"
 _MCP = "arthex.environments.mcp_scenarios"
 _BENCH = "arthex.apps.benchmarking"
@@ -416,13 +410,10 @@ MODULES: dict[str, dict[str, Entry]] = {
         "help_command": Use("arthex.apps.cli.art_commands", "help_command"),
         "migrate": Use("arthex.apps.cli.migrate", "migrate"),
         "run": Use("arthex.apps.cli.art_commands", "run"),
-        **dict.fromkeys(
-            ("SKILL_NAMES", "init", "install_skills"),
-            Refuse(
-                "arthex ships no coding-assistant skill files to install; docs/quickstart.md "
-                "walks through a first training script"
-            ),
-        ),
+        **{
+            name: Use("arthex.apps.cli.skills", name)
+            for name in ("SKILL_NAMES", "init", "install_skills")
+        },
         **dict.fromkeys(
             ("runtime_app", "runtime_prepare", "runtime_status"),
             Refuse(
@@ -497,12 +488,12 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.dev": {
         **{name: _shape(name) for name in _SETTINGS_SHAPES},
         **_DEV_OTHERS,
-        "RolloutWeightUpdateMode": Refuse(_VLLM),
+        "RolloutWeightUpdateMode": Use("arthex.art.dev.model", "RolloutWeightUpdateMode"),
         "get_openai_server_config": _SERVER_CONFIG,
     },
     "art.dev.engine": {
         "EngineArgs": _shape("EngineArgs"),
-        "WeightTransferConfig": Refuse(_VLLM),
+        "WeightTransferConfig": Use("arthex.art.dev.engine", "WeightTransferConfig"),
     },
     "art.dev.get_model_config": {
         name: Use("arthex.art.dev.get_model_config", name)
@@ -510,16 +501,21 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.dev.model": {
         **{name: _shape(name) for name in _SETTINGS_SHAPES if name != "EngineArgs"},
-        "DebugOption": _HF_TRAINER,
-        "FSDPOption": _HF_TRAINER,
-        "HubStrategy": _HF_TRAINER,
-        "IntervalStrategy": _HF_TRAINER,
-        "OptimizerNames": _HF_TRAINER,
-        "PEFT_ARGS_MIGRATION_MESSAGE": Use("arthex.art.dev.model", "PEFT_ARGS_MIGRATION_MESSAGE"),
-        "RolloutWeightUpdateMode": Refuse(_VLLM),
-        "SaveStrategy": _HF_TRAINER,
-        "SchedulerType": _HF_TRAINER,
-        "VllmRuntimeMode": Refuse(_VLLM),
+        **{
+            name: Use("arthex.art.dev.model", name)
+            for name in (
+                "DebugOption",
+                "FSDPOption",
+                "HubStrategy",
+                "IntervalStrategy",
+                "OptimizerNames",
+                "PEFT_ARGS_MIGRATION_MESSAGE",
+                "RolloutWeightUpdateMode",
+                "SaveStrategy",
+                "SchedulerType",
+                "VllmRuntimeMode",
+            )
+        },
     },
     "art.dev.openai_server": {
         "OpenAIServerConfig": _DEV_OTHERS["OpenAIServerConfig"],

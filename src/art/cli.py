@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from arthex.apps.cli.art_commands import run as run
     from arthex.apps.cli.main import app as app
     from arthex.apps.cli.migrate import migrate as migrate
+    from arthex.apps.cli.skills import SKILL_NAMES as SKILL_NAMES
+    from arthex.apps.cli.skills import init as init
+    from arthex.apps.cli.skills import install_skills as install_skills
 
-    __all__ = ["app", "help_command", "migrate", "run"]
+    __all__ = ["SKILL_NAMES", "app", "help_command", "init", "install_skills", "migrate", "run"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

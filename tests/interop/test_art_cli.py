@@ -52,3 +52,25 @@ def test_migrate_gives_arts_report_and_files(tmp_path: Path) -> None:
     assert model["read_back"]["trajectories/train/0000.parquet"] == [[1.0, "4"], [0.0, "5"]]
     assert dry["read_back"] == {} and len(project["files"]) == 12
     assert broken["exit_code"] == 1 and broken["stderr"][1] == "Errors (1):"
+
+
+def test_install_skills_and_init_write_to_arts_destinations(tmp_path: Path) -> None:
+    """`art install-skills PATH` and `art init PATH` (a folder not made yet): the same report
+    and the same files, arthex's SKILL.md being its own text (tests/unit/test_art_cli.py)."""
+    invocations = [
+        {"name": "skills", "files": {}, "args": ["install-skills", "ROOT"]},
+        {"name": "init", "files": {}, "args": ["init", "ROOT/new/project"]},
+    ]
+    art, ours = both_outcomes("cli_script", {"root": str(tmp_path), "invocations": invocations})
+    assert ours == art
+    skills, init = art
+    assert skills["exit_code"] == 0 and skills["stdout"][0] == "Installed 4 skill files into ROOT:"
+    assert [f for f in skills["files"] if f.endswith(".md")] == sorted(
+        f"{root}/skills/{name}/SKILL.md"
+        for root in (".agents", ".claude")
+        for name in ("train-rl", "train-sft")
+    )
+    assert init["stdout"][1] == "  ROOT/new/project/.claude/skills/train-sft/SKILL.md"
+    art_text = (tmp_path / "art" / "skills" / ".claude/skills/train-rl/SKILL.md").read_text()
+    ours_text = tmp_path / "arthex.art" / "skills" / ".claude/skills/train-rl/SKILL.md"
+    assert "arthex" in ours_text.read_text() and art_text != ours_text.read_text()

@@ -1,18 +1,22 @@
 """`art.cli` under arthex: `app` is the `arthex` command line (serve included), `migrate` is
 `arthex migrate` with ART's options and report, `run` is `arthex serve --protocol art`,
-`help_command` prints `arthex --help`; the skill installer and the GPU runtime commands are
-refused in one line. The migrated files are read back and compared with the groups written
-by hand as JSONL; the report's numbers are the files' sizes, worked out here."""
+`help_command` prints `arthex --help`, `init` and `install_skills` write arthex's own skill
+files where ART writes its; the GPU runtime commands are refused in one line. The migrated
+files are read back and compared with the groups written by hand as JSONL; the report's
+numbers are the files' sizes, worked out here."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+import arthex
 import arthex.art.cli as art_cli
 from arthex.apps.cli.main import app as arthex_app
 from arthex.art.utils.trajectory_logging import read_trajectory_groups_parquet
@@ -168,17 +172,88 @@ def test_help_command_prints_the_arthex_commands(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("name", "says"),
     [
-        ("init", "no coding-assistant skill files"),
-        ("install_skills", "no coding-assistant skill files"),
-        ("SKILL_NAMES", "no coding-assistant skill files"),
         ("runtime_app", "arthex doctor"),
         ("runtime_status", "arthex doctor"),
         ("runtime_prepare", "arthex[vllm]"),
     ],
 )
-def test_the_skill_and_gpu_runtime_commands_are_refused_in_one_line(name: str, says: str) -> None:
+def test_the_gpu_runtime_commands_are_refused_in_one_line(name: str, says: str) -> None:
     with pytest.raises(ImportError) as refused:
         getattr(art_cli, name)
     message = str(refused.value)
     assert message.startswith(f"ART's art.cli.{name} is not in arthex: ") and says in message
     assert "\n" not in message
+
+
+SKILL_FILES = [
+    f"{root}/skills/{name}/SKILL.md"
+    for root in (".claude", ".agents")
+    for name in ("train-sft", "train-rl")
+]
+
+
+def test_install_skills_writes_arthexs_skills_for_claude_and_codex(tmp_path: Path) -> None:
+    done = invoke("install-skills", str(tmp_path))
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[0] == f"Installed 4 skill files into {tmp_path.resolve()}:"
+    assert art_cli.SKILL_NAMES == ["train-sft", "train-rl"]
+    for relative in SKILL_FILES:
+        text = (tmp_path / relative).read_text()
+        header = text.split("---\n")[1]
+        name = relative.split("/")[2]
+        assert f"name: {name}\n" in header and "description: " in header
+        assert "arthex" in text and "import arthex" in text
+        # each `arthex.NAME` the skill tells the assistant to call exists
+        for called in set(re.findall(r"\barthex\.([A-Za-z_]+)", text)):
+            assert hasattr(arthex, called) or called == "rewards", called
+    # a second run replaces the files, as ART's copy does; init is install-skills
+    (tmp_path / SKILL_FILES[0]).write_text("old")
+    assert invoke("init", str(tmp_path)).exit_code == 0
+    assert (tmp_path / SKILL_FILES[0]).read_text().startswith("---\nname: train-sft")
+
+
+def test_a_file_in_the_way_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("x")
+    done = invoke("install-skills", str(tmp_path / "notes"))
+    assert done.exit_code == 2 and "is a file; pass the project's folder" in done.stderr
+    done = invoke("init", str(tmp_path / "notes" / "project"))
+    assert done.exit_code == 2 and "notes is a file" in done.stderr
+    (tmp_path / ".agents").write_text("x")
+    done = invoke("init", str(tmp_path))
+    assert done.exit_code == 2 and ".agents is in the way of" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".agents", "notes"]
+
+
+def test_the_skill_files_ship_in_the_package_and_their_code_parses() -> None:
+    import ast
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["arthex"]
+    for name in art_cli.SKILL_NAMES:
+        relative = f"apps/cli/skill_files/{name}/SKILL.md"
+        assert any(fnmatch.fnmatch(relative, glob) for glob in globs), relative
+        text = (root / "src" / relative).read_text()
+        blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+        assert blocks, name
+        for block in blocks:
+            ast.parse(block)
+
+
+def test_a_folder_that_cannot_be_written_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        target = locked
+        if os.access(locked, os.W_OK):  # root writes anywhere, but not into /proc
+            if not Path("/proc/self").is_dir():
+                pytest.skip("root, and no /proc to refuse a write")
+            target = Path("/proc/self")
+        done = invoke("install-skills", str(target))
+        assert done.exit_code == 1 and "could not write the skills under" in done.stderr
+        assert len(done.stderr.splitlines()) == 1
+    finally:
+        locked.chmod(0o700)

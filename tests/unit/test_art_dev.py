@@ -1,5 +1,7 @@
-"""`arthex.art.dev`: ART's settings TypedDicts with ART's keys, `get_model_config` giving the
-LocalBackend's settings in their shape, and ART's config checks.
+"""`arthex.art.dev`: ART's settings TypedDicts with ART's keys, `get_model_config` and
+`get_openai_server_config` giving the LocalBackend's settings in their shape (worked
+examples), ART's trainer enums (against transformers' where installed) and ART's config
+checks.
 
 ART's keys were read from ART 0.5.23's classes by its own interpreter (tests/interop/art/
 dev_shapes.py) into tests/unit/data/art_0_5_23_dev_shapes.json; the interop suite re-reads the
@@ -8,8 +10,10 @@ wheel, and compares the checks' outcomes with ART's own (tests/interop/test_art_
 
 from __future__ import annotations
 
+import enum
 import inspect
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,8 @@ import pytest
 
 import arthex
 import arthex.art.dev as dev
+import arthex.art.dev.engine as dev_engine
+import arthex.art.dev.model as dev_model
 from arthex.art.dev.get_model_config import default_target_modules, get_model_config
 from arthex.core.errors import InvalidInputError
 
@@ -139,3 +145,107 @@ def test_the_predicates_read_the_dict() -> None:
     assert not dev.is_dedicated_mode(dev.InternalModelConfig())
     dev.validate_dedicated_config(split)
     dev.validate_dedicated_config(external)
+
+
+def test_arts_trainer_enums_are_str_enums_with_transformers_values() -> None:
+    """ART keeps copies of transformers' enums (tests/interop/test_art_dev.py checks arthex's
+    against ART's, member for member); each member transformers still has by that name has
+    the value transformers gives it."""
+    transformers = pytest.importorskip("transformers")
+    del transformers
+    from transformers.debug_utils import DebugOption
+    from transformers.trainer_utils import (
+        FSDPOption,
+        HubStrategy,
+        IntervalStrategy,
+        SchedulerType,
+    )
+    from transformers.training_args import OptimizerNames
+
+    pairs: list[tuple[type[enum.Enum], type[enum.Enum]]] = [
+        (dev_model.DebugOption, DebugOption),
+        (dev_model.FSDPOption, FSDPOption),
+        (dev_model.HubStrategy, HubStrategy),
+        (dev_model.IntervalStrategy, IntervalStrategy),
+        (dev_model.OptimizerNames, OptimizerNames),
+        (dev_model.SchedulerType, SchedulerType),
+    ]
+    for ours, theirs in pairs:
+        shared = [member.name for member in ours if member.name in theirs.__members__]
+        assert len(shared) >= len(ours) - 1, ours  # one name at most left transformers
+        for name in shared:
+            assert ours[name].value == theirs[name].value, (ours, name)
+    assert dev_model.SaveStrategy is dev_model.IntervalStrategy
+
+
+def test_a_trainer_enum_is_its_string_in_arts_trainer_args() -> None:
+    args = dev.TrainerArgs(
+        optim=dev_model.OptimizerNames.ADAMW_TORCH_FUSED,
+        lr_scheduler_type=dev_model.SchedulerType.COSINE,
+        save_strategy=dev_model.SaveStrategy.STEPS,
+        fsdp=[dev_model.FSDPOption.FULL_SHARD],
+    )
+    assert args["optim"] == "adamw_torch_fused" and args["lr_scheduler_type"] == "cosine"
+    assert dev_model.IntervalStrategy("steps") is args["save_strategy"]
+    assert json.loads(json.dumps(args)) == {
+        "optim": "adamw_torch_fused",
+        "lr_scheduler_type": "cosine",
+        "save_strategy": "steps",
+        "fsdp": ["full_shard"],
+    }
+    assert typing.get_args(dev.RolloutWeightUpdateMode) == ("step_lora", "in_flight_lora")
+    assert typing.get_args(dev_model.VllmRuntimeMode) == ("managed", "external")
+    assert dev_engine.WeightTransferConfig(backend="nccl") == {"backend": "nccl"}
+
+
+def test_get_openai_server_config_describes_arthexs_server() -> None:
+    """A worked example: the LocalBackend's server for step 3 of "agent" (see the module text of
+    arthex/art/dev/openai_server.py for each key)."""
+    found = dev.get_openai_server_config(
+        "agent", "org/base", "/runs/agent/logs/vllm.log", "/runs/agent/checkpoints/0003"
+    )
+    assert found == {
+        "log_file": "/runs/agent/logs/vllm.log",
+        "server_args": {
+            "host": "127.0.0.1",
+            "port": 0,
+            "lora_modules": ['{"name": "agent@3", "path": "/runs/agent/checkpoints/0003"}'],
+            "return_tokens_as_token_ids": True,
+            "enable_auto_tool_choice": True,
+            "tool_call_parser": "hermes",
+        },
+        "engine_args": {
+            "model": "org/base",
+            "served_model_name": "agent",
+            "enable_lora": True,
+            "max_lora_rank": 8,
+            "max_loras": 4,
+            "gpu_memory_utilization": backend_default("gpu_memory_utilization"),
+            "enforce_eager": False,
+            "logprobs_mode": "raw_logprobs",
+            "disable_log_stats": True,
+        },
+    }
+    bare = dev.get_openai_server_config("agent", "org/base", "x.log")
+    assert bare["server_args"]["lora_modules"] is None
+
+
+def test_get_openai_server_config_lays_a_config_over_it_and_refuses_a_non_step_folder() -> None:
+    config = dev.OpenAIServerConfig(
+        log_file="/elsewhere.log",
+        server_args=dev.ServerArgs(port=8001, api_key="k"),
+        engine_args=dev.EngineArgs(max_model_len=4096, served_model_name="mine"),
+    )
+    found = dev.get_openai_server_config("agent", "org/base", "x.log", "ck/0012", config)
+    assert found["log_file"] == "/elsewhere.log"
+    assert found["server_args"]["port"] == 8001 and found["server_args"]["api_key"] == "k"
+    assert found["server_args"]["lora_modules"] == ['{"name": "agent@12", "path": "ck/0012"}']
+    assert found["engine_args"]["served_model_name"] == "mine"
+    assert found["engine_args"]["max_model_len"] == 4096
+    assert config["server_args"] == {"port": 8001, "api_key": "k"}  # the config is not changed
+    for bad in ("ck/latest", "ck/0003/", "ck/-1", "ck/٣"):
+        with pytest.raises(InvalidInputError, match=r"lora_path must be a checkpoint's step"):
+            dev.get_openai_server_config("agent", "org/base", "x.log", bad)
+    quoted = dev.get_openai_server_config("agent", "org/base", "x.log", 'ck "a"/0001')
+    modules = quoted["server_args"].get("lora_modules") or []
+    assert [json.loads(module)["path"] for module in modules] == ['ck "a"/0001']

@@ -1,7 +1,7 @@
 """The `arthex` command: the app, built from one module per command group.
 
     arthex demo | version | history | plot | trajectories | runs | prune | export | eval | view
-    | serve | doctor | migrate
+    | serve | doctor | migrate | init | install-skills
 
 Each command imports what it needs (polars, matplotlib, rich, the server) inside its body,
 so `arthex --help` stays quick. common.py holds how commands name a model and report
@@ -24,6 +24,7 @@ from . import (
     run,
     runs,
     serve,
+    skills,
     trajectories,
     view,
 )
@@ -79,6 +80,10 @@ app.command(name="eval", cls=Command)(evaluate.eval_command)
 app.command(cls=Command)(view.view)
 app.command(cls=Command)(doctor.doctor)
 app.command(cls=Command)(migrate.migrate)
+app.command(cls=Command)(skills.init)
+# ART's other name for init: it runs, and stays out of the listing (its width would cut the
+# other summaries in 80 columns)
+app.command(name="install-skills", cls=Command, hidden=True)(skills.install_skills)
 
 
 def command() -> Any:

@@ -1,13 +1,17 @@
 """ART's `art.dev.engine`, under arthex: `EngineArgs`, a TypedDict with ART's keys (vLLM's
 engine arguments). arthex takes vLLM's engine arguments on the backend,
-`arthex.LocalBackend(engine="vllm", engine_args=...)`. `WeightTransferConfig` raises a one-line
-error saying what to use instead (the table: arthex/art/_table.py)."""
+`arthex.LocalBackend(engine="vllm", engine_args=...)`, which hands them to vLLM unchanged
+(`WeightTransferConfig` is the shape of its `weight_transfer_config`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from arthex.art._table import module_attributes
+
+
+class WeightTransferConfig(TypedDict):
+    backend: Literal["nccl"]
 
 
 class EngineArgs(TypedDict, total=False):
@@ -108,7 +112,7 @@ class EngineArgs(TypedDict, total=False):
     model_impl: str
     calculate_kv_scales: bool | None
     additional_config: dict[str, Any] | None
-    weight_transfer_config: dict[str, Any] | None
+    weight_transfer_config: WeightTransferConfig | None
     disable_log_requests: bool
     enable_log_requests: bool
 

@@ -4,16 +4,22 @@ ART sets the engine, LoRA and trainer on the model with these dicts
 (`TrainableModel(_internal_config=InternalModelConfig(...))`). arthex sets them on the backend
 (`arthex.LocalBackend(lora_rank=..., engine_args=..., ...)`): `TrainableModel` takes the dicts
 only to warn that they are ignored, naming the backend argument, and
-`arthex.art.dev.get_model_config` says what the LocalBackend uses in their shape. ART's enums
-of Hugging Face trainer values are refused; the keys that take them take their strings. The
-rest of ART's names here raise a one-line error saying what to use instead (the table:
-arthex/art/_table.py; docs/migrating-from-art.md).
+`arthex.art.dev.get_model_config` says what the LocalBackend uses in their shape.
+
+ART's enums of Hugging Face trainer values (`OptimizerNames`, `SchedulerType`, ...: ART keeps
+copies of transformers' enums so that it need not import transformers) are str-Enums here too,
+with the same members and values, so `TrainerArgs(optim=OptimizerNames.ADAMW_TORCH)` runs on;
+no trainer argument reaches arthex's trainer, whose optimizer is set on the backend
+(`LocalBackend(adam_betas=..., weight_decay=...)`). tests/interop/test_art_dev.py checks them
+against ART's, and tests/unit/test_art_dev.py against transformers' where it is installed.
+`PeftArgs` raises a one-line error saying where LoRA is set now.
 
 No `from __future__ import annotations` here: with it, Python 3.11 cannot see `Required[...]`
 and the TypedDicts would lose their required keys.
 """
 
-from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Required, TypedDict
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Required, TypeAlias, TypedDict
 
 from arthex.art._table import module_attributes
 from arthex.art.dev.engine import EngineArgs
@@ -25,9 +31,12 @@ PEFT_ARGS_MIGRATION_MESSAGE: Final = (
     "(ART's peft_args keys r, lora_alpha and target_modules)"
 )
 
+RolloutWeightUpdateMode: TypeAlias = Literal["step_lora", "in_flight_lora"]
+VllmRuntimeMode: TypeAlias = Literal["managed", "external"]
+
 
 class VllmRuntimeArgs(TypedDict, total=False):
-    mode: Required[Literal["managed", "external"]]
+    mode: Required[VllmRuntimeMode]
     server_url: str
     api_key: str | None
     local_checkpoint_root: str | None
@@ -52,6 +61,100 @@ class TinkerArgs(TypedDict, total=False):
 class TinkerNativeArgs(TypedDict, total=False):
     renderer_name: Required[str]
     training_client_args: TinkerTrainingClientArgs
+
+
+# transformers' trainer enums as ART 0.5.23 keeps them (ART's values, not a newer transformers').
+
+
+class OptimizerNames(str, Enum):  # noqa: UP042 (ART's str-Enum: str() gives the member's name)
+    """The optimizer names Hugging Face's trainer takes for `optim`."""
+
+    ADAMW_TORCH = "adamw_torch"
+    ADAMW_TORCH_FUSED = "adamw_torch_fused"
+    ADAMW_TORCH_XLA = "adamw_torch_xla"
+    ADAMW_TORCH_NPU_FUSED = "adamw_torch_npu_fused"
+    ADAMW_APEX_FUSED = "adamw_apex_fused"
+    ADAFACTOR = "adafactor"
+    ADAMW_ANYPRECISION = "adamw_anyprecision"
+    ADAMW_TORCH_4BIT = "adamw_torch_4bit"
+    ADAMW_TORCH_8BIT = "adamw_torch_8bit"
+    ADEMAMIX = "ademamix"
+    SGD = "sgd"
+    ADAGRAD = "adagrad"
+    ADAMW_BNB = "adamw_bnb_8bit"
+    ADAMW_8BIT = "adamw_8bit"
+    ADEMAMIX_8BIT = "ademamix_8bit"
+    LION_8BIT = "lion_8bit"
+    LION = "lion_32bit"
+    PAGED_ADAMW = "paged_adamw_32bit"
+    PAGED_ADAMW_8BIT = "paged_adamw_8bit"
+    PAGED_ADEMAMIX = "paged_ademamix_32bit"
+    PAGED_ADEMAMIX_8BIT = "paged_ademamix_8bit"
+    PAGED_LION = "paged_lion_32bit"
+    PAGED_LION_8BIT = "paged_lion_8bit"
+    RMSPROP = "rmsprop"
+    RMSPROP_BNB = "rmsprop_bnb"
+    RMSPROP_8BIT = "rmsprop_bnb_8bit"
+    RMSPROP_32BIT = "rmsprop_bnb_32bit"
+    GALORE_ADAMW = "galore_adamw"
+    GALORE_ADAMW_8BIT = "galore_adamw_8bit"
+    GALORE_ADAFACTOR = "galore_adafactor"
+    GALORE_ADAMW_LAYERWISE = "galore_adamw_layerwise"
+    GALORE_ADAMW_8BIT_LAYERWISE = "galore_adamw_8bit_layerwise"
+    GALORE_ADAFACTOR_LAYERWISE = "galore_adafactor_layerwise"
+    LOMO = "lomo"
+    ADALOMO = "adalomo"
+    GROKADAMW = "grokadamw"
+    SCHEDULE_FREE_RADAM = "schedule_free_radam"
+    SCHEDULE_FREE_ADAMW = "schedule_free_adamw"
+    SCHEDULE_FREE_SGD = "schedule_free_sgd"
+    APOLLO_ADAMW = "apollo_adamw"
+    APOLLO_ADAMW_LAYERWISE = "apollo_adamw_layerwise"
+
+
+class DebugOption(str, Enum):  # noqa: UP042
+    UNDERFLOW_OVERFLOW = "underflow_overflow"
+    TPU_METRICS_DEBUG = "tpu_metrics_debug"
+
+
+class IntervalStrategy(str, Enum):  # noqa: UP042
+    NO = "no"
+    STEPS = "steps"
+    EPOCH = "epoch"
+
+
+SaveStrategy: TypeAlias = IntervalStrategy  # as in ART (and transformers): the same enum
+
+
+class HubStrategy(str, Enum):  # noqa: UP042
+    END = "end"
+    EVERY_SAVE = "every_save"
+    CHECKPOINT = "checkpoint"
+    ALL_CHECKPOINTS = "all_checkpoints"
+
+
+class SchedulerType(str, Enum):  # noqa: UP042
+    LINEAR = "linear"
+    COSINE = "cosine"
+    COSINE_WITH_RESTARTS = "cosine_with_restarts"
+    POLYNOMIAL = "polynomial"
+    CONSTANT = "constant"
+    CONSTANT_WITH_WARMUP = "constant_with_warmup"
+    INVERSE_SQRT = "inverse_sqrt"
+    REDUCE_ON_PLATEAU = "reduce_lr_on_plateau"
+    COSINE_WITH_MIN_LR = "cosine_with_min_lr"
+    WARMUP_STABLE_DECAY = "warmup_stable_decay"
+    WORMHOLE = "wormhole"
+
+
+class FSDPOption(str, Enum):  # noqa: UP042
+    FULL_SHARD = "full_shard"
+    SHARD_GRAD_OP = "shard_grad_op"
+    NO_SHARD = "no_shard"
+    HYBRID_SHARD = "hybrid_shard"
+    HYBRID_SHARD_ZERO2 = "hybrid_shard_zero2"
+    OFFLOAD = "offload"
+    AUTO_WRAP = "auto_wrap"
 
 
 class InitArgs(TypedDict, total=False):
@@ -110,7 +213,7 @@ class TrainerArgs(TypedDict, total=False):
     do_train: bool
     do_eval: bool
     do_predict: bool
-    eval_strategy: str
+    eval_strategy: IntervalStrategy | str
     prediction_loss_only: bool
     per_device_train_batch_size: int
     per_device_eval_batch_size: int
@@ -128,7 +231,7 @@ class TrainerArgs(TypedDict, total=False):
     max_grad_norm: float
     num_train_epochs: float
     max_steps: int
-    lr_scheduler_type: str
+    lr_scheduler_type: SchedulerType | str
     lr_scheduler_kwargs: dict[str, Any] | str | None
     warmup_ratio: float
     warmup_steps: int
@@ -136,11 +239,11 @@ class TrainerArgs(TypedDict, total=False):
     log_level_replica: str
     log_on_each_node: bool
     logging_dir: str | None
-    logging_strategy: str
+    logging_strategy: IntervalStrategy | str
     logging_first_step: bool
     logging_steps: float
     logging_nan_inf_filter: bool
-    save_strategy: str
+    save_strategy: SaveStrategy | str
     save_steps: float
     save_total_limit: int | None
     save_safetensors: bool | None
@@ -165,7 +268,7 @@ class TrainerArgs(TypedDict, total=False):
     ddp_backend: str | None
     tpu_num_cores: int | None
     tpu_metrics_debug: bool
-    debug: str | list[str]
+    debug: str | list[DebugOption]
     dataloader_drop_last: bool
     eval_steps: float | None
     dataloader_num_workers: int
@@ -179,14 +282,14 @@ class TrainerArgs(TypedDict, total=False):
     metric_for_best_model: str | None
     greater_is_better: bool | None
     ignore_data_skip: bool
-    fsdp: list[str] | str | None
+    fsdp: list[FSDPOption] | str | None
     fsdp_min_num_params: int
     fsdp_config: dict[str, Any] | str | None
     fsdp_transformer_layer_cls_to_wrap: str | None
     accelerator_config: dict[str, Any] | str | None
     deepspeed: dict[str, Any] | str | None
     label_smoothing_factor: float
-    optim: str
+    optim: OptimizerNames | str
     optim_args: str | None
     adafactor: bool
     group_by_length: bool
@@ -202,7 +305,7 @@ class TrainerArgs(TypedDict, total=False):
     push_to_hub: bool
     resume_from_checkpoint: str | None
     hub_model_id: str | None
-    hub_strategy: str
+    hub_strategy: HubStrategy | str
     hub_token: str | None
     hub_private_repo: bool | None
     hub_always_push: bool
@@ -255,7 +358,7 @@ class InternalModelConfig(TypedDict, total=False):
     trainer_args: TrainerArgs
     trainer_gpu_ids: list[int]
     inference_gpu_ids: list[int]
-    rollout_weight_update_mode: Literal["step_lora", "in_flight_lora"]
+    rollout_weight_update_mode: RolloutWeightUpdateMode
     chat_template_kwargs: dict[str, object]
     chat_template: str
     chat_template_path: str
