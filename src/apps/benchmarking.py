@@ -27,6 +27,7 @@ from ..adapters.layout import HISTORY, RunLayout, is_run_dir
 from ..core.errors import InvalidInputError, MissingExtraError
 from ..core.identity import validate_name
 from ..utils.output_dirs import get_default_art_path, get_models_dir
+from ..utils.repo_root import get_repo_root_path
 from .loaders import load_trajectories as load_model_trajectories
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BenchmarkModelKey",
+    "cache_path",
     "filter_rename_model_split",
     "load_aggregated_trajectories",
     "load_latest_metrics",
@@ -47,6 +49,12 @@ __all__ = [
 ]
 
 _GROUP = ["model", "split", "step"]
+
+# ART's `load_trajectories.cache_path`: `data/cache.db` in the checkout the library runs from
+# (`get_repo_root_path()`, "." outside one), where ART's benchmarking once kept a DuckDB cache.
+# ART 0.5.23 creates the folder at import and never opens the file; arthex names the same path
+# and creates nothing: its loaders read the run's files each time.
+cache_path = Path(get_repo_root_path()) / "data" / "cache.db"
 
 
 class BenchmarkModelKey:

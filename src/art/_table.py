@@ -96,7 +96,6 @@ _AUTOTUNE = (
     "PipelineTrainer(autotune=arthex.art.PipelineAutotuneConfig(mode='profile', "
     "profile=...)), or set the sizes: arthex.PipelineTrainer(pipeline=...)"
 )
-_METRICS = "arthex has no metric registry; " + _HISTORY
 _INTERNAL = "an ART internal with no arthex counterpart; arthex's backends do this themselves"
 
 
@@ -186,19 +185,9 @@ REFUSED_MODULES: dict[str, str] = {
     ),
     "art.token_prefix": _INTERNAL,
     "art.utils.append_only": _INTERNAL,
-    "art.utils.cache_dirs": _INTERNAL,
     "art.utils.chat_template": _INTERNAL,
     "art.utils.convert_moe_lora": _INTERNAL,
-    "art.utils.group_aggregate": _METRICS,
     "art.utils.managed_process": _INTERNAL,
-    "art.utils.model_config": _INTERNAL,
-    "art.utils.record_provenance": (
-        "arthex records no provenance; pass Model(config=...) to keep settings with the run"
-    ),
-    "art.utils.safetensors": _INTERNAL,
-    "art.utils.wandb_sdk": (
-        "use Model(report_metrics=['wandb']); arthex.WandbReporter mirrors the history"
-    ),
     "art.vllm_route_transport": _VLLM,
     "art.vllm_runtime": _VLLM,
 }
@@ -239,6 +228,7 @@ _STRIP = Use("arthex.utils.strip_logprobs", "strip_logprobs")
 _LOG_HTTP_ERRORS = Use("arthex.utils.log_http_errors", "log_http_errors")
 _YIELDING = "arthex.composition.yield_trajectory"
 _DEPLOYMENT = "arthex.utils.deployment"
+_PROVENANCE = Use("arthex.utils.record_provenance", "record_provenance")
 
 
 def _accounting(module: str, *names: str) -> dict[str, Entry]:
@@ -901,10 +891,52 @@ MODULES: dict[str, dict[str, Entry]] = {
         "iterate_dataset": _ITERATE,
         "limit_concurrency": _LIMIT,
         "log_http_errors": _LOG_HTTP_ERRORS,
-        "record_provenance": Refuse(REFUSED_MODULES["art.utils.record_provenance"]),
+        "record_provenance": _PROVENANCE,
         "retry": _RETRY,
     },
     "art.utils.log_http_errors": {"log_http_errors": _LOG_HTTP_ERRORS},
+    "art.utils.wandb_sdk": {
+        name: Use("arthex.utils.wandb_sdk", name)
+        for name in ("api", "artifact", "comm_error_type", "init", "login", "settings")
+    },
+    "art.utils.model_config": {
+        name: Use("arthex.utils.model_config", name)
+        for name in (
+            "MODEL_CONFIGS",
+            "ModelConfig",
+            "detect_chat_template_parts",
+            "get_instruction_response_parts",
+        )
+    },
+    "art.utils.group_aggregate": {
+        name: Use("arthex.adapters.local.group_aggregate", name)
+        for name in ("Reduction", "group_aggregate")
+    },
+    "art.utils.safetensors": {
+        name: Use("arthex.adapters.local.safetensors_stream", name)
+        for name in (
+            "PreparedSafetensors",
+            "SafetensorsLayout",
+            "prepare_safetensors",
+            "save_prepared_safetensors",
+            "save_safetensors",
+        )
+    },
+    "art.utils.record_provenance": {
+        "record_provenance": _PROVENANCE,
+        "record_provenance_for_artifact": Use(
+            "arthex.utils.record_provenance", "record_provenance_for_artifact"
+        ),
+    },
+    "art.utils.cache_dirs": {
+        name: Use("arthex.utils.cache_dirs", name)
+        for name in (
+            "cache_filesystem_type",
+            "compiler_cache_root",
+            "configure_model_cache_env",
+            "network_cache_warning",
+        )
+    },
     "art.utils.lifecycle": {
         **{
             name: Use("arthex.utils.process_lifecycle", name)
@@ -960,7 +992,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "filter_rename_model_split": Use(_BENCH, "filter_rename_model_split"),
     },
     "art.utils.benchmarking.load_trajectories": {
-        "cache_path": Refuse("arthex's loaders keep no cache; they read the run's files"),
+        "cache_path": Use(_BENCH, "cache_path"),
         "load_trajectories": Use(_BENCH, "load_trajectories"),
     },
     "art.utils.benchmarking.log_constant_metrics_wandb": {

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from arthex.utils.limit_concurrency import limit_concurrency as limit_concurrency
     from arthex.utils.log_http_errors import log_http_errors as log_http_errors
     from arthex.utils.output_dirs import get_model_step as get_model_step
+    from arthex.utils.record_provenance import record_provenance as record_provenance
     from arthex.utils.retry import retry as retry
 
     __all__ = [
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
         "iterate_dataset",
         "limit_concurrency",
         "log_http_errors",
+        "record_provenance",
         "retry",
     ]
 else:

@@ -1,7 +1,21 @@
-"""ART's module `art.utils.group_aggregate`, not in arthex.
+"""ART's `art.utils.group_aggregate`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.adapters.local.group_aggregate import Reduction as Reduction
+    from arthex.adapters.local.group_aggregate import group_aggregate as group_aggregate
+
+    __all__ = [
+        "Reduction",
+        "group_aggregate",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -1,7 +1,23 @@
-"""ART's module `art.utils.record_provenance`, not in arthex.
+"""ART's `art.utils.record_provenance`, under arthex.
 
-Importing it raises a one-line error saying what to use instead."""
+Each of ART's names here is arthex's own object, or raises a one-line error saying what
+to use instead (the table: arthex/art/_table.py; docs/migrating-from-art.md)."""
 
-from arthex.art._table import refuse_module
+from __future__ import annotations
 
-refuse_module(__name__)
+from typing import TYPE_CHECKING
+
+from arthex.art._table import module_attributes
+
+if TYPE_CHECKING:
+    from arthex.utils.record_provenance import record_provenance as record_provenance
+    from arthex.utils.record_provenance import (
+        record_provenance_for_artifact as record_provenance_for_artifact,
+    )
+
+    __all__ = [
+        "record_provenance",
+        "record_provenance_for_artifact",
+    ]
+else:
+    __getattr__, __dir__, __all__ = module_attributes(__name__)

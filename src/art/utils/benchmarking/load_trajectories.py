@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.apps.benchmarking import cache_path as cache_path
     from arthex.apps.benchmarking import load_trajectories as load_trajectories
 
-    __all__ = ["load_trajectories"]
+    __all__ = ["cache_path", "load_trajectories"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
