@@ -164,6 +164,10 @@ def test_prefix_and_parse_are_the_renderers_own() -> None:
         (lambda: data.create_conversation_prefix_with_tools(None, []), "renderer must be"),
         (lambda: data.parse_completion_to_openai_message([1], object()), "no parse_response"),
         (lambda: data.parse_completion_to_openai_message([-1], ByteRenderer()), "token ids"),
+        (
+            lambda: data.history_to_datum(History(), 1.0, "qwen3", None),
+            "got str \\(it has no build_generation_prompt\\)",
+        ),
         (lambda: data.convert_openai_messages_to_renderer_format(NOT_A_LIST, None, None), "a list"),
         (
             lambda: data.convert_openai_messages_to_renderer_format(NOT_DICTS, None, None),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ...core.advantages import group_advantages
@@ -183,12 +183,7 @@ def create_conversation_prefix_with_tools(
     """The messages the renderer puts before a conversation to declare `tools` (tool specs:
     name, description, parameters) with `system_prompt`: its own
     `create_conversation_prefix_with_tools`."""
-    make = getattr(renderer, "create_conversation_prefix_with_tools", None)
-    if not callable(make):
-        raise InvalidInputError(
-            f"renderer must be a tinker-cookbook renderer, got {type(renderer).__name__} "
-            "(it has no create_conversation_prefix_with_tools)"
-        )
+    make = _renderer_method(renderer, "create_conversation_prefix_with_tools")
     prefix: list[dict[str, Any]] = make(tools, system_prompt)
     return prefix
 
@@ -251,14 +246,10 @@ def parse_completion_to_openai_message(
 ) -> dict[str, Any]:
     """Sampled token ids parsed by the renderer (`parse_response`) into an OpenAI assistant
     message (`to_openai_message`): its content, and its tool calls when it made any."""
-    for method in ("parse_response", "to_openai_message"):
-        if not callable(getattr(renderer, method, None)):
-            raise InvalidInputError(
-                f"renderer must be a tinker-cookbook renderer, got {type(renderer).__name__} "
-                f"(it has no {method})"
-            )
-    message, _ = renderer.parse_response(_ids(completion_tokens, "completion_tokens"))
-    parsed: dict[str, Any] = renderer.to_openai_message(message)
+    parse = _renderer_method(renderer, "parse_response")
+    to_openai = _renderer_method(renderer, "to_openai_message")
+    message, _ = parse(_ids(completion_tokens, "completion_tokens"))
+    parsed: dict[str, Any] = to_openai(message)
     return parsed
 
 
@@ -270,6 +261,7 @@ def history_to_datum(
     messages before it (`build_generation_prompt`, tools declared as
     `convert_openai_messages_to_renderer_format` does). None when the history has no Choice,
     or its Choice no logprobs."""
+    build_prompt = _renderer_method(renderer, "build_generation_prompt")
     found = find_last_choice(history.messages_and_choices)
     if found is None:
         return None
@@ -279,10 +271,20 @@ def history_to_datum(
         return None
     prompt_messages = [dict(as_message(item)) for item in history.messages_and_choices[:index]]
     tools = [dict(tool) for tool in history.tools] if history.tools is not None else None
-    rendered = renderer.build_generation_prompt(
+    rendered = build_prompt(
         convert_openai_messages_to_renderer_format(prompt_messages, tools, renderer)
     )
     return build_datum(list(rendered.to_ints()), completion, logprobs, advantage)
+
+
+def _renderer_method(renderer: object, name: str) -> Callable[..., Any]:
+    method: Callable[..., Any] | None = getattr(renderer, name, None)
+    if not callable(method):
+        raise InvalidInputError(
+            f"renderer must be a tinker-cookbook renderer, got {type(renderer).__name__} "
+            f"(it has no {name})"
+        )
+    return method
 
 
 def _tool_call(call: Mapping[str, Any]) -> Any:
