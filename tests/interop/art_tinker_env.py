@@ -1,8 +1,8 @@
 """The Python that runs ART's Tinker modules (`art.tinker_native.data`, which imports tinker,
 tinker-cookbook and torch): a venv with openpipe-art 0.5.23, the tinker SDK arthex pins
-(0.38.0), tinker-cookbook 0.5.8 (cookbook_env.py: the newest that installs with it), the main
-venv's torch and the server packages `art.tinker_native` imports, built once with uv and cached
-like the ART venv (art_env.py: the cache folder, lock and `ready` marker), under a key of its
+(0.38.0), tinker-cookbook 0.5.8 (cookbook_env.py: the newest that installs with it), the
+vLLM venv's torch and the server packages `art.tinker_native` imports, built once with uv and
+cached like the ART venv (art_env.py: the cache folder, lock and `ready` marker), under a key of its
 own. ART's own `tinker` extra pins tinker < 0.35; both libraries run here on the same SDK and
 cookbook, so what differs between them is their code alone. arthex is not installed: its runs
 put the checkout on PYTHONPATH (art_env.checkout_pyroot).
@@ -21,8 +21,12 @@ from pathlib import Path
 import pytest
 
 from .art_env import ART_VERSION, art_environment, cached_venv, find_python
-from .cookbook_env import COOKBOOK_VERSION, TINKER_VERSION, TORCH
+from .cookbook_env import COOKBOOK_VERSION, TINKER_VERSION
 
+# Python 3.12 has only CUDA builds of torch on PyPI (about 5 GB with NVIDIA's libraries): take
+# the one the vLLM venv pins (the Makefile's VLLM_TORCH_SPEC), so uv installs it from the
+# wheels it already holds for that venv instead of downloading a second torch
+TORCH = "torch==2.14.0"
 REQUIREMENTS = (
     f"openpipe-art=={ART_VERSION}",
     f"tinker=={TINKER_VERSION}",
