@@ -80,14 +80,13 @@ _TINKER_SERVER = (
     "over Tinker sampling (model.openai_client()); ART's standalone server for any Tinker API "
     "key and tinker:// path is not in arthex"
 )
-_TINKER_RENDERING = (
-    "arthex does not use tinker-cookbook renderers: its TinkerBackend renders prompts with "
-    "the base model's chat template and keeps the sampled ids on each Choice; "
-    "arthex.art.tinker_native.data.trajectory_groups_to_datums builds the Datums from them"
-)
 _TINKER_RUN_STATE = (
-    "arthex.TinkerBackend keeps a run's steps and tinker:// paths in "
-    "{model_dir}/tinker-run.json; set lora_rank and seed on arthex.TinkerBackend(...)"
+    "ART's own process state: arthex.TinkerBackend keeps a run's steps and tinker:// paths "
+    "in {model_dir}/tinker-run.json, not under ART's state.json keys"
+)
+_TINKER_MODEL_CONFIG = (
+    "arthex.TinkerBackend uses no renderer (it renders with the base model's chat template); "
+    "set lora_rank and seed on arthex.TinkerBackend(...)"
 )
 _HISTORY = "read a run with arthex.load_history(run_dir) and arthex.load_trajectories(run_dir)"
 _AUTOTUNE = (
@@ -777,10 +776,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.tinker.renderers": {
         "get_renderer_name": Use(_RENDERERS, "get_renderer_name"),
         "is_qwen3_dot_family_model": Use(_RENDERERS, "is_qwen3_dot_family_model"),
-        "renderer_name_message": Refuse(
-            "ART's hint for TinkerArgs(renderer_name=...), which arthex ignores: "
-            "arthex.TinkerBackend renders prompts with the base model's chat template"
-        ),
+        "renderer_name_message": Use(_RENDERERS, "renderer_name_message"),
     },
     "art.tinker_native": {"TinkerNativeBackend": _TINKER_BACKEND},
     "art.tinker_native.backend": {
@@ -788,26 +784,23 @@ MODULES: dict[str, dict[str, Entry]] = {
         "STATE_KEY_LATEST_STEP": Refuse(_TINKER_RUN_STATE),
         "STATE_KEY_RUN_IDS": Refuse(_TINKER_RUN_STATE),
         "TinkerNativeBackend": _TINKER_BACKEND,
-        "TinkerNativeModelConfig": Refuse(_TINKER_RUN_STATE),
+        "TinkerNativeModelConfig": Refuse(_TINKER_MODEL_CONFIG),
     },
     "art.tinker_native.data": {
         "build_datum": Use(_TINKER_DATA, "build_datum"),
         "compute_advantages": Use(_TINKER_DATA, "compute_advantages"),
-        "convert_openai_messages_to_renderer_format": Refuse(_TINKER_RENDERING),
-        "create_conversation_prefix_with_tools": Refuse(_TINKER_RENDERING),
-        "extract_logprobs_from_choice": Refuse(
-            "arthex reads the sampled ids from choice.token_ids (its server returns them "
-            "with prompt_token_ids) and the logprobs from choice.logprobs.content"
+        "convert_openai_messages_to_renderer_format": Use(
+            _TINKER_DATA, "convert_openai_messages_to_renderer_format"
         ),
-        "find_last_choice": Refuse(
-            "ART trains the last Choice of each history; arthex trains every Choice: "
-            "Trajectory.choices() lists them"
+        "create_conversation_prefix_with_tools": Use(
+            _TINKER_DATA, "create_conversation_prefix_with_tools"
         ),
-        "history_to_datum": Refuse(_TINKER_RENDERING),
+        "extract_logprobs_from_choice": Use(_TINKER_DATA, "extract_logprobs_from_choice"),
+        "find_last_choice": Use(_TINKER_DATA, "find_last_choice"),
+        "history_to_datum": Use(_TINKER_DATA, "history_to_datum"),
         "iter_trajectory_histories": Use(_TINKER_DATA, "iter_trajectory_histories"),
-        "parse_completion_to_openai_message": Refuse(
-            "arthex's inference server parses each completion into the Choice's message "
-            "itself, with the base model's chat template"
+        "parse_completion_to_openai_message": Use(
+            _TINKER_DATA, "parse_completion_to_openai_message"
         ),
         "trajectory_groups_to_datums": Use(_TINKER_DATA, "trajectory_groups_to_datums"),
     },

@@ -13,9 +13,12 @@ needs one for its base model. `get_renderer_name` picks it from the name's famil
     deepseek-ai/DeepSeek-V3...        -> "deepseekv3_disable_thinking"
     openai/gpt-oss...                 -> "gpt_oss_no_sysprompt"
 
-and any other name is an InvalidInputError (a ValueError). arthex's own TinkerBackend does not
-use renderers: it renders prompts with the base model's chat template, the same rendering
-every arthex engine uses, so the token ids it trains on are the ones Tinker sampled from.
+and any other name is an InvalidInputError (a ValueError). `renderer_name_message` is the
+hint that goes with a default: how to name a renderer yourself, and the renderer names ART
+0.5.23 lists (tinker-cookbook's `get_renderer` takes each of them). arthex's own TinkerBackend
+does not use renderers: it renders prompts with the base model's chat template, the same
+rendering every arthex engine uses, so the token ids it trains on are the ones Tinker sampled
+from; the renderer functions of `arthex.adapters.tinker.art_data` take a renderer you build.
 """
 
 from __future__ import annotations
@@ -24,9 +27,34 @@ import logging
 
 from ..core.errors import InvalidInputError
 
-__all__ = ["get_renderer_name", "is_qwen3_dot_family_model"]
+__all__ = ["get_renderer_name", "is_qwen3_dot_family_model", "renderer_name_message"]
 
 logger = logging.getLogger(__name__)
+
+# the renderer names ART 0.5.23's hint lists, in its order
+_RENDERER_NAMES = (
+    "role_colon", "llama3", "qwen3", "qwen3_vl", "qwen3_vl_instruct", "qwen3_disable_thinking",
+    "qwen3_instruct", "qwen3_5", "qwen3_5_disable_thinking", "deepseekv3",
+    "deepseekv3_disable_thinking", "deepseekv3_thinking", "kimi_k2", "kimi_k25",
+    "kimi_k25_disable_thinking", "gpt_oss_no_sysprompt", "gpt_oss_low_reasoning",
+    "gpt_oss_medium_reasoning", "gpt_oss_high_reasoning",
+)  # fmt: skip
+
+renderer_name_message = "\n".join(
+    [
+        "get_renderer_name picks a renderer from the base model's family. To use another one,",
+        "build it by name with tinker-cookbook and pass it where a renderer is taken:",
+        "",
+        "from tinker_cookbook import renderers",
+        'renderer = renderers.get_renderer("qwen3_disable_thinking", tokenizer)',
+        "",
+        "Valid renderer names are:",
+        "",
+        *(f"- {name}" for name in _RENDERER_NAMES),
+    ]
+)
+"""The hint for choosing a renderer yourself, with the valid renderer names (ART prints it
+when it picks a default; arthex's `get_renderer_name` logs one line instead)."""
 
 # (prefix, words the name must hold or None, renderer, said when chosen by default)
 _FAMILIES: tuple[tuple[str, str | None, str, str | None], ...] = (

@@ -68,10 +68,13 @@ def test_the_paths_resolve_and_arts_internals_stay_refused() -> None:
     assert art_tinker.get_renderer_name is tinker_renderers.get_renderer_name
     assert tinker_native.TinkerNativeBackend is arthex.TinkerBackend
     assert backend.TinkerNativeBackend is arthex.TinkerBackend
+    assert renderers.renderer_name_message is tinker_renderers.renderer_name_message
     for module, name in [
         (art_tinker, "OpenAICompatibleTinkerServer"),
-        (renderers, "renderer_name_message"),
         (backend, "TinkerNativeModelConfig"),
+        (backend, "ModelState"),
+        (backend, "STATE_KEY_RUN_IDS"),
+        (backend, "STATE_KEY_LATEST_STEP"),
     ]:
         with pytest.raises(NotInArthexError, match="is not in arthex: "):
             getattr(module, name)

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from arthex.utils.tinker_renderers import (
         is_qwen3_dot_family_model as is_qwen3_dot_family_model,
     )
+    from arthex.utils.tinker_renderers import renderer_name_message as renderer_name_message
 
-    __all__ = ["get_renderer_name", "is_qwen3_dot_family_model"]
+    __all__ = ["get_renderer_name", "is_qwen3_dot_family_model", "renderer_name_message"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
