@@ -59,9 +59,16 @@ def log_lora_artifact(
     wandb_settings = _module("wandb.sdk.wandb_settings")
     artifacts = _module("wandb.sdk.artifacts.artifact")
     settings = wandb_settings.Settings(api_key=api_key, **SETTINGS)
+    # a run of its own: `reinit="create_new"`, so an open training run of this process (the
+    # W&B mirror's) is neither logged into nor finished here
     run = wandb_init.init(
-        name=run_name + RUN_SUFFIX, entity=entity, project=project, settings=settings
+        name=run_name + RUN_SUFFIX,
+        entity=entity,
+        project=project,
+        settings=settings,
+        reinit="create_new",
     )
+    failed = True
     try:
         artifact = artifacts.Artifact(
             run_name, type=ARTIFACT_TYPE, metadata=dict(metadata), storage_region=STORAGE_REGION
@@ -77,5 +84,6 @@ def log_lora_artifact(
                     raise
                 if verbose:
                     print(f"Warning: {error}")
+        failed = False
     finally:
-        run.finish()
+        run.finish(exit_code=1 if failed else 0)

@@ -76,8 +76,8 @@ def network_cache_warning(path: str | Path) -> str | None:
     if filesystem not in NETWORK_FILESYSTEMS:
         return None
     return (
-        f"{Path(path).expanduser()} is on {filesystem}; managed runtime installs and "
-        "compilation caches should use fast node-local storage"
+        f"{Path(path).expanduser()} is on {filesystem}, a network filesystem: keep runtime "
+        "installs and compiler caches on a fast disk of this machine"
     )
 
 

@@ -24,10 +24,8 @@ checks, so profiles read and write both ways. The online tuner's own classes
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 import warnings
 from array import array
 from pathlib import Path
@@ -35,6 +33,7 @@ from typing import TYPE_CHECKING, Literal
 
 import pydantic
 
+from ..adapters.files import atomic_write_bytes
 from ..core.identity import validate_name
 from ..core.pipeline.runtime_config import PipelineRuntimeConfig
 from .output_dirs import get_model_dir
@@ -250,8 +249,8 @@ class PipelineAutotunerProfile(pydantic.BaseModel):
 class PipelineTunerProfileStore:
     """Profiles as JSON files in one folder (`{run}/pipeline_tuner` for a model). A name is a
     file `{name}.json` in the folder (checked: no path separators, no `..`); an absolute path
-    or a name ending in `.json` is that file. Saving writes a temporary file and renames it,
-    so a reader never sees half a profile."""
+    or a name ending in `.json` is that file. Saving writes a temporary file and renames it
+    (fsynced), so a reader never sees half a profile."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
@@ -275,6 +274,8 @@ class PipelineTunerProfileStore:
             raise ValueError(
                 f"no pipeline tuner profile {profile or 'latest'!r}: {path} does not exist"
             ) from None
+        except OSError as error:
+            raise ValueError(f"cannot read the pipeline tuner profile {path}: {error}") from None
         try:
             return PipelineAutotunerProfile.model_validate_json(text)
         except pydantic.ValidationError as error:
@@ -282,19 +283,7 @@ class PipelineTunerProfileStore:
 
     def save(self, profile: str, data: PipelineAutotunerProfile) -> Path:
         path = self.resolve(profile)
-        text = data.model_dump_json(indent=2)
-        json.loads(text)  # what is written reads back
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(path, data.model_dump_json(indent=2).encode("utf-8"))
         return path
 
 

@@ -53,8 +53,13 @@ def test_the_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch)
         if name.endswith(("_CACHE", "_HOME", "_DIR", "_ROOT", "ARCH_LIST")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("ART_MEGATRON_CACHE_ROOT", "~/c")
-    assert configure_model_cache_env() == Path("~/c").expanduser()
-    assert os.environ["HF_HOME"] == str(Path("~/c/huggingface").expanduser())
+    before = dict(os.environ)
+    try:
+        assert configure_model_cache_env() == Path("~/c").expanduser()
+        assert os.environ["HF_HOME"] == str(Path("~/c/huggingface").expanduser())
+    finally:  # what it set must not reach later tests (or the processes they start)
+        os.environ.clear()
+        os.environ.update(before)
     assert compiler_cache_root("/r") == Path("/r/compiled/unknown")
     assert compiler_cache_root("/r", {"CUDA_ARCH_LIST": "sm_90a;sm_100"}) == Path(
         "/r/compiled/sm_90a_sm_100"
@@ -76,8 +81,8 @@ def test_the_filesystem_is_the_deepest_mount_holding_the_path(
     assert cache_filesystem_type("/mnt/shared/my scratch/x") == "tmpfs"
     assert cache_filesystem_type("/mnt/sharedother") == "ext4"
     assert network_cache_warning("/mnt/shared/hf") == (
-        "/mnt/shared/hf is on nfs4; managed runtime installs and compilation caches should use "
-        "fast node-local storage"
+        "/mnt/shared/hf is on nfs4, a network filesystem: keep runtime installs and compiler "
+        "caches on a fast disk of this machine"
     )
     assert network_cache_warning("/mnt/shared/my scratch") is None
     monkeypatch.setattr(cache_dirs, "_MOUNTS", tmp_path / "none")

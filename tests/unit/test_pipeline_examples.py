@@ -245,7 +245,9 @@ def test_the_env_file_fills_only_what_is_unset(tmp_path: Path) -> None:
     assert added == {"TINKER_API_KEY": "tml-1", "BASE_MODEL": "Qwen/Qwen3-4B"}
     assert environ == {"PROJECT": "kept", **added}
     assert runtime.load_env_file(tmp_path / "absent", environ) == {}
-    env_file.write_text("A=1\nnot a setting\n")
+    env_file.write_text("MODE=fast # the quick one\nFLAG\nURL='http://h/#x'\n")
+    assert runtime.load_env_file(env_file, {}) == {"MODE": "fast", "URL": "http://h/#x"}
+    env_file.write_text("A=1\nnot a key=2\n")
     with pytest.raises(InvalidInputError, match=r"\.env:2 is not a KEY=VALUE line"):
         runtime.load_env_file(env_file, {})
 

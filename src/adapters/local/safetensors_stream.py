@@ -75,7 +75,9 @@ def _check(name: str, tensor: torch.Tensor) -> None:
     if sys.byteorder != "little":
         raise RuntimeError("the streaming safetensors writer needs a little-endian machine")
     if tensor.device.type != "cpu" or not tensor.is_contiguous():
-        raise RuntimeError(f"Tensor {name!r} must be contiguous CPU storage")
+        raise RuntimeError(
+            f"tensor {name!r} is not a contiguous tensor on the CPU; pass .contiguous().cpu()"
+        )
     if tensor.dtype not in DTYPE_NAMES:
         raise RuntimeError(f"Unsupported safetensors dtype: {tensor.dtype} (tensor {name!r})")
 
@@ -217,7 +219,9 @@ class SafetensorsLayout:
         if set(tensors) != {p.name for p in self._placed}:
             missing = sorted({p.name for p in self._placed} - set(tensors))
             if missing:
-                raise RuntimeError(f"Safetensors tensor disappeared: {missing[0]}")
+                raise RuntimeError(
+                    f"tensor {missing[0]} of the prepared layout is gone from the state"
+                )
             raise RuntimeError("Safetensors tensor set changed")
         owners: list[torch.Tensor | None] = [None] * len(self._storages)
         for p in self._placed:

@@ -380,67 +380,71 @@ async def main() -> None:
             base_model=base_model,
             base_path=settings.art_path or ".art",
         )
-        await model.register(backend)
-        config = PipelineConfig(
-            temperature=settings.temperature,
-            eval_temperature=settings.eval_temperature,
-            max_tokens=settings.max_tokens,
-        )
-        last_eval: list[float] = []
-
-        async def single_rollout(
-            model: TrainableModel, scenario: Scenario, config: PipelineConfig
-        ) -> Trajectory:
-            return await rollout(
-                model,
-                scenario,
-                config.temperature,
-                "train",
-                max_tokens=config.max_tokens,
-                request_timeout=settings.request_timeout,
+        try:
+            await model.register(backend)
+            config = PipelineConfig(
+                temperature=settings.temperature,
+                eval_temperature=settings.eval_temperature,
+                max_tokens=settings.max_tokens,
             )
+            last_eval: list[float] = []
 
-        async def eval_fn(
-            model: TrainableModel, _step: int, config: PipelineConfig
-        ) -> list[Trajectory]:
-            trajectories = await evaluate(model, config, request_timeout=settings.request_timeout)
-            if trajectories:
-                last_eval.append(sum(t.reward for t in trajectories) / len(trajectories))
-            return trajectories
+            async def single_rollout(
+                model: TrainableModel, scenario: Scenario, config: PipelineConfig
+            ) -> Trajectory:
+                return await rollout(
+                    model,
+                    scenario,
+                    config.temperature,
+                    "train",
+                    max_tokens=config.max_tokens,
+                    request_timeout=settings.request_timeout,
+                )
 
-        trainer = PipelineTrainer(
-            model,
-            backend,
-            make_group_rollout_fn(single_rollout, n=settings.rollouts_per_scenario),
-            scenario_stream(settings.scenario_count),
-            config,
-            eval_fn,
-            pipeline=PipelineRuntimeConfig(
-                num_rollout_workers=settings.num_rollout_workers,
-                min_batch_size=settings.min_batch_size,
-                max_batch_size=settings.max_batch_size,
-            ),
-            max_steps_off_policy=settings.max_steps_off_policy,
-            learning_rate=settings.learning_rate,
-            log_interval_seconds=settings.log_interval_seconds,
-            eval_every_n_steps=settings.eval_every_n_steps,
-            eval_at_start=settings.eval_at_start,
-            save_checkpoint=settings.save_checkpoint,
-            resume=settings.resume,
-            max_steps=settings.max_steps,
-        )
-        print(
-            "Starting pipeline trainer test: "
-            f"max_steps={settings.max_steps} scenarios={settings.scenario_count} "
-            f"rollouts_per_scenario={settings.rollouts_per_scenario} "
-            f"secret_len={SECRET_LEN}"
-        )
-        await trainer.train()
-        print("Training completed.")
-        if last_eval:
-            print(f"Last eval avg reward: {last_eval[-1]:.3f}")
-        print_history_summary(model, tail=5)
-        await model.close()
+            async def eval_fn(
+                model: TrainableModel, _step: int, config: PipelineConfig
+            ) -> list[Trajectory]:
+                trajectories = await evaluate(
+                    model, config, request_timeout=settings.request_timeout
+                )
+                if trajectories:
+                    last_eval.append(sum(t.reward for t in trajectories) / len(trajectories))
+                return trajectories
+
+            trainer = PipelineTrainer(
+                model,
+                backend,
+                make_group_rollout_fn(single_rollout, n=settings.rollouts_per_scenario),
+                scenario_stream(settings.scenario_count),
+                config,
+                eval_fn,
+                pipeline=PipelineRuntimeConfig(
+                    num_rollout_workers=settings.num_rollout_workers,
+                    min_batch_size=settings.min_batch_size,
+                    max_batch_size=settings.max_batch_size,
+                ),
+                max_steps_off_policy=settings.max_steps_off_policy,
+                learning_rate=settings.learning_rate,
+                log_interval_seconds=settings.log_interval_seconds,
+                eval_every_n_steps=settings.eval_every_n_steps,
+                eval_at_start=settings.eval_at_start,
+                save_checkpoint=settings.save_checkpoint,
+                resume=settings.resume,
+                max_steps=settings.max_steps,
+            )
+            print(
+                "Starting pipeline trainer test: "
+                f"max_steps={settings.max_steps} scenarios={settings.scenario_count} "
+                f"rollouts_per_scenario={settings.rollouts_per_scenario} "
+                f"secret_len={SECRET_LEN}"
+            )
+            await trainer.train()
+            print("Training completed.")
+            if last_eval:
+                print(f"Last eval avg reward: {last_eval[-1]:.3f}")
+            print_history_summary(model, tail=5)
+        finally:
+            await model.close()
     finally:
         await backend.close()
 

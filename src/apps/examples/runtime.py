@@ -40,8 +40,9 @@ def load_env_file(
     path: str | os.PathLike[str] = ".env", environ: MutableMapping[str, str] | None = None
 ) -> dict[str, str]:
     """Set the `KEY=VALUE` lines of `path` (when it exists) that `environ` (os.environ) lacks;
-    what was set. Blank lines and `#` comments are skipped, `export ` and one pair of
-    matching quotes around a value are dropped."""
+    what was set. Blank lines, `#` comment lines and lines without `=` are skipped; `export `,
+    one pair of matching quotes around a value, and a ` #` comment after an unquoted value are
+    dropped. Not python-dotenv: no `${VAR}` expansion, no multi-line values."""
     target = os.environ if environ is None else environ
     file = Path(path)
     if not file.is_file():
@@ -53,12 +54,16 @@ def load_env_file(
             continue
         key, sep, value = line.removeprefix("export ").partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not key.isidentifier():
+        if not sep:
+            continue  # a bare name, as dotenv reads it: no value to set
+        if not key.isidentifier():
             raise InvalidInputError(
                 f"{file}:{number} is not a KEY=VALUE line: {raw!r:.80}; fix or remove it"
             )
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
         if key not in target:
             target[key] = added[key] = value
     return added
@@ -102,9 +107,10 @@ def make_backend(
     if kind == "tinker":
         from ...adapters.tinker import TinkerBackend
 
+        # loss_fn=None: each update's own loss (the examples' "cispo"), as ART's Tinker backend
         if lora_rank is None:
-            return TinkerBackend(path)
-        return TinkerBackend(path, lora_rank=lora_rank)
+            return TinkerBackend(path, loss_fn=None)
+        return TinkerBackend(path, lora_rank=lora_rank, loss_fn=None)
     from ...adapters.local import LocalBackend
 
     if lora_rank is None:

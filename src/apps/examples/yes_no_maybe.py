@@ -54,8 +54,8 @@ def build_scenarios() -> list[dict[str, str]]:
 
 
 def reward_for_answer(text: str) -> float:
-    """Score: maybe=1.0, no=0.75, yes=0.5, other=0.0 (the first word, lowercased, with
-    surrounding punctuation and quotes dropped)."""
+    """The answer's first word, lowercased and stripped of punctuation and quotes, scored:
+    "maybe" 1.0, "no" 0.75, "yes" 0.5, anything else 0.0."""
     words = text.lower().split(maxsplit=1)
     if not words:
         return 0.0
@@ -95,7 +95,8 @@ async def eval_fn(
 async def rollout_fn(
     model: TrainableModel, scenario: dict[str, str], _config: Any
 ) -> TrajectoryGroup:
-    """Single inference call returns N completions for the group."""
+    """One chat request with `n=ROLLOUTS_PER_SCENARIO`: each of its choices is a rollout of
+    the group, scored by `reward_for_answer`."""
     messages = _messages(scenario)
     response = await model.openai_client().chat.completions.create(
         messages=messages,
@@ -157,20 +158,22 @@ async def main() -> None:
         model = TrainableModel(
             name=model_name, run_name=model_name, project=PROJECT, base_model=base_model
         )
-        print("Registering model with backend")
-        await model.register(backend)
-        print("Model registered")
+        try:
+            print("Registering model with backend")
+            await model.register(backend)
+            print("Model registered")
 
-        base_scenarios = build_scenarios()
-        trainer = make_trainer(
-            model, backend, cycle(base_scenarios), base_scenarios[:EVAL_TRAJECTORY_COUNT]
-        )
-        print(
-            f"Training {model_name}: {MAX_STEPS} steps, "
-            f"{len(base_scenarios)} unique scenarios (cycling)"
-        )
-        await trainer.train()
-        await model.close()
+            base_scenarios = build_scenarios()
+            trainer = make_trainer(
+                model, backend, cycle(base_scenarios), base_scenarios[:EVAL_TRAJECTORY_COUNT]
+            )
+            print(
+                f"Training {model_name}: {MAX_STEPS} steps, "
+                f"{len(base_scenarios)} unique scenarios (cycling)"
+            )
+            await trainer.train()
+        finally:
+            await model.close()
     finally:
         await backend.close()
 

@@ -123,7 +123,7 @@ class IntervalStrategy(str, Enum):  # noqa: UP042
     EPOCH = "epoch"
 
 
-SaveStrategy: TypeAlias = IntervalStrategy  # as in ART (and transformers): the same enum
+SaveStrategy: TypeAlias = IntervalStrategy  # as in ART: the same enum
 
 
 class HubStrategy(str, Enum):  # noqa: UP042

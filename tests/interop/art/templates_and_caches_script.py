@@ -47,7 +47,8 @@ def run(lib, cases):
     for root, environ in cases["compiled"]:
         out["compiled"].append(str(caches.compiler_cache_root(root, dict(environ))))
     for path in cases["paths"]:
-        out["fs"].append([caches.cache_filesystem_type(path), caches.network_cache_warning(path)])
+        warned = caches.network_cache_warning(path) is not None  # the wording is each one's own
+        out["fs"].append([caches.cache_filesystem_type(path), warned])
     return out
 
 
