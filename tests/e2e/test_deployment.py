@@ -456,6 +456,23 @@ def test_an_art_step_without_provenance_is_staged_whole(
     assert staged == files_of(folder)
 
 
+def test_an_open_training_run_is_neither_logged_into_nor_finished(
+    wandb_offline: Path, tmp_path: Path
+) -> None:
+    import wandb
+
+    folder = arthex_checkpoint(tmp_path, 4)
+    training = wandb.init(project=PROJECT, name="training", reinit="create_new")
+    try:
+        before = set(offline_run_dirs(wandb_offline))
+        deploy_wandb(model(tmp_path, WANDB_BASE, entity="me"), str(folder), 4)
+        training.log({"reward": 1.0})  # still open: a finished run refuses this
+        (artifact,) = new_run(wandb_offline, before).artifacts  # a run of the deployment's own
+        assert artifact.type == "lora"
+    finally:
+        training.finish()
+
+
 BAD_WANDB: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("base model", {"base_model": TOGETHER_BASE.replace("Qwen2.5", "Qwen9")},
      UnsupportedBaseModelDeploymentError, "not supported for serverless LoRA deployment by W&B"),
