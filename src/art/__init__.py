@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from arthex.art.dev import LoRAConfig as LoRAConfig
     from arthex.composition.api import Model as Model
     from arthex.composition.api import TrainableModel as TrainableModel
+    from arthex.composition.capture import capture_calls as trajectory
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
     from arthex.composition.yield_trajectory import (
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
         "retry",
         "tensorize",
         "tokenize",
+        "trajectory",
         "trajectory_group",
         "trajectory_group_batches",
         "yield_trajectory",

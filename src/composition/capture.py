@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..adapters.http_capture import install
 from ..core.capture import (
     capture,
+    capture_calls,
     capture_trajectory,
     capture_trajectory_group,
     current_trajectory,
@@ -20,6 +21,7 @@ add_transport_hook(install)
 
 __all__ = [
     "capture",
+    "capture_calls",
     "capture_trajectory",
     "capture_trajectory_group",
     "current_trajectory",

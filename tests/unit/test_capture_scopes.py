@@ -15,6 +15,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 import arthex
+import arthex.art as art
 from arthex.core.capture.endpoints import register_endpoint
 from arthex.core.capture.scope import SKIPPED_METRIC
 from arthex.core.errors import InvalidInputError
@@ -383,3 +384,27 @@ def test_a_group_takes_its_rollouts_when_called_so_a_loop_variable_is_kept() -> 
     first, second = run(main())
     assert [asked(t) for t in first.trajectories] == [["first"], ["first"]]
     assert [asked(t) for t in second.trajectories] == [["second"], ["second"]]
+
+
+def test_arts_trajectory_form_records_the_calls_whatever_the_coroutine_returns() -> None:
+    """`art.trajectory(coroutine)`: every call to any endpoint, the coroutine's own return value
+    (even a Trajectory) not the result, no reward set, a raised error passed on."""
+
+    script = ChatScript(echo)
+
+    async def agent(text: str) -> Trajectory:
+        openai = client(script, OTHER)  # not registered, not named: ART records it anyway
+        await ask(openai, text)
+        await ask(openai, text + "!")
+        return Trajectory(messages_and_choices=[], reward=9.0)
+
+    async def broken() -> None:
+        await ask(client(script), "half")
+        raise ValueError("the tool broke")
+
+    trajectory = run(art.trajectory(agent("hi")))
+    assert asked(trajectory) == ["hi", "hi!"] and trajectory.reward == 0.0
+    with pytest.raises(ValueError, match="the tool broke"):
+        run(art.trajectory(broken()))
+    with pytest.raises(InvalidInputError, match=r"^capture_calls takes un-awaited coroutines"):
+        run(art.trajectory(agent))  # type: ignore[arg-type]  # the function, not a call

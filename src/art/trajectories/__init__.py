@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.composition.capture import capture_calls as trajectory
     from arthex.composition.capture import current_trajectory as current_trajectory
     from arthex.composition.capture import no_capture as no_capture
     from arthex.core.exchanges import ChatCompletionsExchange as ChatCompletionsExchange
@@ -131,6 +132,7 @@ if TYPE_CHECKING:
         "no_capture",
         "tensorize",
         "tokenize",
+        "trajectory",
         "trajectory_group",
     ]
 else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..conversations import Conversation
 from .conversations import conversations
 from .endpoints import register_endpoint
-from .forms import capture, capture_trajectory, capture_trajectory_group
+from .forms import capture, capture_calls, capture_trajectory, capture_trajectory_group
 from .samples import TokenSample, token_samples
 from .scope import add_transport_hook, current_trajectory, no_capture, recorder_for
 from .training import training_groups
@@ -19,6 +19,7 @@ __all__ = [
     "TokenSample",
     "add_transport_hook",
     "capture",
+    "capture_calls",
     "capture_trajectory",
     "capture_trajectory_group",
     "conversations",

@@ -190,6 +190,20 @@ async def capture_trajectory(
     return trajectory
 
 
+async def capture_calls(coroutine: Coroutine[Any, Any, Any]) -> Trajectory:
+    """The calls `coroutine` makes, as a trajectory (ART's `art.trajectory(coroutine)`): run it
+    in a scope watching every endpoint (as ART's records any chat, responses or messages call,
+    whatever the host) and return what the scope recorded, whatever the coroutine returns (a
+    Trajectory it returns is not the result). Its reward is left unset; an error it raises
+    propagates."""
+    _check_coroutines([coroutine], "capture_calls")
+
+    async def result_dropped() -> None:
+        await coroutine
+
+    return await capture_trajectory(result_dropped(), endpoints="any")
+
+
 def capture_trajectory_group(
     rollouts: Iterable[Coroutine[Any, Any, Any]],
     *,
