@@ -186,7 +186,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.utils.append_only": _INTERNAL,
     "art.utils.chat_template": _INTERNAL,
     "art.utils.convert_moe_lora": _INTERNAL,
-    "art.utils.managed_process": _INTERNAL,
     "art.vllm_route_transport": _VLLM,
     "art.vllm_runtime": _VLLM,
 }
@@ -948,15 +947,15 @@ MODULES: dict[str, dict[str, Entry]] = {
                 "terminate_popen_process_group",
             )
         },
-        "managed_process_cmd": Refuse(
-            "arthex has no managed-process wrapper (ART's art.utils.managed_process); start the "
-            "child with subprocess.Popen(..., start_new_session=True) and end it with "
-            "terminate_popen_process_group(process)"
-        ),
+        "managed_process_cmd": Use("arthex.utils.process_lifecycle", "managed_process_cmd"),
     },
     "art.utils.logging": {
         name: Use("arthex.utils.status_lines", name)
         for name in ("dim", "err", "info", "ok", "step", "warn")
+    },
+    "art.utils.managed_process": {
+        name: Use("arthex.utils.managed_process", name)
+        for name in ("main", "parse_args", "set_parent_death_signal")
     },
     "art.utils.litellm": {
         "convert_litellm_choice_to_openai": Use(

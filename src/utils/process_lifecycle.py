@@ -24,8 +24,9 @@ import atexit
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
@@ -38,6 +39,7 @@ __all__ = [
     "complete_to_thread",
     "consume_future_exception",
     "kill_process_group",
+    "managed_process_cmd",
     "process_shutdown_sweep_grace",
     "process_shutdown_timeout",
     "terminate_asyncio_process_group",
@@ -130,6 +132,25 @@ async def cleanup_after_failure(
         await cleanup()
     except BaseException as second:
         raise BaseExceptionGroup(message, [primary, second]) from None
+
+
+def managed_process_cmd(command: Sequence[str], *, parent_pid: int | None = None) -> list[str]:
+    """`command` wrapped so that it cannot outlive `parent_pid` (default: this process): run
+    the returned list (arthex.utils.managed_process supervises the command; when the parent
+    is gone it is stopped, given a nesting-level-2 timeout, then its group swept)."""
+    return [
+        sys.executable,
+        "-m",
+        "arthex.utils.managed_process",
+        "--parent-pid",
+        str(parent_pid or os.getpid()),
+        "--child-timeout",
+        str(process_shutdown_timeout(2)),
+        "--sweep-grace",
+        str(process_shutdown_sweep_grace()),
+        "--",
+        *command,
+    ]
 
 
 def kill_process_group(pid: int, sig: signal.Signals) -> None:

@@ -240,7 +240,8 @@ def test_without_an_old_handler_a_signal_ends_the_program_after_closing() -> Non
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
-def test_arts_managed_process_wrapper_is_refused_in_one_line() -> None:
-    refused = "managed_process_cmd"
-    with pytest.raises(ImportError, match="no managed-process wrapper"):
-        getattr(lifecycle, refused)
+def test_arts_managed_process_wrapper_is_arthexs_supervisor() -> None:
+    """What it runs is tested with real processes in tests/faults/test_managed_process.py."""
+    wrapped = lifecycle.managed_process_cmd(["true"])
+    assert wrapped[1:3] == ["-m", "arthex.utils.managed_process"]
+    assert wrapped[wrapped.index("--parent-pid") + 1] == str(os.getpid())

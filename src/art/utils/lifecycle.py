@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from arthex.utils.process_lifecycle import complete_to_thread as complete_to_thread
     from arthex.utils.process_lifecycle import consume_future_exception as consume_future_exception
     from arthex.utils.process_lifecycle import kill_process_group as kill_process_group
+    from arthex.utils.process_lifecycle import managed_process_cmd as managed_process_cmd
     from arthex.utils.process_lifecycle import (
         process_shutdown_sweep_grace as process_shutdown_sweep_grace,
     )
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         "complete_to_thread",
         "consume_future_exception",
         "kill_process_group",
+        "managed_process_cmd",
         "process_shutdown_sweep_grace",
         "process_shutdown_timeout",
         "terminate_asyncio_process_group",
