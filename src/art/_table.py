@@ -70,10 +70,6 @@ _SFT_TOKENS = (
     "arthex's SFT renders the chat template and masks all but the assistant turns inside "
     "model.train_sft(...)"
 )
-_CAPTURE = (
-    "use arthex.capture() (a scope or a decorator), arthex.capture_trajectory(...) or "
-    "arthex.current_trajectory(): every chat completion to a watched endpoint is recorded"
-)
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
 _TINKER_SERVER = (
     "arthex.TinkerBackend serves each registered model from arthex's OpenAI-compatible server "
@@ -293,7 +289,6 @@ _LEASES: dict[str, Entry] = {
         "the latest step, model.get_inference_name(step) one step"
     ),
 }
-_YIELD = Refuse(_CAPTURE)
 _GET_TOKENIZER = Use("arthex.utils.tokenizer", "get_tokenizer")
 _TOKENIZED = "arthex.utils.tokenized_trajectories"
 _TOKENIZING = "arthex.utils.trajectory_tokenizing"
