@@ -1,4 +1,5 @@
-"""Reading a wandb offline run back: what `wandb sync` would upload.
+"""Reading a wandb offline run back: what `wandb sync` would upload; and the environment
+that keeps the SDK offline and inside a test's own folder (`sandbox_environment`).
 
 The SDK ships no reader for its `.wandb` transaction logs; tests use this one to prove what
 the WandbReporter logged (keys, values, the x-axis, config), not only that a call happened.
@@ -13,13 +14,38 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from ..adapters.wandb_reporter import X_AXIS
 from ..core.errors import CorruptDataError
 from ..core.metrics import MetricsRow
+
+
+class EnvironmentPatch(Protocol):
+    """What `sandbox_environment` changes the environment through (pytest's MonkeyPatch)."""
+
+    def setenv(self, name: str, value: str) -> None: ...
+
+    def delenv(self, name: str, raising: bool = True) -> None: ...
+
+
+def sandbox_environment(patch: EnvironmentPatch, home: Path, *, offline: bool = True) -> None:
+    """Every folder the SDK writes (config, cache, data, artifacts) under `home`, no console
+    output, git, code or system stats collected; `WANDB_DIR` unset (each run names its
+    own); and offline mode, or with `offline=False` `WANDB_MODE` unset (the caller's runs
+    say their mode)."""
+    for name in ("CONFIG", "CACHE", "DATA", "ARTIFACT"):
+        patch.setenv(f"WANDB_{name}_DIR", str(home / name.lower()))
+    for name in ("SILENT", "DISABLE_GIT", "DISABLE_CODE", "X_DISABLE_STATS"):
+        patch.setenv(f"WANDB_{name}", "true")
+    patch.delenv("WANDB_DIR", raising=False)
+    if offline:
+        patch.setenv("WANDB_MODE", "offline")
+    else:
+        patch.delenv("WANDB_MODE", raising=False)
+
 
 _LOG_HEADER = struct.Struct("<4sHB")
 _LOG_IDENT, _LOG_MAGIC, _LOG_VERSION = b":W&B", 0xBEE1, 0

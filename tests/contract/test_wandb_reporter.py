@@ -29,6 +29,7 @@ from arthex.testing.wandb_offline import (
     finished_runs,
     offline_run_dirs,
     read_offline_run,
+    sandbox_environment,
 )
 
 wandb = pytest.importorskip("wandb")
@@ -48,13 +49,7 @@ RUN = RunRef("proj", "model-a")
 def offline_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     home = tmp_path_factory.mktemp("wandb-home")
     patch = pytest.MonkeyPatch()
-    for name in ("CONFIG", "CACHE", "DATA", "ARTIFACT"):
-        patch.setenv(f"WANDB_{name}_DIR", str(home / name.lower()))
-    patch.setenv("WANDB_SILENT", "true")
-    patch.setenv("WANDB_DISABLE_GIT", "true")
-    patch.setenv("WANDB_DISABLE_CODE", "true")
-    patch.delenv("WANDB_DIR", raising=False)
-    patch.delenv("WANDB_MODE", raising=False)
+    sandbox_environment(patch, home, offline=False)  # the reporter says offline itself
     yield
     wandb.teardown()  # stops the SDK's service process
     patch.undo()

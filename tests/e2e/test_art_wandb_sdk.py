@@ -13,7 +13,7 @@ from arthex.art.utils import record_provenance as provenance_from_utils
 from arthex.art.utils import wandb_sdk
 from arthex.art.utils.record_provenance import record_provenance
 from arthex.core.errors import InvalidInputError
-from arthex.testing.wandb_offline import offline_run_dirs, read_offline_run
+from arthex.testing.wandb_offline import offline_run_dirs, read_offline_run, sandbox_environment
 from arthex.utils.record_provenance import record_on
 
 wandb = pytest.importorskip("wandb")
@@ -23,12 +23,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("CONFIG", "CACHE", "DATA", "ARTIFACT"):
-        monkeypatch.setenv(f"WANDB_{name}_DIR", str(tmp_path / "wandb-home" / name.lower()))
-    for name, value in (("MODE", "offline"), ("SILENT", "true"), ("DISABLE_GIT", "true"),
-                        ("DISABLE_CODE", "true"), ("X_DISABLE_STATS", "true")):  # fmt: skip
-        monkeypatch.setenv(f"WANDB_{name}", value)
-    for name in ("WANDB_DIR", "WANDB_API_KEY", "WANDB_ENTITY"):
+    sandbox_environment(monkeypatch, tmp_path / "wandb-home")
+    for name in ("WANDB_API_KEY", "WANDB_ENTITY"):
         monkeypatch.delenv(name, raising=False)
     yield
     wandb.teardown()

@@ -12,7 +12,7 @@ import pytest
 from arthex.art import Model
 from arthex.art.utils.benchmarking.log_constant_metrics_wandb import log_constant_metrics_wandb
 from arthex.core.errors import InvalidInputError
-from arthex.testing.wandb_offline import finished_runs
+from arthex.testing.wandb_offline import finished_runs, sandbox_environment
 
 wandb = pytest.importorskip("wandb")
 
@@ -21,12 +21,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("CONFIG", "CACHE", "DATA", "ARTIFACT"):
-        monkeypatch.setenv(f"WANDB_{name}_DIR", str(tmp_path / "wandb-home" / name.lower()))
-    for name, value in (("MODE", "offline"), ("SILENT", "true"), ("DISABLE_GIT", "true"),
-                        ("DISABLE_CODE", "true"), ("X_DISABLE_STATS", "true")):  # fmt: skip
-        monkeypatch.setenv(f"WANDB_{name}", value)
-    monkeypatch.delenv("WANDB_DIR", raising=False)
+    sandbox_environment(monkeypatch, tmp_path / "wandb-home")
     yield
     wandb.teardown()
 

@@ -46,7 +46,7 @@ from arthex.art.utils.deployment import (
 from arthex.art.utils.deployment.together import deploy_to_together
 from arthex.art.utils.output_dirs import get_model_dir, get_step_checkpoint_dir
 from arthex.core.errors import BackendError, InvalidInputError
-from arthex.testing.wandb_offline import offline_run_dirs, read_offline_run
+from arthex.testing.wandb_offline import offline_run_dirs, read_offline_run, sandbox_environment
 from tests._s3_server import BUCKET, S3
 from tests._together_server import API_KEY, USER, Together
 
@@ -380,14 +380,8 @@ def wandb_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     pytest.importorskip("wandb")
     home = tmp_path_factory.mktemp("wandb-home")
     with pytest.MonkeyPatch.context() as patch:
-        for name in ("CACHE", "CONFIG", "DATA", "ARTIFACT"):
-            patch.setenv(f"WANDB_{name}_DIR", str(home / name.lower()))
-        patch.setenv("WANDB_DIR", str(home))
-        patch.setenv("WANDB_MODE", "offline")
-        patch.setenv("WANDB_SILENT", "true")
-        patch.setenv("WANDB_DISABLE_GIT", "true")
-        patch.setenv("WANDB_DISABLE_CODE", "true")
-        patch.setenv("WANDB__DISABLE_STATS", "true")
+        sandbox_environment(patch, home)
+        patch.setenv("WANDB_DIR", str(home))  # the deployment's runs name no folder
         patch.delenv("WANDB_ENTITY", raising=False)
         yield home
 

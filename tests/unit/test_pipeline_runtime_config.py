@@ -17,7 +17,9 @@ from ._pipeline_world import RUN, World
 from .test_pipeline_updates import two_rewards
 
 
-def trainer(world: World, **options: Any) -> PipelineTrainer[Any, Any, Any]:
+def trainer(
+    world: World, off_policy: int | None = 0, **options: Any
+) -> PipelineTrainer[Any, Any, Any]:
     return PipelineTrainer(
         world.model(),
         world.backend,
@@ -25,7 +27,7 @@ def trainer(world: World, **options: Any) -> PipelineTrainer[Any, Any, Any]:
         list(range(3)),
         None,
         state_store=world.state,
-        max_steps_off_policy=0,
+        max_steps_off_policy=off_policy,
         **options,
     )
 

@@ -22,7 +22,7 @@ from arthex.core.errors import InvalidInputError
 from arthex.core.pipeline import PipelineTrainer
 
 from ._pipeline_world import RUN, World
-from .test_pipeline_updates import two_rewards
+from .test_pipeline_runtime_config import trainer as runtime_trainer
 
 SETTINGS = {"num_rollout_workers": 48, "min_batch_size": 16, "max_batch_size": 32,
             "queue_maxsize": 8, "target_groups_per_step": 32}  # fmt: skip
@@ -39,16 +39,8 @@ def profile_file(path: Path, settings: dict[str, int] = SETTINGS, **fields: Any)
 def trainer(
     world: World, off_policy: int | None = 2, **options: Any
 ) -> PipelineTrainer[Any, Any, Any]:
-    return PipelineTrainer(
-        world.model(),
-        world.backend,
-        two_rewards,
-        list(range(3)),
-        None,
-        state_store=world.state,
-        max_steps_off_policy=off_policy,
-        **options,
-    )
+    """The runtime-config tests' trainer, two steps off policy unless told."""
+    return runtime_trainer(world, off_policy, **options)
 
 
 def settings(made: PipelineTrainer[Any, Any, Any]) -> tuple[int, int, int, int]:
