@@ -5,14 +5,16 @@ is an error naming `pip install "arthex[wandb]"` at the first call, not at impor
 Each passes its arguments to the SDK unchanged: `api` builds `wandb.Api`, `artifact` a
 `wandb.Artifact`, `init` starts a run (`wandb.init`), `login` is `wandb.login`, `settings`
 builds `wandb.Settings`, and `comm_error_type` is the exception wandb raises when its server
-cannot answer (`wandb.errors.CommError`).
+cannot answer (`wandb.errors.CommError`). Type checkers see the SDK's own callables, so
+their parameters and return types are checked; at run time each is a door that imports the
+SDK on first call.
 """
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import MissingExtraError
 
@@ -26,29 +28,33 @@ def _sdk(module: str) -> ModuleType:
         raise MissingExtraError("wandb", "wandb") from error
 
 
-def api(*args: Any, **kwargs: Any) -> Any:
-    """`wandb.Api(*args, **kwargs)`: W&B's public API (it checks the key with the server)."""
-    return _sdk("wandb.apis.public").Api(*args, **kwargs)
+if TYPE_CHECKING:  # type checkers and IDEs see the SDK's own names, parameters and types
+    from wandb.apis.public import Api as api
+    from wandb.sdk.artifacts.artifact import Artifact as artifact
+    from wandb.sdk.wandb_init import init as init
+    from wandb.sdk.wandb_login import login as login
+    from wandb.sdk.wandb_settings import Settings as settings
+else:
 
+    def api(*args: Any, **kwargs: Any) -> Any:
+        """`wandb.Api(...)`: W&B's public API (it checks the key with the server)."""
+        return _sdk("wandb.apis.public").Api(*args, **kwargs)
 
-def artifact(*args: Any, **kwargs: Any) -> Any:
-    """`wandb.Artifact(*args, **kwargs)`: a new artifact to add files to and log."""
-    return _sdk("wandb.sdk.artifacts.artifact").Artifact(*args, **kwargs)
+    def artifact(*args: Any, **kwargs: Any) -> Any:
+        """`wandb.Artifact(...)`: a new artifact to add files to and log."""
+        return _sdk("wandb.sdk.artifacts.artifact").Artifact(*args, **kwargs)
 
+    def init(*args: Any, **kwargs: Any) -> Any:
+        """`wandb.init(...)`: start (or resume) a run."""
+        return _sdk("wandb.sdk.wandb_init").init(*args, **kwargs)
 
-def init(*args: Any, **kwargs: Any) -> Any:
-    """`wandb.init(*args, **kwargs)`: start (or resume) a run."""
-    return _sdk("wandb.sdk.wandb_init").init(*args, **kwargs)
+    def login(*args: Any, **kwargs: Any) -> Any:
+        """`wandb.login(...)`."""
+        return _sdk("wandb.sdk.wandb_login").login(*args, **kwargs)
 
-
-def login(*args: Any, **kwargs: Any) -> Any:
-    """`wandb.login(*args, **kwargs)`."""
-    return _sdk("wandb.sdk.wandb_login").login(*args, **kwargs)
-
-
-def settings(*args: Any, **kwargs: Any) -> Any:
-    """`wandb.Settings(*args, **kwargs)`."""
-    return _sdk("wandb.sdk.wandb_settings").Settings(*args, **kwargs)
+    def settings(*args: Any, **kwargs: Any) -> Any:
+        """`wandb.Settings(...)`."""
+        return _sdk("wandb.sdk.wandb_settings").Settings(*args, **kwargs)
 
 
 def comm_error_type() -> type[Exception]:
