@@ -87,6 +87,7 @@ class Together:
             ("Running", "Downloading model"),
             ("Complete", "Model upload complete"),
         ]
+        self.unavailable = 0  # the next job GETs answered 503, as a busy Together can
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -119,6 +120,9 @@ class Together:
             return 200, {"data": [job.summary() for job in self.jobs.values()]}
         if path.startswith("/v1/jobs/") and method == "GET":
             job = self.jobs.get(path.removeprefix("/v1/jobs/"))
+            if job is not None and self.unavailable > 0:
+                self.unavailable -= 1
+                return 503, {"error": {"message": "service unavailable"}}
             if job is None:
                 return 404, {"error": {"message": "job not found"}}
             job.advance()

@@ -33,6 +33,10 @@ def base_url() -> str:
     return (os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
 
 
+class TogetherUnavailable(BackendError):
+    """Together did not answer, or answered 429 or 5xx: a request that may work if repeated."""
+
+
 class TogetherApi:
     """An open client of Together's API; `async with TogetherApi(key) as api:`."""
 
@@ -77,10 +81,12 @@ class TogetherApi:
         try:
             response = await self._client.request(method, url, json=body)
         except httpx.HTTPError as error:
-            raise BackendError(f"{method} {url} failed: {error!r}") from error
+            raise TogetherUnavailable(f"{method} {url} failed: {error!r}") from error
         if response.status_code >= 400:
             text = " ".join(response.text.split())[:_BODY_CHARS]
-            raise BackendError(f"[HTTP {response.status_code}] {method} {url}: {text}")
+            busy = response.status_code == 429 or response.status_code >= 500
+            error_type = TogetherUnavailable if busy else BackendError
+            raise error_type(f"[HTTP {response.status_code}] {method} {url}: {text}")
         try:
             answer = response.json()
         except ValueError as error:

@@ -517,14 +517,27 @@ async def _wait(
 ) -> TogetherJob:
     _say(verbose, f"checking status of job {job_id} every {poll_seconds:g} seconds for "
                   f"{_duration(wait_seconds)}")  # fmt: skip
+    from ..adapters.together_api import TogetherUnavailable
+
     deadline = time.monotonic() + wait_seconds
+    unanswered: TogetherUnavailable | None = None
     while True:
-        job = await _job(api, job_id, verbose)
-        if job.status in (TogetherJobStatus.COMPLETE, TogetherJobStatus.FAILED):
-            return job
+        # the job runs at Together whatever happens to one poll: a poll Together did not
+        # answer (a network error, 429, 5xx) is asked again at the next, until the deadline
+        try:
+            job = await _job(api, job_id, verbose)
+        except TogetherUnavailable as error:
+            logger.warning("polling Together's job %s: %s; asking again", job_id, error)
+            unanswered = error
+        else:
+            unanswered = None
+            if job.status in (TogetherJobStatus.COMPLETE, TogetherJobStatus.FAILED):
+                return job
         if time.monotonic() + poll_seconds >= deadline:
+            last = f" (the last poll: {unanswered})" if unanswered is not None else ""
             raise LoRADeploymentTimedOutError(
                 f"LoRA deployment timed out after {_duration(wait_seconds)}. Job ID: {job_id}"
+                + last
             )
         await asyncio.sleep(poll_seconds)
 

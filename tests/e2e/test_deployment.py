@@ -305,6 +305,24 @@ def test_a_job_that_never_finishes_times_out_and_one_not_waited_for_returns_at_o
     assert calls(together) == [("GET", "/v1/jobs"), *[("GET", f"/v1/jobs/{job_id}")] * 2]
 
 
+def test_polls_together_does_not_answer_are_asked_again_until_the_deadline(
+    together: Together, s3: S3, tmp_path: Path
+) -> None:
+    folder = str(arthex_checkpoint(tmp_path, 8))
+    config = TogetherDeploymentConfig(s3_bucket=BUCKET, prefix="busy")
+    together.unavailable = 2
+    name = asyncio.run(deploy_to_together(model(tmp_path), folder, 8, config, poll_seconds=0.02,
+                                          wait_seconds=WAIT))  # fmt: skip
+    assert name == f"{USER}/{PROJECT}-{RUN}-8"
+    (job_id,) = together.jobs
+    assert calls(together).count(("GET", f"/v1/jobs/{job_id}")) == 2 + 3  # 2 unanswered
+    together.reset()
+    together.unavailable = 10**6
+    with pytest.raises(LoRADeploymentTimedOutError, match=r"the last poll: \[HTTP 503\]"):
+        asyncio.run(deploy_to_together(model(tmp_path), folder, 8, config, poll_seconds=0.02,
+                                       wait_seconds=0.2))  # fmt: skip
+
+
 def test_a_refused_key_is_one_line_naming_the_status(
     together: Together, s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

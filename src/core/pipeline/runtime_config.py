@@ -93,7 +93,7 @@ def tuned_settings(
             "autotune must be a PipelineAutotuneConfig (arthex.art.PipelineAutotuneConfig), "
             f"got {type(autotune).__name__}"
         )
-    tuned = autotune.pipeline_settings(model, max_steps_off_policy=max_steps_off_policy)
+    tuned = decide(model, max_steps_off_policy=max_steps_off_policy)
     if tuned is None:
         return pipeline
     changed = sorted(name for name, value in given.items() if value != DEFAULTS[name])
