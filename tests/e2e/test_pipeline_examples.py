@@ -189,3 +189,25 @@ def test_the_binary_prefix_example_runs_as_arts_module(tiny: str, tmp_path: Path
     rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if "val/reward" in row] == [0]
     assert max(row.get("discarded/cum/zero_variance_groups", 0) for row in rows) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("module", "setting", "said"),
+    [
+        ("yes_no_maybe_pipeline", {"ARTHEX_BACKEND": "vllm"}, "ARTHEX_BACKEND must be one of"),
+        ("binary_prefix_tool_pipeline", {"ARTHEX_BACKEND": "tinker"}, "needs the TINKER_API_KEY"),
+    ],
+)
+def test_a_refused_setting_is_one_line_and_exit_2(
+    module: str, setting: dict[str, str], said: str, tmp_path: Path
+) -> None:
+    """From a terminal, as a user starts an example: no traceback, nothing written."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "ARTHEX_BACKEND")}
+    done = subprocess.run(
+        [sys.executable, "-m", f"arthex.art.pipeline_trainer.{module}"],
+        capture_output=True, text=True, cwd=tmp_path, env={**env, **setting}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and said in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -20,10 +20,12 @@ anything is written.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping, MutableMapping
+import sys
+from collections.abc import Callable, Coroutine, Mapping, MutableMapping
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from ...core.errors import InvalidInputError
 from ...ports.training_backend import TrainingBackend
@@ -147,3 +149,13 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool | None
 def _env(name: str, environ: Mapping[str, str] | None) -> str | None:
     env = os.environ if environ is None else environ
     return env.get(name)
+
+
+def run_example(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run an example's `main()` from a terminal: a setting it refuses (a missing key, an
+    unknown backend) is one line on stderr and exit status 2, not a traceback."""
+    try:
+        asyncio.run(main())
+    except InvalidInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -11,7 +11,6 @@ arthex.LocalBackend on a small model (`ARTHEX_BACKEND`, `BASE_MODEL` override).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from datetime import datetime
 from functools import partial
@@ -179,4 +178,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    runtime.run_example(main)

@@ -48,10 +48,9 @@ if TYPE_CHECKING:
         "shared_prefix_len",
     ]
 elif __name__ == "__main__":  # `python -m`: the example itself
-    import asyncio
-
+    from arthex.apps.examples import runtime
     from arthex.apps.examples.binary_prefix_tool import main
 
-    asyncio.run(main())
+    runtime.run_example(main)
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -42,10 +42,9 @@ if TYPE_CHECKING:
         "rollout_fn",
     ]
 elif __name__ == "__main__":  # `python -m`: the example itself
-    import asyncio
-
+    from arthex.apps.examples import runtime
     from arthex.apps.examples.yes_no_maybe import main
 
-    asyncio.run(main())
+    runtime.run_example(main)
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
