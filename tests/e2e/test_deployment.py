@@ -402,6 +402,9 @@ def wandb_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         patch.setenv("WANDB_DIR", str(home))  # the deployment's runs name no folder
         patch.delenv("WANDB_ENTITY", raising=False)
         yield home
+    import wandb
+
+    wandb.teardown()  # the SDK's service this process started, and the WANDB_SERVICE it set
 
 
 @pytest.fixture

@@ -75,6 +75,9 @@ def run_process(root: Path, first_step: int, home: Path) -> tuple[bool, list[int
         "WANDB_ARTIFACT_DIR": str(home / "artifacts"),
     }
     env.pop("WANDB_DIR", None)
+    # a service another test left in this process would be inherited (wandb children join the
+    # service WANDB_SERVICE names): each logging process must start its own
+    env.pop("WANDB_SERVICE", None)
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(root), str(first_step)],
         env=env,
