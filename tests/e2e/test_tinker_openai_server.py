@@ -27,7 +27,7 @@ import openai
 from arthex.art.tinker import OpenAICompatibleTinkerServer
 from arthex.art.tinker.client import TinkerAsyncOpenAI
 from arthex.emulators.tinker import TinkerEmulator
-from tests._tinker import running_emulator
+from tests._tinker import running_emulator, sampler_paths
 
 pytestmark = [pytest.mark.e2e]
 
@@ -56,32 +56,7 @@ def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ti
 
 @pytest.fixture(scope="module")
 def paths(emulator: TinkerEmulator, tiny: str) -> dict[str, str]:
-    """Sampler paths saved by the SDK: `before` a training step and `after` it."""
-    import tinker
-    from tinker import types
-
-    service = tinker.ServiceClient(base_url=emulator.base_url, api_key=ALICE)
-    try:
-        trainer = service.create_lora_training_client(base_model=tiny, rank=8).result(TIMEOUT_S)
-        before = trainer.save_weights_for_sampler("before").result(TIMEOUT_S).path
-        tokens = [5, 17, 42, 8, 99, 3, 64, 12]
-        datum = types.Datum(
-            model_input=types.ModelInput.from_ints(tokens[:-1]),
-            loss_fn_inputs={
-                "target_tokens": types.TensorData(
-                    data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]
-                ),
-                "weights": types.TensorData(
-                    data=[1.0] * (len(tokens) - 1), dtype="float32", shape=[len(tokens) - 1]
-                ),
-            },
-        )
-        trainer.forward_backward([datum], "cross_entropy").result(TIMEOUT_S)
-        trainer.optim_step(types.AdamParams(learning_rate=5e-2)).result(TIMEOUT_S)
-        after = trainer.save_weights_for_sampler("after").result(TIMEOUT_S).path
-        return {"before": before, "after": after}
-    finally:
-        service.close("success").result(TIMEOUT_S)
+    return sampler_paths(emulator.base_url, ALICE, tiny, TIMEOUT_S)
 
 
 def sdk_logprobs(emulator: TinkerEmulator, path: str, tokens: list[int]) -> list[float | None]:
