@@ -357,3 +357,68 @@ def test_arts_module_paths_are_arthexs_server_and_client() -> None:
     assert Server is TinkerOpenAIServer and TinkerAsyncOpenAI is Client
     assert 8000 <= get_free_port("127.0.0.1") <= 65535
     assert math.isfinite(float(get_free_port("127.0.0.1")))
+
+
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
+WITH_A_TOOL_CALL: list[Any] = [
+    *MESSAGES,
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": '{"word": "fox"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "a small wild canine"},
+]
+
+
+def test_tools_and_tool_calls_are_rendered_by_the_base_models_chat_template(
+    emulator: TinkerEmulator, tiny: str
+) -> None:
+    from transformers import AutoTokenizer
+
+    template = AutoTokenizer.from_pretrained(tiny)
+    expected = template.apply_chat_template(
+        WITH_A_TOOL_CALL, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=WITH_A_TOOL_CALL, tools=TOOLS, max_tokens=4, temperature=0
+            )
+            prompt, _tokens, logprobs = sampled(answer.choices[0])
+            assert prompt == list(expected)
+            bare = await alice.chat.completions.create(
+                model=tiny, messages=WITH_A_TOOL_CALL, max_tokens=1, temperature=0
+            )
+            assert sampled(bare.choices[0])[0] != prompt  # the tools are in the prompt
+            scored = await alice.messages_and_choices.with_logprobs(
+                [*WITH_A_TOOL_CALL, answer.choices[0]], models=[tiny], tools=TOOLS
+            )
+            back = scored.messages_and_choices[-1]
+            assert not isinstance(back, dict) and back.logprobs is not None
+            values = [e.model_extra["extra_logprobs"][tiny] for e in back.logprobs.content or []]  # type: ignore[index]
+            assert close_to(values, logprobs)
+            assert scored.messages_and_choices[:-1] == WITH_A_TOOL_CALL
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -23,9 +23,11 @@ from openai.resources.models import (
 from openai.types import Model
 from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
+from pydantic import ValidationError
 
 from ...core.chat_types import Message, MessageOrChoice, Tools
 from ...core.errors import InvalidInputError
+from .openai_wire import WireMessageOrChoice
 
 __all__ = [
     "MessagesAndChoicesWithLogprobs",
@@ -62,10 +64,22 @@ def _wire(item: MessageOrChoice | Any) -> dict[str, Any]:
 
 class MessagesAndChoicesWithLogprobs(BaseModel):
     """The scored conversation: each choice's token logprob entries carry
-    `extra_logprobs[{model}]`; one usage per model."""
+    `extra_logprobs[{model}]`; one usage per model. Messages come back as plain dicts."""
 
-    messages_and_choices: ParsedMessagesAndChoices
+    messages_and_choices: list[WireMessageOrChoice]
     usages: list[CompletionUsage]
+
+    @classmethod
+    def construct(  # openai's own signature
+        cls, _fields_set: set[str] | None = None, **values: object
+    ) -> MessagesAndChoicesWithLogprobs:
+        """The openai client builds a response with `construct`, whose union handling
+        validates a message dict as OpenAI's TypedDicts (one-shot iterators in its iterable
+        fields); validating the answer keeps each message the dict it came as."""
+        try:
+            return cls.model_validate(values)
+        except ValidationError:  # not the expected shape: build it loosely, as openai does
+            return super().construct(_fields_set, **values)
 
 
 class TinkerAsyncModels(AsyncModels):

@@ -54,7 +54,6 @@ from .openai_wire import (
     MessagesAndChoicesWithLogprobsArgs,
     ModelUpsert,
     as_json,
-    items_of,
 )
 from .tenants import TinkerTenant, TokenizerCache
 
@@ -343,7 +342,7 @@ class TinkerOpenAIServer:
             except ValueError as exc:  # JSON's errors and pydantic's ValidationError
                 detail = _problems(exc) if isinstance(exc, ValidationError) else str(exc)
                 raise HttpRefusal(400, f"with_logprobs: {detail}") from exc
-            items = items_of(raw, args)
+            items = list(args.messages_and_choices)
             usages = await asyncio.gather(
                 *(
                     _score(tenant, model, args.model_aliases.get(model, model), items)

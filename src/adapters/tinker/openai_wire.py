@@ -5,24 +5,45 @@ arthex's OpenAI wire (`adapters.inference.chat_wire`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias, cast
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from openai.types import Model
 from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PlainValidator, TypeAdapter
 
 from ...core.chat_types import Message, Tools
+
+_MESSAGE: TypeAdapter[Message] = TypeAdapter(Message)
 
 __all__ = [
     "MessagesAndChoicesWithLogprobs",
     "MessagesAndChoicesWithLogprobsArgs",
     "ModelList",
     "ModelUpsert",
+    "WireMessageOrChoice",
     "WireMessagesAndChoices",
+    "message_or_choice",
 ]
 
-WireMessagesAndChoices: TypeAlias = list[Choice | Message]
+
+def message_or_choice(value: object) -> Choice | Message:
+    """A Choice (validated), or a message kept as the dict it came as once it validates as one
+    of OpenAI's message types: pydantic turns the iterable fields of those TypedDicts (content
+    parts, tool calls, even a string content) into one-shot iterators, so the validated copy
+    is not what the caller sent."""
+    if isinstance(value, Choice):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a message or a Choice, got {type(value).__name__}")
+    if "role" not in value and "message" in value:
+        return Choice.model_validate(value)
+    _MESSAGE.validate_python(value)
+    return cast(Message, dict(value))
+
+
+WireMessageOrChoice: TypeAlias = Annotated[Choice | Message, PlainValidator(message_or_choice)]
+WireMessagesAndChoices: TypeAlias = list[WireMessageOrChoice]
 
 
 class ModelList(BaseModel):
@@ -54,19 +75,6 @@ class MessagesAndChoicesWithLogprobs(BaseModel):
 
     messages_and_choices: WireMessagesAndChoices
     usages: list[CompletionUsage]
-
-
-def items_of(raw: object, args: MessagesAndChoicesWithLogprobsArgs) -> list[Choice | Message]:
-    """The conversation to answer with: each Choice as validated, each message as it came
-    (validated too, but pydantic turns a message's string content into a one-shot iterator
-    where the OpenAI types allow an iterable of parts, so the original dict is kept)."""
-    sent = raw.get("messages_and_choices") if isinstance(raw, dict) else None
-    if not isinstance(sent, list) or len(sent) != len(args.messages_and_choices):
-        return list(args.messages_and_choices)
-    return [
-        item if isinstance(item, Choice) else cast(Message, original)
-        for original, item in zip(sent, args.messages_and_choices, strict=True)
-    ]
 
 
 def as_json(item: Choice | Message) -> dict[str, Any]:
