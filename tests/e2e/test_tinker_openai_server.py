@@ -287,10 +287,18 @@ def test_bad_keys_and_unknown_models_are_clear_http_errors(
                     await mallory.chat.completions.create(
                         model=tiny, messages=MESSAGES, max_tokens=2
                     )
+            async with httpx.AsyncClient(base_url=guarded_url.removesuffix("/v1")) as http:
+                metrics = (await http.get("/metrics")).text  # a refused key leaves no tenant
+            assert "arthex_tinker_tenants 0\n" in metrics
+            assert 'route="/v1/chat/completions",status="401"} 1' in metrics
             alice = client(url, ALICE)
             with pytest.raises(openai.NotFoundError, match="model not found: 'no-such-model'"):
                 await alice.chat.completions.create(
                     model="no-such-model", messages=MESSAGES, max_tokens=2
+                )
+            with pytest.raises(openai.NotFoundError, match="model not found: 'no-such-model'"):
+                await alice.messages_and_choices.with_logprobs(
+                    MESSAGES, models=["no-such-model"], tools=None
                 )
             gone = "tinker://no-such-run/sampler_weights/x"
             with pytest.raises(openai.NotFoundError, match="model not found"):

@@ -44,7 +44,7 @@ except ImportError as exc:
 
     raise MissingExtraError(exc.name or "fastapi", "tinker") from exc
 
-from ...core.capture.samples import conversation_tokens
+from ...core.capture.samples import Built, conversation_tokens
 from ...core.errors import ArthexError, BackendError, InvalidInputError, MissingExtraError
 from ..inference.chat_wire import build_response, error_body, parse_request
 from ..inference.engine import UnknownModelError
@@ -210,6 +210,15 @@ class TinkerOpenAIServer:
         for tenant in self._tenants.values():
             await tenant.close()
 
+    async def _forget_refused(self, authorization: str) -> None:
+        """Drop the tenant of a key Tinker refused, unless it made aliases: callers with keys
+        that do not work leave nothing behind."""
+        key = authorization.partition(" ")[2].strip()
+        tenant = self._tenants.get(key)
+        if tenant is not None and not tenant.models:
+            del self._tenants[key]
+            await tenant.close()
+
     # the app --------------------------------------------------------------------------------
 
     def app(self) -> Any:
@@ -222,6 +231,8 @@ class TinkerOpenAIServer:
 
         async def refused(request: Request, exc: Exception) -> JSONResponse:
             status, message = _status_and_message(exc)
+            if status in (401, 403):
+                await self._forget_refused(request.headers.get("authorization", ""))
             self.requests[f"{request.method} {_route(request)} {status}"] += 1
             if status >= 500:
                 logger.warning("Tinker server: %s %s: %s", request.method, request.url, message)
@@ -342,10 +353,17 @@ class TinkerOpenAIServer:
             except ValueError as exc:  # JSON's errors and pydantic's ValidationError
                 detail = _problems(exc) if isinstance(exc, ValidationError) else str(exc)
                 raise HttpRefusal(400, f"with_logprobs: {detail}") from exc
-            items = list(args.messages_and_choices)
+            items: list[Any] = list(args.messages_and_choices)
+            sequences = conversation_tokens(  # a Choice without its token ids: 400, here
+                items, "with_logprobs", "messages_and_choices", allow_without_logprobs=True
+            )
+            if sum(len(offsets) for *_, offsets in sequences) != sum(
+                isinstance(item, Choice) for item in items
+            ):
+                raise HttpRefusal(400, "with_logprobs: a Choice has no tokens to score")
             usages = await asyncio.gather(
                 *(
-                    _score(tenant, model, args.model_aliases.get(model, model), items)
+                    _score(tenant, model, args.model_aliases.get(model, model), items, sequences)
                     for model in args.models
                 )
             )
@@ -358,15 +376,14 @@ class TinkerOpenAIServer:
         return app
 
 
-async def _score(tenant: TinkerTenant, model: str, key: str, items: list[Any]) -> CompletionUsage:
+async def _score(
+    tenant: TinkerTenant, model: str, key: str, items: list[Any], sequences: list[Built]
+) -> CompletionUsage:
     """Add `extra_logprobs[key]` (the logprob `model` gives each sampled token of each
     choice) to the choices' token logprob entries; the usage of the scoring requests."""
-    sequences = conversation_tokens(
-        items, "with_logprobs", "messages_and_choices", allow_without_logprobs=True
-    )
+    engine, target = await tenant.open(model)  # an unknown model is refused, choices or not
     if not sequences:
         return CompletionUsage(completion_tokens=0, prompt_tokens=0, total_tokens=0)
-    engine, target = await tenant.open(model)
     async with tenant.slots(engine).hold(target):
         scores = await asyncio.gather(*(engine.score(target, tokens) for tokens, *_ in sequences))
     starts = [(s, offset) for s, (*_, offsets) in enumerate(sequences) for offset in offsets]
