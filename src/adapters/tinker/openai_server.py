@@ -89,8 +89,8 @@ class TinkerOpenAIServer:
     ART's arguments: `host` (default "0.0.0.0", as ART) and `port` (None: a free one);
     `max_concurrent_sampling_clients` (default 32): distinct sampling clients of one base
     model a tenant samples from at once; `num_workers` is accepted for ART's signature and
-    checked, but arthex has no rendering worker processes (a chat template renders in
-    microseconds to milliseconds on the server's loop). arthex's: `base_url` of the Tinker
+    checked, but arthex has no rendering worker processes (it renders a chat template on the
+    server's event loop, as its other servers do). arthex's: `base_url` of the Tinker
     service (None: the SDK's `TINKER_BASE_URL`, then production), `tokenizers` (a base model ->
     where its tokenizer is, e.g. a local folder; default the base model's own name),
     `timeout_s` for each Tinker call, `default_max_tokens` when a request names none.
