@@ -204,7 +204,12 @@ class TinkerTenant:
             await engine.close()
         self._engines.clear()
         self._slots.clear()
-        if service_task is None or not service_task.done() or service_task.exception():
+        if (
+            service_task is None
+            or not service_task.done()
+            or service_task.cancelled()
+            or service_task.exception() is not None
+        ):
             if service_task is not None:
                 service_task.cancel()
             return
