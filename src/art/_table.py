@@ -336,10 +336,6 @@ _COMPACT = "arthex.utils.compact_trajectories"
 _RENDERERS = "arthex.utils.tinker_renderers"
 _TINKER_DATA = "arthex.adapters.tinker.art_data"
 
-_RATIO_DIAGNOSTICS = Refuse(
-    "arthex keeps no ratio histogram: the step's metrics give loss/importance_ratio_mean, "
-    "_p95, _p99 and _max from every ratio exactly, and loss/clipped_token_fraction"
-)
 MODULES: dict[str, dict[str, Entry]] = {
     "art": {
         "Backend": Use("arthex.core.backend_train", "BackendTrainEntry"),
@@ -1061,15 +1057,18 @@ MODULES: dict[str, dict[str, Entry]] = {
         "AlignedLossInputs": Use("arthex.adapters.local.art_loss", "AlignedLossInputs"),
         "Loss": Use("arthex.adapters.local.art_loss", "Loss"),
         "LossInputs": Use("arthex.adapters.local.art_loss", "LossInputs"),
-        "LossOffPolicyDiagnostics": _RATIO_DIAGNOSTICS,
-        "LossOffPolicyDiagnosticsAccumulator": _RATIO_DIAGNOSTICS,
-        "PackedLossInput": Refuse(
-            "a type alias ART defines only for type checkers; "
-            "arthex.art.loss.LossInputs(inputs=...) takes a mapping of [rows, len] tensors"
+        "LossOffPolicyDiagnostics": Use(
+            "arthex.adapters.local.art_loss", "LossOffPolicyDiagnostics"
         ),
+        "LossOffPolicyDiagnosticsAccumulator": Use(
+            "arthex.adapters.local.art_loss", "LossOffPolicyDiagnosticsAccumulator"
+        ),
+        "PackedLossInput": Use("arthex.adapters.local.art_loss", "PackedLossInput"),
         "compute_probs_corr": Use("arthex.adapters.local.art_loss", "compute_probs_corr"),
-        "histogram_quantile": _RATIO_DIAGNOSTICS,
-        "importance_ratio_histogram_edges": _RATIO_DIAGNOSTICS,
+        "histogram_quantile": Use("arthex.adapters.local.art_loss", "histogram_quantile"),
+        "importance_ratio_histogram_edges": Use(
+            "arthex.adapters.local.art_loss", "importance_ratio_histogram_edges"
+        ),
         "loss_fn": Use("arthex.adapters.local.art_loss", "loss_fn"),
         "shift_tensor": Use("arthex.adapters.local.art_loss", "shift_tensor"),
     },
