@@ -235,11 +235,14 @@ def _example(module: str, *names: str) -> dict[str, Entry]:
     return {name: Use(f"arthex.apps.examples.{module}", name) for name in names}
 
 
-_PIPELINE_RL_METRICS = Refuse(
-    "ART's pipeline-RL metric catalogue describes its Megatron trainer's measures; "
-    "arthex.PipelineTrainer records its own (docs/pipeline.md): "
-    "read them with arthex.load_history(run_dir)"
-)
+_PIPELINE_RL_METRICS = {
+    name: Use("arthex.accounting.catalogue", name)
+    for name in (
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS",
+        "PIPELINE_RL_METRIC_DEFINITIONS",
+        "PIPELINE_RL_SCORE_METRICS",
+    )
+}
 _api_costs = _accounting(
     "api_costs",
     "ANTHROPIC_PROVIDER",
@@ -348,9 +351,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "MessagesAndChoices": _MESSAGES_AND_CHOICES,
         "MetricDefinition": Use("arthex.accounting.builder", "MetricDefinition"),
         "Model": _MODEL,
-        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
+        **_PIPELINE_RL_METRICS,
         "PipelineAutotuneConfig": _AUTOTUNE_CONFIG,
         "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "ServerlessBackend": _SERVERLESS,
@@ -442,9 +443,7 @@ MODULES: dict[str, dict[str, Entry]] = {
             "is_cumulative_metric_key",
             "to_cumulative_metric_key",
         ),
-        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
+        **_PIPELINE_RL_METRICS,
     },
     "art.metrics_taxonomy": _accounting(
         "taxonomy",
