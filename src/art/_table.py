@@ -323,7 +323,9 @@ _TUNER_MODELS: dict[str, Entry] = {
     )
 }
 _WANDB_ALL = Refuse(
-    "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
+    "ART sends wandb only its canonical keys, costs/cum/* and sft/* besides the caller's; "
+    "arthex.WandbReporter mirrors every key of each history row (all of those included), so "
+    "there is no subset to name"
 )
 _SERVER_CONFIG = Use("arthex.art.dev.openai_server", "get_openai_server_config")
 _LANGGRAPH = "arthex.composition.langgraph"
@@ -591,7 +593,9 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.model": {
         "METRICS_BUILDER_STATE_KEY": Refuse(
-            "arthex keeps cumulative metrics in the run's history, not in the model's state; "
+            "ART saves its metrics builder's running totals in the model's state.json under "
+            "this key; arthex saves none there: each */cum/* total is the run's history ledger "
+            "summed (it survives restarts), model.metrics_builder() is the step builder; "
             + _HISTORY
         ),
         "METRIC_SECTIONS": Use("arthex.core.metrics", "SECTIONS"),
