@@ -333,8 +333,10 @@ _MCP = "arthex.environments.mcp_scenarios"
 _BENCH = "arthex.apps.benchmarking"
 _CHECKS = "arthex.utils.rollout_checks"
 _LANGGRAPH_INTERNAL = Refuse(
-    "wrap_rollout(model, rollout) records the rollout's calls with arthex.capture(), "
-    "not in log files"
+    "ART's wrapper logs each chat call to .art/langgraph/{thread} and rebuilds the "
+    "conversation from that log; wrap_rollout(model, rollout) records the rollout's calls "
+    "with arthex.capture() at the HTTP client (token ids included), so there is no log to "
+    "start or rebuild from"
 )
 _ART_TRAJECTORIES = "arthex.utils.art_trajectories"
 _COMPACT = "arthex.utils.compact_trajectories"
@@ -560,26 +562,27 @@ MODULES: dict[str, dict[str, Entry]] = {
         "CURRENT_CONFIG": _LANGGRAPH_INTERNAL,
         "DEFAULT_INVOKE_TIMEOUT": Use(_LANGGRAPH, "DEFAULT_INVOKE_TIMEOUT"),
         "LoggingLLM": Refuse(
-            "init_chat_model() returns the rollout's chat model (arthex's RolloutChatModel)"
+            "init_chat_model() returns the rollout's chat model, arthex's RolloutChatModel "
+            "(ART's LoggingLLM without the logger: its calls are captured, not logged)"
         ),
         "OPENAI_COMPATIBLE_PROVIDERS": Use(_LANGGRAPH, "OPENAI_COMPATIBLE_PROVIDERS"),
         "add_thread": _LANGGRAPH_INTERNAL,
         "create_messages_from_logs": _LANGGRAPH_INTERNAL,
         "init_chat_model": Use(_LANGGRAPH, "init_chat_model"),
-        "mappings": _LANGGRAPH_INTERNAL,
+        "mappings": Refuse(
+            "an empty dict ART's LangGraph wrapper defines and never reads or fills; "
+            "wrap_rollout(model, rollout) needs no such table"
+        ),
         "wrap_rollout": Use(_LANGGRAPH, "wrap_rollout"),
     },
-    "art.langgraph.logging": {"FileLogger": _LANGGRAPH_INTERNAL},
+    "art.langgraph.logging": {"FileLogger": Use("arthex.utils.file_logger", "FileLogger")},
     "art.langgraph.message_utils": {
         "Message": Use(_LANGGRAPH, "Message"),
         "MessagesAndChoices": Use("arthex.core.trajectories", "MessagesAndChoices"),
         "convert_langgraph_messages": Use(_LANGGRAPH, "convert_langgraph_messages"),
         "langchain_msg_to_openai": Use(_LANGGRAPH, "langchain_msg_to_openai"),
         "make_message_param": Use(_LANGGRAPH, "make_message_param"),
-        "role_to_param": Refuse(
-            "make_message_param(role, **fields) checks the role; the OpenAI SDK's "
-            "ChatCompletion*MessageParam types are the per-role shapes"
-        ),
+        "role_to_param": Use(_LANGGRAPH, "MESSAGE_PARAMS"),
     },
     "art.local": {"LocalBackend": _LOCAL},
     "art.local.backend": {"LocalBackend": _LOCAL},
