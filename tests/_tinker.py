@@ -42,6 +42,36 @@ def running_emulator(
             yield running
 
 
+def sampler_paths(
+    base_url: str, key: str, base_model: str, timeout_s: float = 120.0
+) -> dict[str, str]:
+    """Sampler weights saved through the Tinker SDK: `before` (a fresh LoRA: the base model's
+    weights) and `after` one cross-entropy step at a high learning rate; their paths."""
+    import tinker
+    from tinker import types
+
+    service = tinker.ServiceClient(base_url=base_url, api_key=key)
+    try:
+        made = service.create_lora_training_client(base_model=base_model, rank=8)
+        trainer = made.result(timeout_s)
+        before = trainer.save_weights_for_sampler("before").result(timeout_s).path
+        tokens = [5, 17, 42, 8, 99, 3, 64, 12]
+        n = len(tokens) - 1
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={
+                "target_tokens": types.TensorData(data=tokens[1:], dtype="int64", shape=[n]),
+                "weights": types.TensorData(data=[1.0] * n, dtype="float32", shape=[n]),
+            },
+        )
+        trainer.forward_backward([datum], "cross_entropy").result(timeout_s)
+        trainer.optim_step(types.AdamParams(learning_rate=5e-2)).result(timeout_s)
+        after = trainer.save_weights_for_sampler("after").result(timeout_s).path
+        return {"before": before, "after": after}
+    finally:
+        service.close("success").result(timeout_s)
+
+
 # --- the server as a process of its own ----------------------------------------------------
 
 SERVER_START_S = 180.0  # loading torch and the model on a busy shared machine

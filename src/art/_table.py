@@ -71,11 +71,10 @@ _SFT_TOKENS = (
     "model.train_sft(...)"
 )
 _VLLM = "arthex.LocalBackend(engine='vllm') starts and serves vLLM itself"
-_TINKER_SERVER = (
-    "arthex.TinkerBackend serves each registered model from arthex's OpenAI-compatible server "
-    "over Tinker sampling (model.openai_client()); ART's standalone server for any Tinker API "
-    "key and tinker:// path is not in arthex"
-)
+_TINKER_OPENAI = "arthex.adapters.tinker.openai_server"
+_TINKER_WIRE = "arthex.adapters.tinker.openai_wire"
+_TINKER_CLIENT = "arthex.adapters.tinker.openai_client"
+_TINKER_SERVER = Use(_TINKER_OPENAI, "TinkerOpenAIServer")
 _TINKER_RUN_STATE = (
     "ART's own process state: arthex.TinkerBackend keeps a run's steps and tinker:// paths "
     "in {model_dir}/tinker-run.json, not under ART's state.json keys"
@@ -168,12 +167,6 @@ REFUSED_MODULES: dict[str, str] = {
     "art.preprocessing.sft": _SFT_TOKENS,
     "art.runtime_diagnostics": _VLLM,
     "art.serving_capabilities": _VLLM,
-    "art.tinker.client": (
-        "ART's client for its Tinker server's own routes (PUT /v1/models/{name}, "
-        "/v1/messages_and_choices/with_logprobs), which arthex's server does not have; "
-        "model.openai_client() is a plain openai.AsyncOpenAI"
-    ),
-    "art.tinker.server": _TINKER_SERVER,
     "art.tinker.service": (
         "ART's TinkerBackend trains in a child process through this service; "
         "arthex.TinkerBackend calls the Tinker SDK in this process"
@@ -764,15 +757,53 @@ MODULES: dict[str, dict[str, Entry]] = {
         "TrainingJobs": Use("arthex.adapters.serverless.api", "TrainingJobs"),
     },
     "art.tinker": {
-        "OpenAICompatibleTinkerServer": Refuse(_TINKER_SERVER),
+        "OpenAICompatibleTinkerServer": _TINKER_SERVER,
         "TinkerBackend": _TINKER_BACKEND,
         "get_renderer_name": Use(_RENDERERS, "get_renderer_name"),
     },
     "art.tinker.backend": {"TinkerBackend": _TINKER_BACKEND},
+    "art.tinker.client": {
+        name: Use(_TINKER_CLIENT, name)
+        for name in (
+            "MessagesAndChoicesWithLogprobs",
+            "ParsedMessageOrChoice",
+            "ParsedMessagesAndChoices",
+            "TinkerAsyncMessagesAndChoices",
+            "TinkerAsyncMessagesAndChoicesWithRawResponse",
+            "TinkerAsyncMessagesAndChoicesWithStreamingResponse",
+            "TinkerAsyncModels",
+            "TinkerAsyncModelsWithRawResponse",
+            "TinkerAsyncModelsWithStreamingResponse",
+            "TinkerAsyncOpenAI",
+        )
+    },
     "art.tinker.renderers": {
         "get_renderer_name": Use(_RENDERERS, "get_renderer_name"),
         "is_qwen3_dot_family_model": Use(_RENDERERS, "is_qwen3_dot_family_model"),
         "renderer_name_message": Use(_RENDERERS, "renderer_name_message"),
+    },
+    "art.tinker.server": {
+        **{
+            name: Use(_TINKER_WIRE, name)
+            for name in (
+                "MessagesAndChoicesWithLogprobs",
+                "MessagesAndChoicesWithLogprobsArgs",
+                "ModelList",
+                "ModelUpsert",
+                "WireMessagesAndChoices",
+            )
+        },
+        "OpenAICompatibleTinkerServer": _TINKER_SERVER,
+        "OpenAICompatibleTinkerServerSamplableModel": Refuse(
+            "arthex's tenant opens one sampling client per target and serves it from a "
+            "TinkerSamplingEngine: arthex.adapters.tinker.tenants.TinkerTenant.open"
+        ),
+        "OpenAICompatibleTinkerServerTenant": Use("arthex.adapters.tinker.tenants", "TinkerTenant"),
+        "OpenAICompatibleTinkerServerWorker": Refuse(
+            "arthex renders with the base model's chat template in the server's process, "
+            "without renderer workers: arthex.adapters.tinker.tenants.TinkerTenant.open"
+        ),
+        "get_free_port": Use(_TINKER_OPENAI, "get_free_port"),
     },
     "art.tinker_native": {"TinkerNativeBackend": _TINKER_BACKEND},
     "art.tinker_native.backend": {

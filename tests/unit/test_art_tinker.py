@@ -69,8 +69,14 @@ def test_the_paths_resolve_and_arts_internals_stay_refused() -> None:
     assert tinker_native.TinkerNativeBackend is arthex.TinkerBackend
     assert backend.TinkerNativeBackend is arthex.TinkerBackend
     assert renderers.renderer_name_message is tinker_renderers.renderer_name_message
+    from arthex.adapters.tinker.openai_server import TinkerOpenAIServer
+    from arthex.art.tinker import server
+
+    assert art_tinker.OpenAICompatibleTinkerServer is TinkerOpenAIServer
+    assert server.OpenAICompatibleTinkerServer is TinkerOpenAIServer
     for module, name in [
-        (art_tinker, "OpenAICompatibleTinkerServer"),
+        (server, "OpenAICompatibleTinkerServerWorker"),
+        (server, "OpenAICompatibleTinkerServerSamplableModel"),
         (backend, "TinkerNativeModelConfig"),
         (backend, "ModelState"),
         (backend, "STATE_KEY_RUN_IDS"),
@@ -78,8 +84,8 @@ def test_the_paths_resolve_and_arts_internals_stay_refused() -> None:
     ]:
         with pytest.raises(NotInArthexError, match="is not in arthex: "):
             getattr(module, name)
-    with pytest.raises(NotInArthexError, match=r"ART's module art\.tinker\.server is not in"):
-        importlib.import_module("arthex.art.tinker.server")
+    with pytest.raises(NotInArthexError, match=r"ART's module art\.tinker\.service is not in"):
+        importlib.import_module("arthex.art.tinker.service")
 
 
 # -- Datums -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from arthex.adapters.inference import SamplingParams, make_engine
-from arthex.adapters.inference._openai import (
+from arthex.adapters.inference.chat_wire import (
     LOGPROB_FLOOR,
     build_response,
     parse_request,

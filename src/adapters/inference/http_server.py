@@ -34,7 +34,6 @@ from ...core.errors import (
     MissingExtraError,
     ServingUnavailableError,
 )
-from ._openai import build_response, error_body, parse_request
 from .asgi import (
     ASGIApp,
     BodyTooLarge,
@@ -46,6 +45,7 @@ from .asgi import (
     replaying,
     send_json,
 )
+from .chat_wire import build_response, error_body, parse_request
 from .engine import SamplingEngine, UnknownModelError
 
 __all__ = ["InferenceServer", "create_app"]
@@ -126,7 +126,7 @@ class InferenceServer:
             lifespan="off",
             timeout_graceful_shutdown=5,
         )
-        server = _quiet_server(config)
+        server = quiet_server(config)
         self._socket = sock
         self._server = server
         self._config = config
@@ -163,7 +163,7 @@ class InferenceServer:
             old = task.get_loop()
             if old is loop or not old.is_closed():
                 return
-            server = _quiet_server(self._config)
+            server = quiet_server(self._config)
             self._server = server
             self._task = loop.create_task(
                 server.serve(sockets=[self._socket]), name="arthex-inference"
@@ -197,7 +197,7 @@ class InferenceServer:
         await self.stop()
 
 
-def _quiet_server(config: Any) -> Any:
+def quiet_server(config: Any) -> Any:
     import uvicorn
 
     class QuietServer(uvicorn.Server):

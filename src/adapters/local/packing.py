@@ -21,10 +21,9 @@ from collections.abc import Sequence
 
 import attrs
 import torch
-from openai.types.chat.chat_completion import Choice
 
 from ...core.advantages import group_advantages
-from ...core.capture.samples import choice_tokens, token_samples
+from ...core.capture.samples import conversation_tokens, token_samples
 from ...core.config import TrainConfig
 from ...core.errors import InvalidInputError
 from ...core.metrics import ZERO_VARIANCE_TOLERANCE
@@ -279,39 +278,6 @@ def _trajectory_sequences(
             allow_without_logprobs=config.allow_training_without_logprobs,
         )
     ]
-
-
-Built = tuple[list[int], list[bool], list[float], list[int]]
-
-
-def conversation_tokens(
-    items: Sequence[MessageOrChoice], where: str, field: str, *, allow_without_logprobs: bool
-) -> list[Built]:
-    """One conversation's sequences, each (tokens, completion mask, logprobs, choice offsets):
-    a Choice whose prompt extends the current sequence grows it, any other starts a new one."""
-    built: list[Built] = []
-    current: Built | None = None
-    c = 0
-    for i, item in enumerate(items):
-        if not isinstance(item, Choice):
-            continue
-        here = f"{where}, choice {c} ({field}[{i}])"
-        c += 1
-        prompt, sampled, sampled_logprobs = choice_tokens(
-            item, here, allow_without_logprobs=allow_without_logprobs
-        )
-        so_far = current[0] if current is not None else []
-        if current is None or prompt[: len(so_far)] != so_far or len(prompt) < len(so_far):
-            current = ([], [], [], [])
-            built.append(current)
-        tokens, completion, logprobs, offsets = current
-        suffix = prompt[len(tokens) :]
-        tokens += suffix
-        offsets.append(len(tokens))
-        tokens += sampled
-        completion += [False] * len(suffix) + [True] * len(sampled)
-        logprobs += [math.nan] * len(suffix) + sampled_logprobs
-    return [b for b in built if b[0]]
 
 
 def _run_starts(trained: Sequence[bool]) -> tuple[int, ...]:

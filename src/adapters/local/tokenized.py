@@ -196,7 +196,8 @@ def assemble_vllm_training_sequences(
 ) -> list[TokenizedResult]:
     """The sequences of each history in turn, as training builds them."""
     require_extra("local", "torch")
-    from .packing import TokenSequence, conversation_tokens
+    from ...core.capture.samples import conversation_tokens
+    from .packing import TokenSequence
 
     results: list[TokenizedResult] = []
     for h, history in enumerate(histories):

@@ -33,11 +33,13 @@ class TinkerSamplingEngine(ServedNames[SamplingClientLike]):
         *,
         timeout_s: float | None = None,
         open_sampler: Callable[[str], Awaitable[SamplingClientLike]] | None = None,
+        chat: ChatTokenizer | None = None,
     ) -> None:
         self.tokenizer_source = tokenizer
         self.timeout_s = timeout_s
         self._open_sampler = open_sampler
-        self._chat: ChatTokenizer | None = None
+        # A tokenizer already loaded (engines of one base model may share it: it only renders)
+        self._chat: ChatTokenizer | None = chat
         self._served: dict[str, SamplingClientLike] = {}
         self._aliases: dict[str, str] = {}
         # The service knows the model's context and rejects longer prompts itself.
@@ -109,6 +111,28 @@ class TinkerSamplingEngine(ServedNames[SamplingClientLike]):
             topk_sample_logprobs=params.top_logprobs,
         )
         return [_sample(sequence, params.top_logprobs, model) for sequence in response.sequences]
+
+    async def score(self, model: str, token_ids: Sequence[int]) -> list[float | None]:
+        """The served weights' logprob of each token given the ones before it (None for the
+        first): the raw distribution, as `Sample.logprobs` are."""
+        from tinker import types
+
+        self._admit(1)
+        client = self._resolve(model)
+        tokens = self._chat_for(model).check_prompt(token_ids, self._context_length)
+        if len(tokens) < 2:
+            raise InvalidInputError("scoring needs at least two tokens (the first has no logprob)")
+        scored = await call(
+            f"scoring tokens with {model!r}",
+            self.timeout_s,
+            client.compute_logprobs,
+            types.ModelInput.from_ints(tokens),
+        )
+        if len(scored) != len(tokens):
+            raise BackendError(
+                f"Tinker scored {len(scored)} of {len(tokens)} tokens with {model!r}"
+            )
+        return [None if value is None else float(value) for value in scored]
 
 
 def _sample(sequence: Any, top_k: int, model: str) -> Sample:

@@ -11,8 +11,11 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.adapters.tinker import TinkerBackend as TinkerBackend
+    from arthex.adapters.tinker.openai_server import (
+        TinkerOpenAIServer as OpenAICompatibleTinkerServer,
+    )
     from arthex.utils.tinker_renderers import get_renderer_name as get_renderer_name
 
-    __all__ = ["TinkerBackend", "get_renderer_name"]
+    __all__ = ["OpenAICompatibleTinkerServer", "TinkerBackend", "get_renderer_name"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

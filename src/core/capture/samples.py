@@ -13,13 +13,14 @@ exactly the context it was sampled in.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 from openai.types.chat.chat_completion import Choice
 
 from ..errors import InvalidInputError
-from ..trajectories import Trajectory
+from ..trajectories import MessageOrChoice, Trajectory
 
 
 @attrs.frozen
@@ -144,3 +145,36 @@ def _ids(value: object, where: str, key: str) -> list[int]:
     ):
         raise InvalidInputError(f"{where}: {key} must be a list of token ids (ints >= 0)")
     return list(value)
+
+
+Built = tuple[list[int], list[bool], list[float], list[int]]
+
+
+def conversation_tokens(
+    items: Sequence[MessageOrChoice], where: str, field: str, *, allow_without_logprobs: bool
+) -> list[Built]:
+    """One conversation's sequences, each (tokens, completion mask, logprobs, choice offsets):
+    a Choice whose prompt extends the current sequence grows it, any other starts a new one."""
+    built: list[Built] = []
+    current: Built | None = None
+    c = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, Choice):
+            continue
+        here = f"{where}, choice {c} ({field}[{i}])"
+        c += 1
+        prompt, sampled, sampled_logprobs = choice_tokens(
+            item, here, allow_without_logprobs=allow_without_logprobs
+        )
+        so_far = current[0] if current is not None else []
+        if current is None or prompt[: len(so_far)] != so_far or len(prompt) < len(so_far):
+            current = ([], [], [], [])
+            built.append(current)
+        tokens, completion, logprobs, offsets = current
+        suffix = prompt[len(tokens) :]
+        tokens += suffix
+        offsets.append(len(tokens))
+        tokens += sampled
+        completion += [False] * len(suffix) + [True] * len(sampled)
+        logprobs += [math.nan] * len(suffix) + sampled_logprobs
+    return [b for b in built if b[0]]

@@ -1,0 +1,217 @@
+"""One caller of the Tinker OpenAI-compatible server: its Tinker API key, its aliases, and the
+sampling clients opened with its key.
+
+A tenant's `models` map a served alias to a `tinker://` sampler path (or a base model name);
+a request's `model` that is no alias is taken as a path or base model itself. Each target is
+opened once with the tenant's own ServiceClient (the caller's key: Tinker decides what the key
+may sample) and served by the tenant's TinkerSamplingEngine for the target's base model, whose
+tokenizer (the base model's chat template) every tenant shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol, cast
+
+import attrs
+
+from ...core.errors import ArthexError, BackendError, InvalidInputError
+from ..inference.chat import ChatTokenizer
+from ..inference.engine import UnknownModelError
+from .clients import (
+    SamplingClientLike,
+    ServiceClientLike,
+    TinkerNotFound,
+    call,
+    release,
+)
+from .engine import TinkerSamplingEngine
+
+__all__ = ["ClientSlots", "TinkerTenant", "TokenizerCache"]
+
+logger = logging.getLogger("arthex")
+TINKER_PATH = "tinker://"
+
+
+class _KnowsBaseModel(Protocol):
+    def get_base_model(self) -> str: ...
+
+
+class ModelNotFound(UnknownModelError):
+    """A request's model is no alias of the caller, and Tinker serves no such path or model."""
+
+    def __init__(self, model: str, detail: str) -> None:
+        ArthexError.__init__(
+            self,
+            f"model not found: {model!r}. A model must be an alias registered with "
+            f"PUT /v1/models/{{name}}, a `tinker://` sampler path or a base model the Tinker "
+            f"service serves to this API key ({detail})",
+        )
+        self.model = model
+
+
+class TokenizerCache:
+    """Each base model's chat tokenizer, loaded once (off the event loop) for every tenant;
+    `sources` maps a base model to where its tokenizer is (default: the name itself)."""
+
+    def __init__(self, sources: dict[str, str]) -> None:
+        self._sources = sources
+        self._loading: dict[str, asyncio.Task[ChatTokenizer]] = {}
+
+    async def get(self, base_model: str) -> ChatTokenizer:
+        task = self._loading.get(base_model)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            source = self._sources.get(base_model, base_model)
+            task = asyncio.ensure_future(asyncio.to_thread(ChatTokenizer.load, source))
+            self._loading[base_model] = task
+        return await asyncio.shield(task)
+
+
+class ClientSlots:
+    """At most `limit` distinct sampling clients of one base model sample at once (ART's
+    `max_concurrent_sampling_clients`); a client with several requests in flight holds one."""
+
+    def __init__(self, limit: int) -> None:
+        self._slots = asyncio.Semaphore(limit)
+        self._users: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, target: str) -> AsyncIterator[None]:
+        async with self._locks.setdefault(target, asyncio.Lock()):
+            if not self._users.get(target):
+                await self._slots.acquire()
+            self._users[target] = self._users.get(target, 0) + 1
+        try:
+            yield
+        finally:
+            self._users[target] -= 1
+            if not self._users[target]:
+                del self._users[target]
+                self._slots.release()
+
+
+@attrs.frozen
+class _Opened:
+    base_model: str
+    client: SamplingClientLike
+
+
+class TinkerTenant:
+    """A caller's aliases and clients. `service` makes the caller's ServiceClient (called once,
+    off the event loop, when the tenant first samples)."""
+
+    def __init__(
+        self,
+        service: Callable[[], ServiceClientLike],
+        tokenizers: TokenizerCache,
+        *,
+        max_concurrent_sampling_clients: int,
+        timeout_s: float | None,
+    ) -> None:
+        self.models: dict[str, str] = {}
+        self.model_timestamps: dict[str, int] = {}
+        self._make_service = service
+        self._tokenizers = tokenizers
+        self._limit = max_concurrent_sampling_clients
+        self._timeout_s = timeout_s
+        self._service: asyncio.Task[ServiceClientLike] | None = None
+        self._opened: dict[str, asyncio.Task[_Opened]] = {}
+        self._engines: dict[str, TinkerSamplingEngine] = {}
+        self._slots: dict[str, ClientSlots] = {}
+
+    # aliases ---------------------------------------------------------------------------
+
+    def put(self, name: str, target: str) -> int:
+        """Serve `name` from `target` (a new alias, or re-pointed); its creation time."""
+        if not name.strip():
+            raise InvalidInputError("a model alias must be a non-empty name")
+        if not target.strip() or target != target.strip():
+            raise InvalidInputError(
+                f"target must be a `tinker://` sampler path or a base model name, got {target!r}"
+            )
+        self.models[name] = target
+        return self.model_timestamps.setdefault(name, int(time.time()))
+
+    def delete(self, name: str) -> bool:
+        self.model_timestamps.pop(name, None)
+        return self.models.pop(name, None) is not None
+
+    # sampling --------------------------------------------------------------------------
+
+    async def open(self, model: str) -> tuple[TinkerSamplingEngine, str]:
+        """The engine serving `model` (an alias, a path or a base model) and the name it is
+        served under there (the target itself)."""
+        target = self.models.get(model, model)
+        opened = await self._opened_target(model, target)
+        engine = self._engines.get(opened.base_model)
+        if engine is None:
+            chat = await self._tokenizers.get(opened.base_model)
+            engine = self._engines.setdefault(
+                opened.base_model,
+                TinkerSamplingEngine(opened.base_model, timeout_s=self._timeout_s, chat=chat),
+            )
+        if not engine.is_served(target):
+            engine.serve(target, opened.client)
+        return engine, target
+
+    def slots(self, engine: TinkerSamplingEngine) -> ClientSlots:
+        return self._slots.setdefault(engine.tokenizer_source, ClientSlots(self._limit))
+
+    async def _opened_target(self, model: str, target: str) -> _Opened:
+        task = self._opened.get(target)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.ensure_future(self._open(model, target))
+            self._opened[target] = task
+        return await asyncio.shield(task)
+
+    async def _open(self, model: str, target: str) -> _Opened:
+        service = await self._service_client()
+        is_path = target.startswith(TINKER_PATH)
+        kwargs = {"model_path": target} if is_path else {"base_model": target}
+        try:
+            client = await call(
+                f"opening a sampling client for {target!r}",
+                self._timeout_s,
+                service.create_sampling_client,
+                **kwargs,
+            )
+        except (TinkerNotFound, InvalidInputError) as exc:
+            raise ModelNotFound(model, str(exc)) from exc
+        if not is_path:
+            return _Opened(target, client)
+        if not hasattr(client, "get_base_model"):
+            raise BackendError(f"the sampling client for {target!r} does not name its base model")
+        return _Opened(cast(_KnowsBaseModel, client).get_base_model(), client)
+
+    async def _service_client(self) -> ServiceClientLike:
+        task = self._service
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = self._service = asyncio.ensure_future(asyncio.to_thread(self._make_service))
+        return await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """Let go of the clients (the aliases stay): finish the Tinker session, stop serving."""
+        service_task, self._service = self._service, None
+        for task in self._opened.values():
+            task.cancel()
+        self._opened.clear()
+        for engine in self._engines.values():
+            await engine.close()
+        self._engines.clear()
+        self._slots.clear()
+        if service_task is None or not service_task.done() or service_task.exception():
+            if service_task is not None:
+                service_task.cancel()
+            return
+        service = service_task.result()
+        try:
+            await call("finishing the session", 30.0, service.close, "success")
+        except BackendError as exc:
+            logger.warning("could not finish a Tinker session: %s", exc)
+        finally:
+            await asyncio.to_thread(release, service, 10.0)

@@ -1,0 +1,432 @@
+"""ART's standalone Tinker server, arthex's (`arthex.art.tinker.OpenAICompatibleTinkerServer`),
+on loopback in front of the tinker emulator on the tiny model, driven over real HTTP by the
+client `arthex.art.tinker.client.TinkerAsyncOpenAI`.
+
+Two sampler paths are saved with the Tinker SDK itself: `before` (a fresh LoRA, so the base
+model's weights) and `after` (one cross-entropy step later). The oracles are elsewhere: the
+base model's logprobs from a plain torch forward of the tiny model, and a sampler path's
+from the SDK's own `compute_logprobs` on the emulator (not through the server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("tinker")
+pytest.importorskip("torch")
+
+import openai
+
+from arthex.art.tinker import OpenAICompatibleTinkerServer
+from arthex.art.tinker.client import TinkerAsyncOpenAI
+from arthex.emulators.tinker import TinkerEmulator
+from tests._tinker import running_emulator, sampler_paths
+
+pytestmark = [pytest.mark.e2e]
+
+ALICE = "tml-alice"
+BOB = "tml-bob"
+TIMEOUT_S = 120.0
+MESSAGES: list[Any] = [{"role": "user", "content": "Hello! How can I help you today?"}]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from arthex.testing.tiny_model import tiny_model
+
+    return tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
+
+
+@pytest.fixture(scope="module")
+def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerEmulator]:
+    """Any key of the SDK's shape is let in (alice's and bob's)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TINKER_TELEMETRY", "0")
+        state = tmp_path_factory.mktemp("tinker-state")
+        with TinkerEmulator(tiny, state_dir=str(state), torch_threads=1) as running:
+            yield running
+
+
+@pytest.fixture(scope="module")
+def paths(emulator: TinkerEmulator, tiny: str) -> dict[str, str]:
+    return sampler_paths(emulator.base_url, ALICE, tiny, TIMEOUT_S)
+
+
+def sdk_logprobs(emulator: TinkerEmulator, path: str, tokens: list[int]) -> list[float | None]:
+    """The emulator's scores of `tokens` under `path`, through the SDK, not the server."""
+    import tinker
+    from tinker import types
+
+    service = tinker.ServiceClient(base_url=emulator.base_url, api_key=ALICE)
+    try:
+        sampler = service.create_sampling_client(model_path=path).result(TIMEOUT_S)
+        return list(sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result(TIMEOUT_S))
+    finally:
+        service.close("success").result(TIMEOUT_S)
+
+
+def torch_logprobs(tiny: str, tokens: list[int]) -> list[float]:
+    """log p(token i | tokens before it) for i >= 1, by a plain forward of the tiny model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tokens])).logits[0].float()
+    table = torch.log_softmax(logits, dim=-1)
+    return [float(table[i - 1, tokens[i]]) for i in range(1, len(tokens))]
+
+
+async def serving(emulator: TinkerEmulator, **kwargs: Any) -> tuple[Any, str]:
+    server = OpenAICompatibleTinkerServer(
+        host="127.0.0.1", base_url=emulator.base_url, timeout_s=TIMEOUT_S, **kwargs
+    )
+    host, port = await server.start()
+    return server, f"http://{host}:{port}/v1"
+
+
+def client(url: str, key: str) -> TinkerAsyncOpenAI:
+    return TinkerAsyncOpenAI(base_url=url, api_key=key, max_retries=0, timeout=TIMEOUT_S)
+
+
+def sampled(choice: Any) -> tuple[list[int], list[int], list[float | None]]:
+    extra = choice.model_extra
+    logprobs = [entry.logprob for entry in choice.logprobs.content]
+    return list(extra["prompt_token_ids"]), list(extra["token_ids"]), logprobs
+
+
+def close_to(
+    actual: Sequence[float | None], expected: Sequence[float | None], tolerance: float = 2e-4
+) -> bool:
+    assert len(actual) == len(expected), (len(actual), len(expected))
+    return all(
+        a is not None and e is not None and abs(a - e) <= tolerance
+        for a, e in zip(actual, expected, strict=True)
+    )
+
+
+def test_an_alias_serves_its_sampler_path_and_put_re_points_it(
+    emulator: TinkerEmulator, paths: dict[str, str]
+) -> None:
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            put = await alice.models.put("agent", target=paths["before"])
+            assert (put.id, put.owned_by) == ("agent", "tinker") and put.created > 0
+            listed = await alice.models.list()
+            assert [m.id for m in listed.data] == ["agent"]
+            assert (await alice.models.retrieve("agent")).created == put.created
+
+            first = await alice.chat.completions.create(
+                model="agent", messages=MESSAGES, max_tokens=8, temperature=0, logprobs=True
+            )
+            assert first.model == "agent" and first.usage is not None
+            prompt, tokens, logprobs = sampled(first.choices[0])
+            assert first.usage.completion_tokens == len(tokens) >= 1
+            content = first.choices[0].logprobs.content if first.choices[0].logprobs else None
+            assert [e.token for e in content or []] == [f"token_id:{t}" for t in tokens]
+            before = await asyncio.to_thread(
+                sdk_logprobs, emulator, paths["before"], prompt + tokens
+            )
+            assert close_to(logprobs, before[len(prompt):])  # fmt: skip
+
+            again = await alice.models.put("agent", target=paths["after"])
+            assert again.created == put.created  # re-pointed, not re-made
+            second = await alice.chat.completions.create(
+                model="agent", messages=MESSAGES, max_tokens=8, temperature=0
+            )
+            prompt2, tokens2, logprobs2 = sampled(second.choices[0])
+            after = await asyncio.to_thread(
+                sdk_logprobs, emulator, paths["after"], prompt2 + tokens2
+            )
+            assert close_to(logprobs2, after[len(prompt2):])  # fmt: skip
+            old = await asyncio.to_thread(
+                sdk_logprobs, emulator, paths["before"], prompt2 + tokens2
+            )
+            assert not close_to(logprobs2, old[len(prompt2):], 1e-3)  # fmt: skip
+
+            raw = await alice.models.with_raw_response.put("agent", target=paths["before"])
+            assert raw.status_code == 200 and raw.parse().id == "agent"
+            assert alice.models.with_streaming_response.put is not None
+            assert server.tenant(ALICE).models == {"agent": paths["before"]}
+
+            deleted = await alice.models.delete("agent")
+            assert deleted.deleted and (await alice.models.list()).data == []
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_with_logprobs_scores_existing_choices_under_other_models(
+    emulator: TinkerEmulator, paths: dict[str, str], tiny: str
+) -> None:
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            await alice.models.put("trained", target=paths["after"])
+            completion = await alice.chat.completions.create(
+                model="trained", messages=MESSAGES, max_tokens=6, temperature=1.0, seed=3
+            )
+            choice = completion.choices[0]
+            prompt, tokens, logprobs = sampled(choice)
+            conversation: list[Any] = [*MESSAGES, choice]
+            scored = await alice.messages_and_choices.with_logprobs(
+                conversation,
+                models=["trained", tiny],
+                model_aliases={tiny: "base"},
+                tools=None,
+            )
+            assert len(scored.messages_and_choices) == 2
+            assert scored.messages_and_choices[0] == MESSAGES[0]
+            back = scored.messages_and_choices[1]
+            assert not isinstance(back, dict) and back.logprobs is not None
+            entries = back.logprobs.content or []
+            assert len(entries) == len(tokens)
+            extra = [entry.model_extra["extra_logprobs"] for entry in entries]  # type: ignore[index]
+            # the model that sampled the tokens scores them as it sampled them
+            assert close_to([e["trained"] for e in extra], logprobs)
+            # the base model, by name, scores them as a plain torch forward does
+            oracle = await asyncio.to_thread(torch_logprobs, tiny, prompt + tokens)
+            assert close_to([e["base"] for e in extra], oracle[len(prompt) - 1 :])
+            assert not close_to([e["base"] for e in extra], logprobs, 1e-3)
+            usage = len(prompt) + len(tokens)
+            assert [(u.prompt_tokens, u.completion_tokens) for u in scored.usages] == [
+                (usage, 1),
+                (usage, 1),
+            ]
+            streamed = alice.messages_and_choices.with_streaming_response
+            async with streamed.with_logprobs(conversation, models=[tiny], tools=None) as answer:
+                assert answer.http_request.url.path == "/v1/messages_and_choices/with_logprobs"
+                again = await answer.parse()
+            entries = again.messages_and_choices[1].logprobs.content or []  # type: ignore[union-attr]
+            assert close_to([e.model_extra["extra_logprobs"][tiny] for e in entries],  # type: ignore[index]
+                            oracle[len(prompt) - 1 :])  # fmt: skip
+            # a Choice without its sampler's token ids cannot be scored, and says why
+            bare = choice.model_copy()
+            bare.__pydantic_extra__ = {}
+            with pytest.raises(openai.BadRequestError, match="lacks prompt_token_ids"):
+                await alice.messages_and_choices.with_logprobs(
+                    [*MESSAGES, bare], models=["trained"], tools=None
+                )
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_two_api_keys_are_two_tenants_that_never_see_each_others_aliases(
+    emulator: TinkerEmulator, paths: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TINKER_API_KEY", ALICE)
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            server.models = {"agent": paths["before"]}  # ART's property: TINKER_API_KEY's tenant
+            alice, bob = client(url, ALICE), client(url, BOB)
+            assert [m.id for m in (await alice.models.list()).data] == ["agent"]
+            assert (await bob.models.list()).data == []
+            with pytest.raises(openai.NotFoundError, match="not one of your aliases"):
+                await bob.models.retrieve("agent")
+            with pytest.raises(openai.NotFoundError, match="model not found: 'agent'"):
+                await bob.chat.completions.create(model="agent", messages=MESSAGES, max_tokens=2)
+            await bob.models.put("agent", target=paths["after"])
+            assert server.models == {"agent": paths["before"]}
+            assert server.tenant(BOB).models == {"agent": paths["after"]}
+            a = await alice.chat.completions.create(
+                model="agent", messages=MESSAGES, max_tokens=4, temperature=0
+            )
+            b = await bob.chat.completions.create(
+                model="agent", messages=MESSAGES, max_tokens=4, temperature=0
+            )
+            pa, ta, la = sampled(a.choices[0])
+            pb, tb, lb = sampled(b.choices[0])
+            expected_a = await asyncio.to_thread(sdk_logprobs, emulator, paths["before"], pa + ta)
+            expected_b = await asyncio.to_thread(sdk_logprobs, emulator, paths["after"], pb + tb)
+            assert close_to(la, expected_a[len(pa) :])
+            assert close_to(lb, expected_b[len(pb) :])
+            await alice.close()
+            await bob.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_bad_keys_and_unknown_models_are_clear_http_errors(
+    emulator: TinkerEmulator, tiny: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    strict = running_emulator(tiny, ALICE, tmp_path_factory)  # lets in alice's key only
+    only_alice = next(strict)
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        guarded, guarded_url = await serving(only_alice)
+        try:
+            async with httpx.AsyncClient(base_url=url) as http:
+                answer = await http.get("/models")
+                assert answer.status_code == 401
+                assert "Authorization: Bearer" in answer.json()["error"]["message"]
+            async with client(url, "sk-openai-key") as stranger:
+                with pytest.raises(openai.AuthenticationError, match="not a Tinker API key"):
+                    await stranger.models.list()
+            async with client(guarded_url, "tml-mallory") as mallory:
+                with pytest.raises(openai.AuthenticationError, match="Tinker refused this API"):
+                    await mallory.chat.completions.create(
+                        model=tiny, messages=MESSAGES, max_tokens=2
+                    )
+            async with httpx.AsyncClient(base_url=guarded_url.removesuffix("/v1")) as http:
+                metrics = (await http.get("/metrics")).text  # a refused key leaves no tenant
+            assert "arthex_tinker_tenants 0\n" in metrics
+            assert 'route="/v1/chat/completions",status="401"} 1' in metrics
+            alice = client(url, ALICE)
+            with pytest.raises(openai.NotFoundError, match="model not found: 'no-such-model'"):
+                await alice.chat.completions.create(
+                    model="no-such-model", messages=MESSAGES, max_tokens=2
+                )
+            with pytest.raises(openai.NotFoundError, match="model not found: 'no-such-model'"):
+                await alice.messages_and_choices.with_logprobs(
+                    MESSAGES, models=["no-such-model"], tools=None
+                )
+            gone = "tinker://no-such-run/sampler_weights/x"
+            with pytest.raises(openai.NotFoundError, match="model not found"):
+                await alice.chat.completions.create(model=gone, messages=MESSAGES, max_tokens=2)
+            with pytest.raises(openai.NotFoundError, match="not one of your aliases"):
+                await alice.models.delete("never-put")
+            with pytest.raises(openai.BadRequestError, match="target"):
+                await alice.models.put("agent", target="")
+            with pytest.raises(openai.BadRequestError, match="max_tokens"):
+                await alice.chat.completions.create(model=tiny, messages=MESSAGES, max_tokens=0)
+            await alice.close()
+        finally:
+            await server.stop()
+            await guarded.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        next(strict, None)
+
+
+def test_stop_releases_the_port_and_a_new_start_serves_the_same_aliases(
+    emulator: TinkerEmulator, paths: dict[str, str], tiny: str
+) -> None:
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        async with httpx.AsyncClient(base_url=url.removesuffix("/v1")) as http:
+            assert (await http.get("/health")).json() == {"status": "ok"}
+        alice = client(url, ALICE)
+        await alice.models.put("agent", target=paths["before"])
+        await alice.chat.completions.create(model="agent", messages=MESSAGES, max_tokens=2)
+        async with httpx.AsyncClient(base_url=url.removesuffix("/v1")) as http:
+            metrics = (await http.get("/metrics")).text
+        assert 'route="/v1/chat/completions",status="200"} 1' in metrics
+        with pytest.raises(Exception, match="already started"):
+            await server.start()
+        await server.stop()
+        with socket.socket() as sock:  # no one listens there any more: it can be had again
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        server.port = port
+        host, again = await server.start()
+        try:
+            assert (host, again) == ("127.0.0.1", port)
+            answer = await alice.chat.completions.create(
+                model="agent", messages=MESSAGES, max_tokens=2
+            )
+            assert answer.model == "agent"
+        finally:
+            await alice.close()
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_arts_module_paths_are_arthexs_server_and_client() -> None:
+    from arthex.adapters.tinker.openai_client import TinkerAsyncOpenAI as Client
+    from arthex.adapters.tinker.openai_server import TinkerOpenAIServer
+    from arthex.art.tinker.server import OpenAICompatibleTinkerServer as Server
+    from arthex.art.tinker.server import get_free_port
+
+    assert Server is TinkerOpenAIServer and TinkerAsyncOpenAI is Client
+    assert 8000 <= get_free_port("127.0.0.1") <= 65535
+    assert math.isfinite(float(get_free_port("127.0.0.1")))
+
+
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
+WITH_A_TOOL_CALL: list[Any] = [
+    *MESSAGES,
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": '{"word": "fox"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "a small wild canine"},
+]
+
+
+def test_tools_and_tool_calls_are_rendered_by_the_base_models_chat_template(
+    emulator: TinkerEmulator, tiny: str
+) -> None:
+    from transformers import AutoTokenizer
+
+    template = AutoTokenizer.from_pretrained(tiny)
+    expected = template.apply_chat_template(
+        WITH_A_TOOL_CALL, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=WITH_A_TOOL_CALL, tools=TOOLS, max_tokens=4, temperature=0
+            )
+            prompt, _tokens, logprobs = sampled(answer.choices[0])
+            assert prompt == list(expected)
+            bare = await alice.chat.completions.create(
+                model=tiny, messages=WITH_A_TOOL_CALL, max_tokens=1, temperature=0
+            )
+            assert sampled(bare.choices[0])[0] != prompt  # the tools are in the prompt
+            scored = await alice.messages_and_choices.with_logprobs(
+                [*WITH_A_TOOL_CALL, answer.choices[0]], models=[tiny], tools=TOOLS
+            )
+            back = scored.messages_and_choices[-1]
+            assert not isinstance(back, dict) and back.logprobs is not None
+            values = [e.model_extra["extra_logprobs"][tiny] for e in back.logprobs.content or []]  # type: ignore[index]
+            assert close_to(values, logprobs)
+            assert scored.messages_and_choices[:-1] == WITH_A_TOOL_CALL
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
