@@ -20,6 +20,13 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.accounting.builder import MetricDefinition as MetricDefinition
+    from arthex.accounting.catalogue import (
+        PIPELINE_RL_DASHBOARD_DEFAULT_METRICS as PIPELINE_RL_DASHBOARD_DEFAULT_METRICS,
+    )
+    from arthex.accounting.catalogue import (
+        PIPELINE_RL_METRIC_DEFINITIONS as PIPELINE_RL_METRIC_DEFINITIONS,
+    )
+    from arthex.accounting.catalogue import PIPELINE_RL_SCORE_METRICS as PIPELINE_RL_SCORE_METRICS
     from arthex.adapters.serverless import ServerlessBackend as ServerlessBackend
     from arthex.adapters.train_results import LocalTrainResult as LocalTrainResult
     from arthex.adapters.train_results import ServerlessTrainResult as ServerlessTrainResult
@@ -56,6 +63,9 @@ if TYPE_CHECKING:
     from arthex.utils.trajectory_tokenizing import tokenize as tokenize
 
     __all__ = [
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS",
+        "PIPELINE_RL_METRIC_DEFINITIONS",
+        "PIPELINE_RL_SCORE_METRICS",
         "Backend",
         "LoRAConfig",
         "LocalServingUnavailableError",

@@ -228,11 +228,14 @@ def _example(module: str, *names: str) -> dict[str, Entry]:
     return {name: Use(f"arthex.apps.examples.{module}", name) for name in names}
 
 
-_PIPELINE_RL_METRICS = Refuse(
-    "ART's pipeline-RL metric catalogue describes its Megatron trainer's measures; "
-    "arthex.PipelineTrainer records its own (docs/pipeline.md): "
-    "read them with arthex.load_history(run_dir)"
-)
+_PIPELINE_RL_METRICS = {
+    name: Use("arthex.accounting.catalogue", name)
+    for name in (
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS",
+        "PIPELINE_RL_METRIC_DEFINITIONS",
+        "PIPELINE_RL_SCORE_METRICS",
+    )
+}
 _api_costs = _accounting(
     "api_costs",
     "ANTHROPIC_PROVIDER",
@@ -313,7 +316,9 @@ _TUNER_MODELS: dict[str, Entry] = {
     )
 }
 _WANDB_ALL = Refuse(
-    "arthex.WandbReporter mirrors every key of the run's history; there is no canonical subset"
+    "ART sends wandb only its canonical keys, costs/cum/* and sft/* besides the caller's; "
+    "arthex.WandbReporter mirrors every key of each history row (all of those included), so "
+    "there is no subset to name"
 )
 _SERVER_CONFIG = Use("arthex.art.dev.openai_server", "get_openai_server_config")
 _LANGGRAPH = "arthex.composition.langgraph"
@@ -321,18 +326,16 @@ _MCP = "arthex.environments.mcp_scenarios"
 _BENCH = "arthex.apps.benchmarking"
 _CHECKS = "arthex.utils.rollout_checks"
 _LANGGRAPH_INTERNAL = Refuse(
-    "wrap_rollout(model, rollout) records the rollout's calls with arthex.capture(), "
-    "not in log files"
+    "ART's wrapper logs each chat call to .art/langgraph/{thread} and rebuilds the "
+    "conversation from that log; wrap_rollout(model, rollout) records the rollout's calls "
+    "with arthex.capture() at the HTTP client (token ids included), so there is no log to "
+    "start or rebuild from"
 )
 _ART_TRAJECTORIES = "arthex.utils.art_trajectories"
 _COMPACT = "arthex.utils.compact_trajectories"
 _RENDERERS = "arthex.utils.tinker_renderers"
 _TINKER_DATA = "arthex.adapters.tinker.art_data"
 
-_RATIO_DIAGNOSTICS = Refuse(
-    "arthex keeps no ratio histogram: the step's metrics give loss/importance_ratio_mean, "
-    "_p95, _p99 and _max from every ratio exactly, and loss/clipped_token_fraction"
-)
 MODULES: dict[str, dict[str, Entry]] = {
     "art": {
         "Backend": Use("arthex.core.backend_train", "BackendTrainEntry"),
@@ -345,9 +348,7 @@ MODULES: dict[str, dict[str, Entry]] = {
         "MessagesAndChoices": _MESSAGES_AND_CHOICES,
         "MetricDefinition": Use("arthex.accounting.builder", "MetricDefinition"),
         "Model": _MODEL,
-        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
+        **_PIPELINE_RL_METRICS,
         "PipelineAutotuneConfig": _AUTOTUNE_CONFIG,
         "PipelineRuntimeConfig": _RUNTIME_CONFIG,
         "ServerlessBackend": _SERVERLESS,
@@ -439,9 +440,7 @@ MODULES: dict[str, dict[str, Entry]] = {
             "is_cumulative_metric_key",
             "to_cumulative_metric_key",
         ),
-        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_METRIC_DEFINITIONS": _PIPELINE_RL_METRICS,
-        "PIPELINE_RL_SCORE_METRICS": _PIPELINE_RL_METRICS,
+        **_PIPELINE_RL_METRICS,
     },
     "art.metrics_taxonomy": _accounting(
         "taxonomy",
@@ -556,26 +555,27 @@ MODULES: dict[str, dict[str, Entry]] = {
         "CURRENT_CONFIG": _LANGGRAPH_INTERNAL,
         "DEFAULT_INVOKE_TIMEOUT": Use(_LANGGRAPH, "DEFAULT_INVOKE_TIMEOUT"),
         "LoggingLLM": Refuse(
-            "init_chat_model() returns the rollout's chat model (arthex's RolloutChatModel)"
+            "init_chat_model() returns the rollout's chat model, arthex's RolloutChatModel "
+            "(ART's LoggingLLM without the logger: its calls are captured, not logged)"
         ),
         "OPENAI_COMPATIBLE_PROVIDERS": Use(_LANGGRAPH, "OPENAI_COMPATIBLE_PROVIDERS"),
         "add_thread": _LANGGRAPH_INTERNAL,
         "create_messages_from_logs": _LANGGRAPH_INTERNAL,
         "init_chat_model": Use(_LANGGRAPH, "init_chat_model"),
-        "mappings": _LANGGRAPH_INTERNAL,
+        "mappings": Refuse(
+            "an empty dict ART's LangGraph wrapper defines and never reads or fills; "
+            "wrap_rollout(model, rollout) needs no such table"
+        ),
         "wrap_rollout": Use(_LANGGRAPH, "wrap_rollout"),
     },
-    "art.langgraph.logging": {"FileLogger": _LANGGRAPH_INTERNAL},
+    "art.langgraph.logging": {"FileLogger": Use("arthex.utils.file_logger", "FileLogger")},
     "art.langgraph.message_utils": {
         "Message": Use(_LANGGRAPH, "Message"),
         "MessagesAndChoices": Use("arthex.core.trajectories", "MessagesAndChoices"),
         "convert_langgraph_messages": Use(_LANGGRAPH, "convert_langgraph_messages"),
         "langchain_msg_to_openai": Use(_LANGGRAPH, "langchain_msg_to_openai"),
         "make_message_param": Use(_LANGGRAPH, "make_message_param"),
-        "role_to_param": Refuse(
-            "make_message_param(role, **fields) checks the role; the OpenAI SDK's "
-            "ChatCompletion*MessageParam types are the per-role shapes"
-        ),
+        "role_to_param": Use(_LANGGRAPH, "MESSAGE_PARAMS"),
     },
     "art.local": {"LocalBackend": _LOCAL},
     "art.local.backend": {"LocalBackend": _LOCAL},
@@ -589,7 +589,9 @@ MODULES: dict[str, dict[str, Entry]] = {
     },
     "art.model": {
         "METRICS_BUILDER_STATE_KEY": Refuse(
-            "arthex keeps cumulative metrics in the run's history, not in the model's state; "
+            "ART saves its metrics builder's running totals in the model's state.json under "
+            "this key; arthex saves none there: each */cum/* total is the run's history ledger "
+            "summed (it survives restarts), model.metrics_builder() is the step builder; "
             + _HISTORY
         ),
         "METRIC_SECTIONS": Use("arthex.core.metrics", "SECTIONS"),
@@ -1092,15 +1094,18 @@ MODULES: dict[str, dict[str, Entry]] = {
         "AlignedLossInputs": Use("arthex.adapters.local.art_loss", "AlignedLossInputs"),
         "Loss": Use("arthex.adapters.local.art_loss", "Loss"),
         "LossInputs": Use("arthex.adapters.local.art_loss", "LossInputs"),
-        "LossOffPolicyDiagnostics": _RATIO_DIAGNOSTICS,
-        "LossOffPolicyDiagnosticsAccumulator": _RATIO_DIAGNOSTICS,
-        "PackedLossInput": Refuse(
-            "a type alias ART defines only for type checkers; "
-            "arthex.art.loss.LossInputs(inputs=...) takes a mapping of [rows, len] tensors"
+        "LossOffPolicyDiagnostics": Use(
+            "arthex.adapters.local.art_loss", "LossOffPolicyDiagnostics"
         ),
+        "LossOffPolicyDiagnosticsAccumulator": Use(
+            "arthex.adapters.local.art_loss", "LossOffPolicyDiagnosticsAccumulator"
+        ),
+        "PackedLossInput": Use("arthex.adapters.local.art_loss", "PackedLossInput"),
         "compute_probs_corr": Use("arthex.adapters.local.art_loss", "compute_probs_corr"),
-        "histogram_quantile": _RATIO_DIAGNOSTICS,
-        "importance_ratio_histogram_edges": _RATIO_DIAGNOSTICS,
+        "histogram_quantile": Use("arthex.adapters.local.art_loss", "histogram_quantile"),
+        "importance_ratio_histogram_edges": Use(
+            "arthex.adapters.local.art_loss", "importance_ratio_histogram_edges"
+        ),
         "loss_fn": Use("arthex.adapters.local.art_loss", "loss_fn"),
         "shift_tensor": Use("arthex.adapters.local.art_loss", "shift_tensor"),
     },

@@ -15,8 +15,18 @@ if TYPE_CHECKING:
     from arthex.accounting.builder import is_builder_managed_metric as is_builder_managed_metric
     from arthex.accounting.builder import is_cumulative_metric_key as is_cumulative_metric_key
     from arthex.accounting.builder import to_cumulative_metric_key as to_cumulative_metric_key
+    from arthex.accounting.catalogue import (
+        PIPELINE_RL_DASHBOARD_DEFAULT_METRICS as PIPELINE_RL_DASHBOARD_DEFAULT_METRICS,
+    )
+    from arthex.accounting.catalogue import (
+        PIPELINE_RL_METRIC_DEFINITIONS as PIPELINE_RL_METRIC_DEFINITIONS,
+    )
+    from arthex.accounting.catalogue import PIPELINE_RL_SCORE_METRICS as PIPELINE_RL_SCORE_METRICS
 
     __all__ = [
+        "PIPELINE_RL_DASHBOARD_DEFAULT_METRICS",
+        "PIPELINE_RL_METRIC_DEFINITIONS",
+        "PIPELINE_RL_SCORE_METRICS",
         "MetricDefinition",
         "MetricsBuilder",
         "is_builder_managed_metric",

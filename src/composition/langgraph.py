@@ -29,7 +29,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionDeveloperMessageParam,
+    ChatCompletionFunctionMessageParam,
+    ChatCompletionMessageParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionToolMessageParam,
+    ChatCompletionUserMessageParam,
+)
 
 from ..core.errors import InvalidInputError, MissingExtraError
 from ..core.trajectories import Trajectory
@@ -254,7 +262,17 @@ _ROLES = {
 Message: TypeAlias = ChatCompletionMessageParam
 """An OpenAI chat message (the OpenAI SDK's type)."""
 
-MESSAGE_ROLES = frozenset({"user", "assistant", "system", "tool", "function", "developer"})
+MESSAGE_PARAMS: Mapping[str, type] = {
+    "user": ChatCompletionUserMessageParam,
+    "assistant": ChatCompletionAssistantMessageParam,
+    "system": ChatCompletionSystemMessageParam,
+    "tool": ChatCompletionToolMessageParam,
+    "function": ChatCompletionFunctionMessageParam,
+    "developer": ChatCompletionDeveloperMessageParam,
+}
+"""Each chat role's message type in the OpenAI SDK (a TypedDict: calling it builds the dict)."""
+
+MESSAGE_ROLES = frozenset(MESSAGE_PARAMS)
 
 
 def make_message_param(role: str, **fields: Any) -> dict[str, Any]:

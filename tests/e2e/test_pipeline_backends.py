@@ -7,12 +7,14 @@ checks on the files a user would read."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import arthex
+from arthex.art.metrics import PIPELINE_RL_METRIC_DEFINITIONS
 from arthex.core.identity import RunRef
 from arthex.ports.training_backend import TrainingBackend
 from tests._pipeline_checks import Outcome, chat_rollout_fn, check_run_files
@@ -71,7 +73,13 @@ def test_local_backend_runs_the_pipeline(tiny: str, tmp_path: Path) -> None:
 
     outcome = run_pipeline(LocalBackend(engine="torch", full_finetune=True), tiny, tmp_path)
     assert outcome.steps >= 3
-    assert (tmp_path / RUN.project / "models" / RUN.name / "pipeline_state.json").is_file()
+    run_dir = tmp_path / RUN.project / "models" / RUN.name
+    assert (run_dir / "pipeline_state.json").is_file()
+    # every key of ART's metric catalogue that arthex.art offers is one this run wrote
+    rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    written = {key for row in rows for key, value in row.items() if value is not None}
+    offered = {d.key for d in PIPELINE_RL_METRIC_DEFINITIONS}
+    assert offered <= written, sorted(offered - written)
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,13 @@
 """`arthex.art.loss` against worked examples: ART 0.5.23's `loss_fn` (art/loss.py) written out
 in numpy, step by step as ART documents it (shift, mask, unknown old logprobs, ratio, clip,
-KL shaping, weights, "mean"/"sum" reduction, entropy), on small tensors. ART's own `loss_fn`
-needs torch, which ART's venv lacks, so the oracle is this independent computation."""
+KL shaping, weights, "mean"/"sum" reduction, entropy, the off-policy diagnostics and their
+ratio histogram), on small tensors. tests/interop/test_art_loss.py runs ART's own `art.loss`
+beside arthex's on the same tensors."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -17,7 +19,7 @@ np = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
 
 from arthex.art import loss as art_loss  # noqa: E402
-from arthex.core.errors import InvalidInputError, NotInArthexError  # noqa: E402
+from arthex.core.errors import InvalidInputError  # noqa: E402
 
 NAN = math.nan
 
@@ -38,7 +40,7 @@ def shifted(values: list[float], pad: float) -> Any:
     return np.array([*values[1:], pad], dtype=np.float64)
 
 
-def oracle(config: dict[str, Any], reduction: str = "mean") -> dict[str, float]:
+def oracle(config: dict[str, Any], reduction: str = "mean") -> dict[str, Any]:
     """ART's loss_fn on the example, in numpy."""
     mask = shifted([float(m) for m in MASK], 0.0) > 0
     old = np.where(mask, shifted(OLD, NAN), 0.0)
@@ -52,7 +54,7 @@ def oracle(config: dict[str, Any], reduction: str = "mean") -> dict[str, float]:
     eps = config.get("epsilon", 0.2 if ppo else 1.0)
     eps_high = config.get("epsilon_high", None if ppo else 4.0)
     eps_high = eps if eps_high is None else eps_high
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     coef = config.get("kl_penalty_coef", 0.0)
     if coef > 0:
         kl = (new - ref) * mask
@@ -64,6 +66,21 @@ def oracle(config: dict[str, Any], reduction: str = "mean") -> dict[str, float]:
     terms = terms * weights * mask
     denominator = mask.sum() if reduction == "mean" else 1.0
     ent = np.where(mask, shifted(ENTROPIES, 0.0), 0.0)
+    # the diagnostics: ratios of the trained tokens (assistant, non-zero weight), the clip acting
+    trained = mask & (weights != 0)
+    low, high = 1 - eps, 1 + eps_high
+    if ppo:
+        acts = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
+    else:
+        acts = (ratio < low) | (ratio > high)
+    edges = 10.0 ** np.linspace(-4, 4, 257)
+    buckets = np.searchsorted(edges, ratio[trained], side="left")
+    out |= {
+        "ratio_sum": ratio[trained].sum(),
+        "clipped": float((acts & trained).sum()),
+        "tokens": float(trained.sum()),
+        "histogram": np.bincount(buckets, minlength=258),
+    }
     out |= {
         "loss": terms.sum() / denominator,
         "sum": terms.sum(),
@@ -129,7 +146,13 @@ def test_loss_fn_matches_the_worked_example(config: dict[str, Any], reduction: s
         assert result.kl_policy_ref.item() == pytest.approx(expected["kl"], rel=1e-9)
     else:
         assert result.kl_policy_ref is None
-    assert result.offpolicy_diagnostics is None
+    diagnostics = result.offpolicy_diagnostics
+    assert diagnostics is not None
+    assert diagnostics.ratio_sum.dtype == torch.float32
+    assert diagnostics.ratio_sum.item() == pytest.approx(expected["ratio_sum"], rel=1e-6)
+    assert diagnostics.clipped_count.item() == expected["clipped"]
+    assert diagnostics.token_count.item() == expected["tokens"]
+    assert diagnostics.ratio_histogram.tolist() == expected["histogram"].tolist()
 
 
 def test_hand_computed_values() -> None:
@@ -212,21 +235,6 @@ def test_bad_shapes_and_reductions_are_refused() -> None:
         art_loss.LossInputs(inputs={"assistant_mask": torch.zeros((1, 2))}).align_inputs()
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "LossOffPolicyDiagnostics",
-        "LossOffPolicyDiagnosticsAccumulator",
-        "histogram_quantile",
-        "importance_ratio_histogram_edges",
-        "PackedLossInput",
-    ],
-)
-def test_names_without_a_counterpart_are_refused(name: str) -> None:
-    with pytest.raises(NotInArthexError, match=f"art.loss.{name}"):
-        getattr(art_loss, name)
-
-
 def test_float16_logprobs_are_scored_in_float32() -> None:
     """A log-ratio of 12 (ratio e^12, past float16's range): arthex upcasts to float32, as its
     trainer scores tokens, so the loss is the float32 one and finite."""
@@ -242,3 +250,136 @@ def test_float16_logprobs_are_scored_in_float32() -> None:
     assert result.policy_loss.dtype == torch.float32
     # PPO, A = 1, ratio e^12 clipped to 1.2: -1.2 over one token
     assert result.policy_loss.item() == pytest.approx(-1.2, rel=1e-6)
+
+
+# -- the off-policy diagnostics: ART's ratio histogram and its quantiles ------------------------
+
+
+def test_the_histogram_edges_are_257_log_spaced_float32_values() -> None:
+    edges = art_loss.importance_ratio_histogram_edges(device="cpu")
+    assert edges.dtype == torch.float32 and edges.shape == (257,)
+    expected = 10.0 ** np.linspace(-4.0, 4.0, 257)
+    np.testing.assert_allclose(edges.numpy(), expected, rtol=1e-6)
+    assert edges[128].item() == pytest.approx(1.0)  # 32 edges a decade: 1 is the middle one
+
+
+@pytest.mark.parametrize(
+    ("counts", "quantile", "expected"),
+    [
+        # edges 1, 2, 4: buckets [0, 1], (1, 2], (2, 4], above 4 (ending at 4)
+        ([0, 2, 2, 0], 0.5, 2.0),  # the 2nd of 4 values: the top of (1, 2]
+        ([0, 2, 2, 0], 0.75, 3.0),  # the 3rd: half-way through (2, 4]
+        ([0, 2, 2, 0], 0.0, 0.0),  # nothing wanted: the bottom of the first bucket
+        ([1, 0, 0, 0], 0.5, 0.5),  # half of one value in [0, 1]
+        ([0, 0, 0, 3], 0.5, 4.0),  # above the last edge: the last edge
+        ([0, 0, 0, 0], 0.95, 0.0),  # empty
+    ],
+)
+def test_histogram_quantile_worked_examples(
+    counts: list[int], quantile: float, expected: float
+) -> None:
+    edges = torch.tensor([1.0, 2.0, 4.0])
+    histogram = torch.tensor(counts, dtype=torch.float32)
+    got = art_loss.histogram_quantile(histogram, edges, quantile)
+    assert got.shape == () and got.item() == pytest.approx(expected)
+
+
+def test_histogram_quantile_refuses_bad_shapes_and_quantiles() -> None:
+    edges = torch.tensor([1.0, 2.0])
+    with pytest.raises(InvalidInputError, match="1-d"):
+        art_loss.histogram_quantile(torch.zeros((2, 3)), edges, 0.5)
+    with pytest.raises(InvalidInputError, match="quantile"):
+        art_loss.histogram_quantile(torch.ones(3), edges, 1.5)
+
+
+def diagnostics_of(ratios: list[float], advantages: list[float], ppo: bool) -> Any:
+    count = len(ratios)
+    return art_loss.LossOffPolicyDiagnostics.from_tensors(
+        prob_ratio=torch.tensor([ratios]),
+        advantages=torch.tensor([advantages]),
+        assistant_mask=torch.ones((1, count)),
+        weights=torch.ones((1, count)),
+        ppo=ppo,
+        epsilon=0.2,
+        epsilon_high=0.2,
+    )
+
+
+def test_ppo_counts_only_the_tokens_its_clip_acts_on() -> None:
+    ratios, advantages = [1.5, 1.5, 0.5, 0.5, 1.0], [1.0, -1.0, 1.0, -1.0, 1.0]
+    # outside [0.8, 1.2]: four tokens; PPO's minimum takes the clipped term for two of them
+    assert diagnostics_of(ratios, advantages, ppo=False).clipped_count.item() == 4
+    assert diagnostics_of(ratios, advantages, ppo=True).clipped_count.item() == 2
+
+
+def test_untrained_tokens_are_not_counted() -> None:
+    diagnostics = art_loss.LossOffPolicyDiagnostics.from_tensors(
+        prob_ratio=torch.tensor([[3.0, 2.0, 5.0]]),
+        advantages=torch.ones((1, 3)),
+        assistant_mask=torch.tensor([[1.0, 0.0, 1.0]]),
+        weights=torch.tensor([[1.0, 1.0, 0.0]]),  # a zero weight trains nothing
+        ppo=False,
+        epsilon=1.0,
+        epsilon_high=4.0,
+    )
+    assert diagnostics.token_count.item() == 1 and diagnostics.ratio_sum.item() == 3.0
+    empty = art_loss.LossOffPolicyDiagnostics.from_tensors(
+        prob_ratio=torch.ones((1, 2)),
+        advantages=torch.ones((1, 2)),
+        assistant_mask=torch.zeros((1, 2)),
+        weights=torch.ones((1, 2)),
+        ppo=True,
+        epsilon=0.2,
+        epsilon_high=0.2,
+    )
+    assert empty.token_count.item() == 0 and empty.ratio_histogram.shape == (258,)
+    assert empty.ratio_histogram.sum().item() == 0
+    with pytest.raises(TypeError, match="ratio_sum"):
+        art_loss.LossOffPolicyDiagnostics(
+            ratio_sum=1.0,  # type: ignore[arg-type]
+            clipped_count=torch.zeros(()),
+            token_count=torch.zeros(()),
+            ratio_histogram=torch.zeros(258),
+        )
+
+
+def test_the_accumulator_gives_arts_step_metrics() -> None:
+    accumulator = art_loss.LossOffPolicyDiagnosticsAccumulator()
+    assert accumulator.to_metrics() == {}
+    accumulator.add(None)
+    assert accumulator.to_metrics() == {}
+    # 19 ratios of exactly 1 and one of 1.5 (outside [0.8, 1.2]), over two loss calls
+    accumulator.add(diagnostics_of([1.0] * 12, [1.0] * 12, ppo=False))
+    accumulator.add(None)
+    accumulator.add(diagnostics_of([1.0] * 7 + [1.5], [1.0] * 8, ppo=False))
+    assert accumulator.token_count is not None and accumulator.token_count.item() == 20
+    metrics = accumulator.to_metrics()
+    # the quantiles are read off the histogram: the 19 ones sit in the bucket (10^-1/32, 1],
+    # so p95 (the 19th value) is its top, and p99 (19.8th) lies 0.8 of the way into 1.5's
+    # bucket, (10^(5/32), 10^(6/32)]
+    low, high = 10 ** (5 / 32), 10 ** (6 / 32)
+    assert metrics == pytest.approx(
+        {
+            "loss/importance_ratio_mean": (19 + 1.5) / 20,
+            "loss/importance_ratio_p95": 1.0,
+            "loss/importance_ratio_p99": low + (high - low) * 0.8,
+            "loss/clipped_token_fraction": 1 / 20,
+        },
+        rel=1e-5,
+    )
+
+
+def test_the_accumulator_sums_over_a_process_group(tmp_path: Path) -> None:
+    """`to_metrics(group=...)` sums the tallies over torch.distributed's group first: a real
+    one-process gloo group on a file store, whose sum is the tallies themselves."""
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        accumulator = art_loss.LossOffPolicyDiagnosticsAccumulator()
+        accumulator.add(diagnostics_of([0.5, 2.0], [1.0, 1.0], ppo=False))
+        assert accumulator.to_metrics(group=dist.group.WORLD) == accumulator.to_metrics()
+    finally:
+        dist.destroy_process_group()

@@ -98,7 +98,7 @@ def test_the_names_without_arthex_meaning_stay_refused() -> None:
     import arthex.art.model as model
 
     for module, name, says in [
-        (model, "METRICS_BUILDER_STATE_KEY", "not in the model's state"),
+        (model, "METRICS_BUILDER_STATE_KEY", "saves none there"),
         (model, "WANDB_CANONICAL_METRIC_KEYS", "mirrors every key"),
     ]:
         with pytest.raises(NotInArthexError, match=says):

@@ -89,3 +89,35 @@ def test_make_message_param_checks_the_role() -> None:
     }  # fmt: skip
     with pytest.raises(InvalidInputError, match="unsupported message role 'robot'"):
         make_message_param("robot", content="x")
+
+
+def test_role_to_param_is_each_roles_openai_message_type() -> None:
+    from openai.types.chat import (
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionDeveloperMessageParam,
+        ChatCompletionFunctionMessageParam,
+        ChatCompletionSystemMessageParam,
+        ChatCompletionToolMessageParam,
+        ChatCompletionUserMessageParam,
+    )
+
+    from arthex.art.langgraph.message_utils import role_to_param
+
+    # ART's table (art/langgraph/message_utils.py): the OpenAI SDK's TypedDict of each role
+    assert role_to_param == {
+        "user": ChatCompletionUserMessageParam,
+        "assistant": ChatCompletionAssistantMessageParam,
+        "system": ChatCompletionSystemMessageParam,
+        "tool": ChatCompletionToolMessageParam,
+        "function": ChatCompletionFunctionMessageParam,
+        "developer": ChatCompletionDeveloperMessageParam,
+    }
+    # a TypedDict builds the plain dict of what it is given
+    assert role_to_param["tool"](content="4", tool_call_id="call_1") == {
+        "content": "4",
+        "tool_call_id": "call_1",
+    }
+    for role in role_to_param:  # make_message_param takes exactly these roles
+        assert make_message_param(role, content="x") == {"role": role, "content": "x"}
+    with pytest.raises(InvalidInputError, match="critic"):
+        make_message_param("critic", content="x")

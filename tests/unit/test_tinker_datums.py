@@ -332,6 +332,40 @@ def test_datums_for_a_known_trajectory_have_exact_tokens_logprobs_and_advantages
     assert row["loss/grad_norm"] == 0.25
     # sampled -0.5, -1.25, -0.75 against the fake learner's -1.0 everywhere
     assert row["loss/importance_ratio_max"] == pytest.approx(np.exp(0.25))
+    ratios = np.exp([-0.5, 0.25, -0.25])
+    assert row["loss/importance_ratio_mean"] == pytest.approx(ratios.mean())
+    # linear interpolation between order statistics, as the LocalBackend's: 0.95 of the way
+    # from the 2nd (e^-0.25) to the 3rd (e^0.25) ratio
+    p95 = np.exp(-0.25) + 0.9 * (np.exp(0.25) - np.exp(-0.25))
+    assert row["loss/importance_ratio_p95"] == pytest.approx(p95)
+    assert row["loss/clipped_token_fraction"] == 0.0  # importance sampling has no clip
+
+
+@pytest.mark.parametrize(
+    ("loss", "clipped"),
+    [
+        # ratios e^-0.5 (A 0.5), e^0.25 (A 0.5), e^-0.25 (A -0.5) against [0.8, 1.2]: all three
+        # are outside; PPO's clip acts on the second (above, A > 0) and third (below, A < 0)
+        ("cispo", 3 / 3),
+        ("ppo", 2 / 3),
+    ],
+)
+def test_the_clipped_token_fraction_counts_where_the_clip_acts(
+    tmp_path: Path, loss: str, clipped: float
+) -> None:
+    fake = FakeTinker()
+    group = TrajectoryGroup(
+        [
+            trajectory(1.0, choice([1, 2, 3], [7, 8], [-0.5, -1.25])),
+            trajectory(0.0, choice([1, 2, 3], [9], [-0.75])),
+        ]
+    )
+    config = TrainConfig(loss_fn=loss, epsilon=0.2, epsilon_high=0.2, scale_rewards=False)  # type: ignore[arg-type]
+    (row,) = train(make_backend(fake, tmp_path, loss_fn=None), [group], config)
+    (_data, sent_loss, loss_config), *_ = fake.calls("forward_backward")
+    assert sent_loss == loss
+    assert loss_config == pytest.approx({"clip_low_threshold": 0.8, "clip_high_threshold": 1.2})
+    assert row["loss/clipped_token_fraction"] == pytest.approx(clipped)
 
 
 def test_group_std_scaling_and_one_datum_per_choice_including_sub_agents(tmp_path: Path) -> None:
@@ -649,7 +683,7 @@ def test_kl_penalty_shapes_advantages_by_the_reference_logprobs(tmp_path: Path) 
     fake.reference_logprobs = {2: -0.5, 3: -0.1}
     group = pair()
     config = TrainConfig(scale_rewards=False, kl_penalty_coef=0.5, kl_penalty_reference_step=0)
-    (row,) = train(make_backend(fake, tmp_path), [group], config)
+    (row,) = train(make_backend(fake, tmp_path, loss_fn=None), [group], config)
     # d = sampled - reference = [0.4, 0.0]; mean 0.2; A += 0.5 * (0.2 - d)
     first, second = sent_datums(fake)
     assert layout(first)["advantages"] == [pytest.approx(0.5 + 0.5 * (0.2 - 0.4))]

@@ -5,6 +5,11 @@ trainer's own; this module only reads ART's inputs and reduces the way ART's `lo
 ART's tensors are [rows, len]. `LossInputs` holds them unshifted (position t describes token
 t) and `align_inputs` moves each one left by one, as arthex's trainer reads [:, 1:], so that
 position t pairs with the policy's logprob of token t+1 (`new_logprobs`, already aligned).
+
+ART's off-policy diagnostics are here too: `loss_fn` returns, with the loss, each call's
+importance-ratio sums and a histogram of the ratios over 257 log-spaced edges (1e-4 to 1e4),
+which `LossOffPolicyDiagnosticsAccumulator` adds up over micro-batches (and ranks) and turns
+into ART's `loss/importance_ratio_*` metrics, the quantiles read off the histogram.
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ from .loss import kl_shaped
 from .token_losses import ratio_terms
 
 Reduction = Literal["mean", "sum"]
+
+# ART's packed tensors by name ([rows, len] each); ART spells the type only for type checkers
+PackedLossInput = Mapping[str, torch.Tensor]
+
+# ART's ratio histogram: 257 edges, 32 a decade from 1e-4 to 1e4, so 258 buckets (the first
+# holds ratios <= 1e-4, the last those above 1e4)
+_EDGES = (-4.0, 4.0, 257)
 
 # ART's experimental_config keys that change its loss in ways arthex's loss has no term for.
 _NOT_IN_ARTHEX = {
@@ -77,7 +89,7 @@ class LossInputs:
     """ART's packed tensors, unshifted: a mapping with `assistant_mask`, `logprobs`,
     `advantages`, `weights`, `group_ids` and optionally `original_logprobs`, each [rows, len]."""
 
-    inputs: Mapping[str, torch.Tensor]
+    inputs: PackedLossInput
 
     def align_inputs(self) -> AlignedLossInputs:
         missing = [
@@ -99,10 +111,143 @@ class LossInputs:
         )
 
 
+def importance_ratio_histogram_edges(*, device: torch.device | str | None) -> torch.Tensor:
+    """The 257 float32 edges of ART's ratio histogram, 1e-4 to 1e4 evenly in log10."""
+    low, high, count = _EDGES
+    return torch.logspace(low, high, steps=count, device=device, dtype=torch.float32)
+
+
+def histogram_quantile(
+    histogram: torch.Tensor, edges: torch.Tensor, quantile: float
+) -> torch.Tensor:
+    """The `quantile` of the values counted in `histogram` (bucket i holding the values in
+    (edges[i-1], edges[i]], so len(edges) + 1 buckets), interpolated linearly inside the bucket
+    the quantile falls in; the first bucket spans [0, edges[0]], and buckets past the edges end
+    at edges[-1]. 0 for an empty histogram."""
+    if histogram.dim() != 1 or edges.dim() != 1 or edges.numel() == 0:
+        raise InvalidInputError(
+            f"histogram_quantile needs 1-d bucket counts and edges, got shapes "
+            f"{tuple(histogram.shape)} and {tuple(edges.shape)}"
+        )
+    if not 0.0 <= quantile <= 1.0:
+        raise InvalidInputError(f"quantile must be within [0, 1], got {quantile!r}")
+    total = histogram.sum()
+    if total <= 0:
+        return histogram.new_zeros(())
+    running = histogram.cumsum(0)
+    wanted = total * quantile
+    # the first bucket whose running count reaches the wanted count
+    index = int(torch.searchsorted(running, wanted).clamp(max=histogram.numel() - 1))
+    before = running[index - 1] if index > 0 else running.new_zeros(())
+    inside = histogram[index].clamp_min(1.0)
+    floor = edges[min(index - 1, edges.numel() - 1)] if index > 0 else edges.new_zeros(())
+    ceiling = edges[min(index, edges.numel() - 1)]
+    share = ((wanted - before) / inside).clamp(0.0, 1.0)
+    return floor + (ceiling - floor) * share
+
+
+_A_TENSOR = attrs.validators.instance_of(torch.Tensor)
+
+
+@attrs.frozen(kw_only=True)
+class LossOffPolicyDiagnostics:
+    """One loss call's importance-ratio tallies over its trained tokens (assistant tokens with a
+    non-zero weight): the ratios' sum, how many the clip acted on, how many tokens, and the
+    ratios' histogram over `importance_ratio_histogram_edges`; float32 tensors."""
+
+    ratio_sum: torch.Tensor = attrs.field(validator=_A_TENSOR)
+    clipped_count: torch.Tensor = attrs.field(validator=_A_TENSOR)
+    token_count: torch.Tensor = attrs.field(validator=_A_TENSOR)
+    ratio_histogram: torch.Tensor = attrs.field(validator=_A_TENSOR)
+
+    @classmethod
+    def from_tensors(
+        cls,
+        *,
+        prob_ratio: torch.Tensor,
+        advantages: torch.Tensor,
+        assistant_mask: torch.Tensor,
+        weights: torch.Tensor,
+        ppo: bool,
+        epsilon: float,
+        epsilon_high: float,
+    ) -> LossOffPolicyDiagnostics:
+        """The tallies of `prob_ratio` (the ratio before any clipping) where `assistant_mask`
+        is set and `weights` is not 0. A token counts as clipped when its ratio is outside
+        [1-epsilon, 1+epsilon_high]; under PPO only when the clip acts on it (above the
+        interval with a positive advantage, below it with a negative one)."""
+        trained = (assistant_mask > 0) & (weights != 0)
+        ratios = prob_ratio.detach()[trained].float()
+        edges = importance_ratio_histogram_edges(device=prob_ratio.device)
+        low, high = 1.0 - epsilon, 1.0 + epsilon_high
+        if ppo:
+            signs = advantages.detach()[trained]
+            acted = ((signs > 0) & (ratios > high)) | ((signs < 0) & (ratios < low))
+        else:
+            acted = (ratios < low) | (ratios > high)
+        buckets = torch.bucketize(ratios, edges)
+        return cls(
+            ratio_sum=ratios.sum(),
+            clipped_count=acted.float().sum(),
+            token_count=ratios.new_tensor(float(ratios.numel())),
+            ratio_histogram=torch.bincount(buckets, minlength=edges.numel() + 1).float(),
+        )
+
+
+@attrs.define(kw_only=True)
+class LossOffPolicyDiagnosticsAccumulator:
+    """Sums `LossOffPolicyDiagnostics` over an optimizer step's loss calls; `to_metrics` gives
+    ART's step metrics (with `group`, summed over that torch.distributed group first)."""
+
+    ratio_sum: torch.Tensor | None = None
+    clipped_count: torch.Tensor | None = None
+    token_count: torch.Tensor | None = None
+    ratio_histogram: torch.Tensor | None = None
+
+    def add(self, diagnostics: LossOffPolicyDiagnostics | None) -> None:
+        """Add one call's tallies (None, a call without diagnostics, adds nothing)."""
+        if diagnostics is None:
+            return
+        for name in ("ratio_sum", "clipped_count", "token_count", "ratio_histogram"):
+            part = getattr(diagnostics, name).detach()
+            so_far = getattr(self, name)
+            setattr(self, name, part if so_far is None else so_far + part)
+
+    def to_metrics(self, *, group: object | None = None) -> dict[str, float]:
+        """`loss/importance_ratio_mean`, `_p95`, `_p99` and `loss/clipped_token_fraction`;
+        {} before anything was added."""
+        if (
+            self.ratio_sum is None
+            or self.clipped_count is None
+            or self.token_count is None
+            or self.ratio_histogram is None
+        ):
+            return {}
+        totals = torch.cat(
+            [
+                self.ratio_sum.reshape(1),
+                self.clipped_count.reshape(1),
+                self.token_count.reshape(1),
+                self.ratio_histogram,
+            ]
+        )
+        if group is not None:
+            torch.distributed.all_reduce(totals, group=group)
+        tokens = totals[2].clamp_min(1.0)
+        histogram = totals[3:]
+        edges = importance_ratio_histogram_edges(device=totals.device)
+        return {
+            "loss/importance_ratio_mean": float(totals[0] / tokens),
+            "loss/importance_ratio_p95": float(histogram_quantile(histogram, edges, 0.95)),
+            "loss/importance_ratio_p99": float(histogram_quantile(histogram, edges, 0.99)),
+            "loss/clipped_token_fraction": float(totals[1] / tokens),
+        }
+
+
 @attrs.frozen(kw_only=True)
 class Loss:
-    """What `loss_fn` returns. `offpolicy_diagnostics` is always None: arthex's trainer reports
-    the importance-ratio metrics from every ratio exactly (adapters/local/loss.LossStats)."""
+    """What `loss_fn` returns, with the call's importance-ratio tallies in
+    `offpolicy_diagnostics` (None only when built by hand)."""
 
     reduction: Reduction
     policy_loss: torch.Tensor
@@ -110,7 +255,7 @@ class Loss:
     policy_loss_sum: torch.Tensor
     probs_corr: torch.Tensor
     kl_policy_ref: torch.Tensor | None = None
-    offpolicy_diagnostics: None = None
+    offpolicy_diagnostics: LossOffPolicyDiagnostics | None = None
 
 
 def compute_probs_corr(old_logprobs: torch.Tensor, new_logprobs: torch.Tensor) -> torch.Tensor:
@@ -201,7 +346,16 @@ def loss_fn(
     old = torch.where(torch.isfinite(old), old, new.detach())
     ref = None if ref_logprobs is None else torch.where(selected, ref_logprobs.to(new.dtype), zero)
     advantages, kl_sum = kl_shaped(aligned.advantages.to(new.dtype), new, mask, ref, kl_coef)
-    per_token, _ = ratio_terms(kind, new, old, advantages, 1.0 - epsilon, 1.0 + epsilon_high)
+    per_token, ratio = ratio_terms(kind, new, old, advantages, 1.0 - epsilon, 1.0 + epsilon_high)
+    diagnostics = LossOffPolicyDiagnostics.from_tensors(
+        prob_ratio=ratio,
+        advantages=advantages,
+        assistant_mask=mask,
+        weights=weights,
+        ppo=kind == "ppo",
+        epsilon=epsilon,
+        epsilon_high=epsilon_high,
+    )
     weighted = per_token * weights * mask
     denominator = aligned.denominator(mask, reduction)
     entropy = None
@@ -219,4 +373,5 @@ def loss_fn(
         policy_loss_sum=weighted.sum(),
         probs_corr=probs_corr,
         kl_policy_ref=kl_policy_ref,
+        offpolicy_diagnostics=diagnostics,
     )

@@ -154,8 +154,7 @@ def token_policy_loss(
     loss = (per_token * weights * mask).sum() / max(normalizer, 1e-18)
 
     with torch.no_grad():
-        outside = (ratio < low) | (ratio > high)
-        clipped = 0 if settings.kind == "importance_sampling" else int((outside & selected).sum())
+        clipped = int((_clip_acts(settings.kind, ratio, advantages, low, high) & selected).sum())
         stats = LossStats(
             loss=float(loss.item()),
             tokens=int(selected.sum().item()),
@@ -165,6 +164,20 @@ def token_policy_loss(
             kl_sum=kl_sum,
         )
     return loss, stats
+
+
+def _clip_acts(
+    kind: LossName, ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float
+) -> torch.Tensor:
+    """Where the clip changes a token's term (ART's `loss/clipped_token_fraction`): CISPO
+    clips every ratio outside [low, high]; PPO's minimum takes the clipped term only above
+    the interval with a positive advantage or below it with a negative one; plain importance
+    sampling never clips."""
+    if kind == "importance_sampling":
+        return torch.zeros_like(ratio, dtype=torch.bool)
+    if kind == "ppo":
+        return ((advantages > 0) & (ratio > high)) | ((advantages < 0) & (ratio < low))
+    return (ratio < low) | (ratio > high)
 
 
 def custom_token_loss(

@@ -85,10 +85,9 @@ async def optimize(
 
     datums = [part.datum() for part in batch.parts]
     what_backward, what_step = "forward_backward", "optim_step"
+    settings = loss_config(loss, config, extra) if isinstance(loss, str) else None
     if isinstance(loss, str):
-        backward = await submit(
-            what_backward, training.forward_backward, datums, loss, loss_config(loss, config, extra)
-        )
+        backward = await submit(what_backward, training.forward_backward, datums, loss, settings)
     else:
         what_backward = "forward_backward_custom"
         backward = await submit(
@@ -98,16 +97,21 @@ async def optimize(
     output = await finish(what_backward, backward, timeout_s)
     optimizer = await finish(what_step, stepped, timeout_s)
     tokens = batch.trainable_tokens
-    ratios = []
+    ratios, advantages = [], []
     for part, out in zip(batch.parts, output.loss_fn_outputs, strict=True):
         new = np.asarray(out["logprobs"].tolist(), dtype=np.float64)[part.prompt_length - 1 :]
         ratios.append(np.exp(new - part.sampled_logprobs.astype(np.float64)))
+        advantages.append(part.advantages.astype(np.float64))
     ratio = np.concatenate(ratios) if ratios else np.ones(1)
+    signs = np.concatenate(advantages) if advantages else np.zeros(1)
     metrics = {
         # Tinker sums over tokens; per token it compares with the local backend's loss.
         "loss/train": float(output.metrics.get("loss:sum", math.nan)) / max(tokens, 1),
         "loss/importance_ratio_mean": float(ratio.mean()),
+        "loss/importance_ratio_p95": float(np.quantile(ratio, 0.95)),
+        "loss/importance_ratio_p99": float(np.quantile(ratio, 0.99)),
         "loss/importance_ratio_max": float(ratio.max()),
+        "loss/clipped_token_fraction": _clipped_fraction(loss, settings, ratio, signs),
         "data/step_num_gradient_steps": 1.0,
         "data/step_num_tokens": float(tokens),
         "data/step_num_sequences": float(len(datums)),
@@ -118,6 +122,23 @@ async def optimize(
         elif key not in ("loss:sum", "learning_rate"):
             metrics[f"tinker/{key}"] = float(value)
     return metrics
+
+
+def _clipped_fraction(
+    loss: TinkerLoss | CustomLoss, settings: Mapping[str, float] | None, ratio: Any, signs: Any
+) -> float:
+    """The share of the trained tokens whose ratio the loss's clip acts on, by the LocalBackend
+    trainer's (and ART's) rule: CISPO clips every ratio outside its interval, PPO only one
+    above it with a positive advantage or below it with a negative one; the other losses have
+    no clip."""
+    if loss not in ("ppo", "cispo") or not settings:
+        return 0.0
+    low, high = settings["clip_low_threshold"], settings["clip_high_threshold"]
+    if loss == "ppo":
+        acted = ((signs > 0) & (ratio > high)) | ((signs < 0) & (ratio < low))
+    else:
+        acted = (ratio < low) | (ratio > high)
+    return float(acted.mean())
 
 
 def _sdk_loss(loss: CustomLoss, batch: Batch) -> Any:

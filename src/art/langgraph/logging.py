@@ -9,5 +9,9 @@ from typing import TYPE_CHECKING
 
 from arthex.art._table import module_attributes
 
-if not TYPE_CHECKING:
+if TYPE_CHECKING:
+    from arthex.utils.file_logger import FileLogger as FileLogger
+
+    __all__ = ["FileLogger"]
+else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

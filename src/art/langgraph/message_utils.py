@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.composition.langgraph import MESSAGE_PARAMS as role_to_param
     from arthex.composition.langgraph import Message as Message
     from arthex.composition.langgraph import (
         convert_langgraph_messages as convert_langgraph_messages,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         "convert_langgraph_messages",
         "langchain_msg_to_openai",
         "make_message_param",
+        "role_to_param",
     ]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
