@@ -29,10 +29,11 @@ if TYPE_CHECKING:
 
 
 def running_emulator(
-    tiny: str, key: str, factory: pytest.TempPathFactory
+    tiny: str, key: str | None, factory: pytest.TempPathFactory
 ) -> Iterator[TinkerEmulator]:
-    """The emulator on `tiny` answering `key`, its state in a new folder, the SDK's telemetry
-    off while it runs, one torch thread (the tests share two cores); stopped at the end."""
+    """The emulator on `tiny` answering `key` (None: any key of the SDK's shape), its state in
+    a new folder, the SDK's telemetry off while it runs, one torch thread (the tests share two
+    cores); stopped at the end."""
     from arthex.emulators.tinker import TinkerEmulator
 
     with pytest.MonkeyPatch.context() as patch:

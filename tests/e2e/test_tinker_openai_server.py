@@ -47,11 +47,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerEmulator]:
     """Any key of the SDK's shape is let in (alice's and bob's)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TINKER_TELEMETRY", "0")
-        state = tmp_path_factory.mktemp("tinker-state")
-        with TinkerEmulator(tiny, state_dir=str(state), torch_threads=1) as running:
-            yield running
+    yield from running_emulator(tiny, None, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -244,19 +244,30 @@ def run_art(python: Path, tasks: list[dict[str, Any]], cwd: Path, tz: str) -> li
     return results
 
 
-def both_outcomes(script: str, cases: Any) -> tuple[Any, Any]:
-    """Run the script `art/{script}.py` (one script for both libraries: its `run(lib, cases)`)
-    on `cases` under ART in ART's venv and under `arthex.art` in this process; both outcomes,
-    through JSON (ART's first)."""
+def art_outcome(script: str, cases: Any, timeout_s: float = 300) -> Any:
+    """The outcome of `art/{script}.py` (its `run(lib, cases)`) under ART, in ART's venv: the
+    last line the script prints (ART may print notes before it), as JSON."""
     done = subprocess.run(
         [str(art_python()), str(SCRIPTS / f"{script}.py"), "art"],
         input=json.dumps(cases), capture_output=True, text=True, env=art_environment(),
-        timeout=300,
+        timeout=timeout_s,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-6000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def arthex_outcome(script: str, cases: Any) -> Any:
+    """The outcome of the same script under `arthex.art`, in this process, through JSON."""
     sys.path.insert(0, str(SCRIPTS))
     try:
         run = importlib.import_module(script).run
     finally:
         sys.path.remove(str(SCRIPTS))
-    return json.loads(done.stdout), json.loads(json.dumps(run("arthex.art", cases)))
+    return json.loads(json.dumps(run("arthex.art", cases)))
+
+
+def both_outcomes(script: str, cases: Any) -> tuple[Any, Any]:
+    """Run the script `art/{script}.py` (one script for both libraries: its `run(lib, cases)`)
+    on `cases` under ART in ART's venv and under `arthex.art` in this process; both outcomes,
+    through JSON (ART's first)."""
+    return art_outcome(script, cases), arthex_outcome(script, cases)

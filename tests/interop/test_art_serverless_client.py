@@ -8,11 +8,8 @@ errors' classes: arthex raises its own where ART raises openai's, one for one.""
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +19,7 @@ import pytest
 from tests._serverless import ServerProcess, local_tiny_server
 
 from ._recording_proxy import Recorded, recording_proxy
-from .art_env import SCRIPTS, art_environment, art_python
+from .art_env import art_outcome, arthex_outcome
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -89,23 +86,12 @@ def as_sent(requests: list[Recorded], tenant: str, key: str) -> list[dict[str, A
 
 
 def run_arts(cases: dict[str, Any]) -> dict[str, Any]:
-    done = subprocess.run(
-        [str(art_python()), str(SCRIPTS / f"{SCRIPT}.py"), "art"],
-        input=json.dumps(cases), capture_output=True, text=True, env=art_environment(),
-        timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-6000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = art_outcome(SCRIPT, cases, timeout_s=900)
     return result
 
 
 def run_arthexs(cases: dict[str, Any]) -> dict[str, Any]:
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        run = importlib.import_module(SCRIPT).run
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    result: dict[str, Any] = json.loads(json.dumps(run("arthex.art", cases)))
+    result: dict[str, Any] = arthex_outcome(SCRIPT, cases)
     return result
 
 

@@ -13,11 +13,7 @@ torch forward of the tiny model; the second completion, through the re-pointed a
 from __future__ import annotations
 
 import asyncio
-import importlib
-import json
 import math
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -29,9 +25,9 @@ pytest.importorskip("torch")
 
 from arthex.adapters.tinker.openai_server import TinkerOpenAIServer
 from arthex.emulators.tinker import TinkerEmulator
-from tests._tinker import sampler_paths
+from tests._tinker import running_emulator, sampler_paths
 
-from .art_env import SCRIPTS, art_environment, art_python
+from .art_env import art_outcome, arthex_outcome
 
 pytestmark = [pytest.mark.e2e]
 
@@ -49,11 +45,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerEmulator]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TINKER_TELEMETRY", "0")
-        state = tmp_path_factory.mktemp("tinker-state")
-        with TinkerEmulator(tiny, state_dir=str(state), torch_threads=1) as running:
-            yield running
+    yield from running_emulator(tiny, None, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -74,23 +66,12 @@ def server_url(emulator: TinkerEmulator) -> Iterator[str]:
 
 
 def run_arts(cases: dict[str, Any]) -> dict[str, Any]:
-    done = subprocess.run(
-        [str(art_python()), str(SCRIPTS / f"{SCRIPT}.py"), "art"],
-        input=json.dumps(cases), capture_output=True, text=True, env=art_environment(),
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-6000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = art_outcome(SCRIPT, cases, timeout_s=600)
     return result
 
 
 def run_arthexs(cases: dict[str, Any]) -> dict[str, Any]:
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        run = importlib.import_module(SCRIPT).run
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    result: dict[str, Any] = json.loads(json.dumps(run("arthex.art", cases)))
+    result: dict[str, Any] = arthex_outcome(SCRIPT, cases)
     return result
 
 
