@@ -134,11 +134,6 @@ REFUSED_PACKAGES: dict[str, str] = {
     "art.trainer_rank": _MEGATRON,
     "art.transformers": "arthex loads models with transformers as it is; no patches to apply",
     "art.unsloth": "arthex does not use Unsloth; use arthex.LocalBackend (torch and peft)",
-    "art.utils.old_benchmarking": (
-        "ART's retired benchmarks read per-step JSONL/YAML files that neither library writes "
-        "now; use art.utils.benchmarking (load_aggregated_trajectories and its charts), after "
-        "art.utils.trajectory_migration for old runs"
-    ),
 }
 
 REFUSED_MODULES: dict[str, str] = {
@@ -324,6 +319,7 @@ _SERVER_CONFIG = Use("arthex.art.dev.openai_server", "get_openai_server_config")
 _LANGGRAPH = "arthex.composition.langgraph"
 _MCP = "arthex.environments.mcp_scenarios"
 _BENCH = "arthex.apps.benchmarking"
+_OLD_BENCH = "arthex.apps.old_benchmarking"
 _CHECKS = "arthex.utils.rollout_checks"
 _LANGGRAPH_INTERNAL = Refuse(
     "ART's wrapper logs each chat call to .art/langgraph/{thread} and rebuilds the "
@@ -1022,6 +1018,25 @@ MODULES: dict[str, dict[str, Entry]] = {
         "pull_model_trajectories": Use(_BENCH, "pull_model_trajectories"),
     },
     "art.utils.benchmarking.types": {"BenchmarkModelKey": Use(_BENCH, "BenchmarkModelKey")},
+    "art.utils.old_benchmarking.calculate_step_metrics": {
+        "calculate_step_std_dev": Use(_OLD_BENCH, "calculate_step_std_dev"),
+    },
+    "art.utils.old_benchmarking.display_image_grid": {
+        "display_image_grid": Use(_OLD_BENCH, "display_image_grid"),
+    },
+    "art.utils.old_benchmarking.generate_comparison_table": {
+        "generate_comparison_table": Use(_OLD_BENCH, "generate_comparison_table"),
+    },
+    "art.utils.old_benchmarking.generate_line_graphs": {
+        "generate_line_graphs": Use(_OLD_BENCH, "generate_line_graphs"),
+    },
+    "art.utils.old_benchmarking.load_benchmarked_models": {
+        "load_benchmarked_models": Use(_OLD_BENCH, "load_benchmarked_models"),
+    },
+    "art.utils.old_benchmarking.types": {
+        name: Use(_OLD_BENCH, name)
+        for name in ("BenchmarkedModel", "BenchmarkedModelKey", "BenchmarkedModelStep")
+    },
     "art.utils.deploy_model": {
         **{
             name: Use(_DEPLOYMENT, name)

@@ -1,7 +1,0 @@
-"""ART's package `art.utils.old_benchmarking`, not in arthex.
-
-Importing it raises a one-line error saying what to use instead."""
-
-from arthex.art._table import refuse_module
-
-refuse_module(__name__)
