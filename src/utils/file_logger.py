@@ -35,7 +35,11 @@ class FileLogger:
         line = f"{name}: {entry}\n".encode()
         descriptor = os.open(self.text_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(descriptor, line)
+            written = os.write(descriptor, line)
+            if written != len(line):  # a full disk may take part of it: say so, keep nothing
+                raise OSError(
+                    f"FileLogger wrote {written} of {len(line)} bytes to {self.text_path!s}"
+                )
         finally:
             os.close(descriptor)
         self._logs.append((name, entry))

@@ -4,6 +4,9 @@ tests/interop/test_art_file_logger.py runs ART's own FileLogger beside it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -44,3 +47,33 @@ def test_bad_paths_are_refused(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         logger.log("c1", "x")
     assert logger.load_logs() == []  # nothing kept for a line that was not written
+
+
+def test_a_line_the_file_takes_only_part_of_raises_and_is_not_kept(tmp_path: Path) -> None:
+    """A file size limit (RLIMIT_FSIZE, SIGXFSZ ignored) makes the kernel take part of the
+    line: the logger says so and keeps nothing, where a silent short write would keep it."""
+    script = textwrap.dedent(
+        """
+        import os, resource, signal, sys
+        from arthex.utils.file_logger import FileLogger
+        path = sys.argv[1]
+        with open(path, "w") as f:
+            f.write("x" * 10)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))
+        logger = FileLogger(path)
+        try:
+            logger.log("call", "a line longer than six bytes")
+        except OSError as error:
+            print("raised:", error)
+        print("kept:", len(logger.load_logs()))
+        """
+    )
+    path = tmp_path / "calls.log"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"raised: FileLogger wrote 6 of 35 bytes to {path}" in done.stdout
+    assert "kept: 0" in done.stdout
+    assert path.stat().st_size == 16
