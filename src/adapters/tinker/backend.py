@@ -69,6 +69,7 @@ from ...ports.training_backend import (
 )
 from ..inference.engine_pool import RunTable, Serving, ServingPool
 from ..layout import backend_run_dir
+from .art_state import ArtTinkerState, Listed, adopted_record, art_checkpoints, read_art_state
 from .clients import (
     RestClientLike,
     SamplingClientLike,
@@ -220,9 +221,13 @@ class TinkerBackend(BackendTrainEntry):
     async def _open_run(self, spec: ModelSpec) -> _Run:
         assert spec.base_model is not None
         model_dir = backend_run_dir(spec, self._path, "TinkerBackend")
-        model_dir.mkdir(parents=True, exist_ok=True)
         record = await asyncio.to_thread(read_record, model_dir)
-        if record is None:
+        art = await asyncio.to_thread(read_art_state, model_dir) if record is None else None
+        model_dir.mkdir(parents=True, exist_ok=True)
+        adopted = await self._adopt(spec, art) if art is not None else None
+        if adopted is not None:
+            training, record = await self._resume(adopted, model_dir)
+        elif record is None:
             training = await call(
                 f"creating a LoRA training client for {spec.base_model!r}",
                 self._timeout_s,
@@ -258,6 +263,78 @@ class TinkerBackend(BackendTrainEntry):
                 self._pool.release(serving, spec.served_name)
             raise
         return run
+
+    async def _adopt(self, spec: ModelSpec, art: ArtTinkerState) -> RunRecord | None:
+        """arthex's record of the run ART's TinkerNativeBackend left (art_state.py), at the
+        step ART would resume from; None when ART saved no training state to resume from (ART
+        then starts over at step 0 too). Nothing is written here."""
+        rest = await self._rest()
+        listings = []
+        for run_id in art.run_ids:
+            try:
+                response = await call(
+                    f"listing the checkpoints of training run {run_id} ({art.path})",
+                    self._timeout_s,
+                    rest.list_checkpoints,
+                    run_id,
+                )
+            except TinkerNotFound:
+                logger.warning("%s: Tinker has no training run %s; skipped", art.path, run_id)
+                continue
+            listings.append(
+                (
+                    run_id,
+                    [
+                        Listed(c.checkpoint_id, c.checkpoint_type, c.tinker_path)
+                        for c in response.checkpoints
+                    ],
+                )
+            )
+        training, sampler = art_checkpoints(listings)
+        if not training:
+            logger.warning(
+                "%s names Tinker runs %s but none has a training checkpoint (ART saves one "
+                "only when it trains with save_checkpoint=True): starting a new run at step 0, "
+                "as ART would",
+                art.path,
+                list(art.run_ids),
+            )
+            return None
+        step = max(training)
+        run_id = training_run_of(training[step])
+        info = await call(
+            f"reading training run {run_id} ({art.path})",
+            self._timeout_s,
+            rest.get_training_run,
+            run_id,
+        )
+        if info.base_model != spec.base_model:
+            raise InvalidInputError(
+                f"{art.path}: ART trained Tinker run {run_id} from base model "
+                f"{info.base_model!r}, not {spec.base_model!r}; use the same base_model"
+            )
+        if info.lora_rank != self._lora_rank:
+            raise InvalidInputError(
+                f"{art.path}: ART trained Tinker run {run_id} with LoRA rank {info.lora_rank}, "
+                f"but the backend has lora_rank={self._lora_rank}; use "
+                f"lora_rank={info.lora_rank} for it"
+            )
+        if art.latest_step is not None and art.latest_step != step:
+            logger.warning(
+                "%s: ART reached step %d but saved its newest training state at step %d; "
+                "continuing from step %d, as ART would",
+                art.path,
+                art.latest_step,
+                step,
+                step,
+            )
+        return adopted_record(
+            training,
+            sampler,
+            base_model=spec.base_model or "",
+            lora_rank=self._lora_rank,
+            training_run_id=run_id,
+        )
 
     def _check_record(self, spec: ModelSpec, record: RunRecord, model_dir: Path) -> None:
         if record.base_model != spec.base_model:
