@@ -1,7 +1,8 @@
-"""ART's Tinker keys in a model's state.json (art_state.py): a malformed key is refused, naming
-the file and the key, before anything is written or asked of the service; a run ART left with
-no training checkpoint starts over at step 0, as ART's does; ART's checkpoints are found the way
-ART finds them. (Adopting a run ART really trained, on the emulator:
+"""What ART's Tinker backends leave in a model directory (art_state.py): TinkerNativeBackend's
+keys in state.json and TinkerBackend's checkpoints/NNNN/info.yaml. A malformed key is refused,
+naming the file and the key, before anything is written or asked of the service; a run ART
+left with no training checkpoint starts over at step 0, as ART's does; ART's checkpoints are
+found the way ART finds them. (Adopting runs ART really trained, on the emulator:
 tests/interop/test_art_tinker_resume.py.)"""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from arthex.adapters.tinker.art_state import (
     Listed,
     adopted_record,
     art_checkpoints,
+    read_art_checkpoint_folders,
     read_art_state,
 )
 from arthex.adapters.tinker.record import Checkpoint
@@ -151,3 +153,51 @@ def test_checkpoints_are_found_as_art_finds_them() -> None:
         Checkpoint(2, sampler[2], training[2]),
         Checkpoint(4, sampler[4], training[4]),
     )
+
+
+INFO = (
+    "model_id: run-a\n"
+    "sampler_weights_path: tinker://run-a/sampler_weights/{name}\n"
+    "state_with_optimizer_path: tinker://run-a/weights/{name}\n"
+)  # what yaml.safe_dump writes for ART's TinkerService._save_checkpoint
+
+
+def test_arts_tinker_backend_folders_are_read_by_step(tmp_path: Path) -> None:
+    folder = model_dir(tmp_path)
+    assert read_art_checkpoint_folders(folder) is None
+    (folder / "checkpoints" / "0003").mkdir(parents=True)  # a LocalBackend's: no info.yaml
+    assert read_art_checkpoint_folders(folder) is None
+    for name in ("0000", "0010"):
+        (folder / "checkpoints" / name).mkdir(exist_ok=True)
+        (folder / "checkpoints" / name / "info.yaml").write_text(INFO.format(name=name))
+    found = read_art_checkpoint_folders(folder)
+    assert found == (
+        {0: "tinker://run-a/weights/0000", 10: "tinker://run-a/weights/0010"},
+        {0: "tinker://run-a/sampler_weights/0000", 10: "tinker://run-a/sampler_weights/0010"},
+    )
+
+
+BAD_INFO: list[tuple[str, str]] = [
+    ("model_id: run-a\n", "'state_with_optimizer_path'"),
+    (INFO.format(name="0001").replace("tinker://run-a/weights", "s3://b/w"), "'state_with"),
+    (INFO.format(name="0001").replace("tinker://run-a/sampler", "tinker:///sampler"), "'sampler"),
+    ("- a\n- b\n", "is not a YAML mapping"),
+    ("key: [unclosed\n", "is not ART's checkpoint info"),
+]
+
+
+@pytest.mark.parametrize(("text", "named"), BAD_INFO)
+def test_a_malformed_info_yaml_is_refused_naming_it_before_anything_is_written(
+    tmp_path: Path, text: str, named: str
+) -> None:
+    folder = model_dir(tmp_path)
+    info = folder / "checkpoints" / "0001" / "info.yaml"
+    info.parent.mkdir(parents=True)
+    info.write_text(text)
+    fake = FakeTinker()
+    with pytest.raises(CorruptDataError) as caught:
+        register(tmp_path, fake)
+    assert str(info) in str(caught.value) and named in str(caught.value)
+    assert fake.runs == 0 and fake.sent == []
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoints"]
+    assert info.read_text() == text

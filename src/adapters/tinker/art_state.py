@@ -11,8 +11,14 @@ listings, so arthex resumes from the step ART would, and also keeps the sampler 
 saved for each step (`sampler_weights/step_N`; ART's own pattern misses those ids, so ART saves
 the resumed step's sampler weights again, where arthex serves the ones it already has).
 
-`state.json` is ART's: arthex reads it and never writes it. Its keys are checked before anything
-is written; a malformed one is a CorruptDataError naming the file and the key.
+ART's older `TinkerBackend` (`art.tinker`, a LocalBackend over Tinker) keeps its run in
+`{model_dir}/checkpoints/{step:04d}/info.yaml` instead: per step the training run's `model_id`,
+the full state (`state_with_optimizer_path`) and the sampler weights (`sampler_weights_path`),
+saved at every step; it resumes from the newest folder. `read_art_checkpoint_folders` reads
+those, and `adopted_record` makes the same record of them.
+
+Both are ART's: arthex reads them and never writes them. They are checked before anything is
+written; a malformed key is a CorruptDataError naming the file and the key.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from typing import Any
 
 import attrs
 
-from ...core.errors import CorruptDataError
-from ..layout import STATE
+from ...core.errors import CorruptDataError, MissingExtraError
+from ..layout import CHECKPOINTS, STATE
 from .record import Checkpoint, RunRecord
 
 STATE_KEY_RUN_IDS = "tinker_run_ids"  # ART's key: the run's Tinker training run ids, oldest first
@@ -35,6 +41,9 @@ STATE_KEY_LATEST_STEP = "latest_step"  # ART's key: the step ART's run reached
 _TRAINING_ID = re.compile(r"(?:weights/)?step_(\d+)$")  # ART's pattern for a training checkpoint
 _SAMPLER_ID = re.compile(r"sampler_weights/step_(\d+)$")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")  # one segment of a tinker:// path
+INFO = "info.yaml"  # ART's TinkerBackend: checkpoints/{step:04d}/info.yaml
+INFO_STATE_KEY = "state_with_optimizer_path"
+INFO_SAMPLER_KEY = "sampler_weights_path"
 
 
 @attrs.frozen
@@ -145,3 +154,50 @@ def adopted_record(
         step=step,
         checkpoints=checkpoints,
     )
+
+
+def read_art_checkpoint_folders(model_dir: Path) -> tuple[dict[int, str], dict[int, str]] | None:
+    """Per step, the full state and sampler paths ART's TinkerBackend recorded in
+    `checkpoints/{step:04d}/info.yaml`; None when no step folder has an `info.yaml` (a
+    LocalBackend's checkpoints have none). CorruptDataError naming the file (and the key) for
+    an `info.yaml` that is not a mapping of its keys to `tinker://` paths."""
+    folder = model_dir / CHECKPOINTS
+    try:
+        entries = sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise CorruptDataError(f"cannot read {folder}: {exc}") from exc
+    infos = [
+        e / INFO for e in entries if e.name.isascii() and e.name.isdigit() and (e / INFO).is_file()
+    ]
+    if not infos:
+        return None
+    try:
+        import yaml
+    except ImportError as exc:  # PyYAML is a dependency of the tinker extra
+        raise MissingExtraError("pyyaml", "tinker") from exc
+    training: dict[int, str] = {}
+    sampler: dict[int, str] = {}
+    for path in infos:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise CorruptDataError(f"{path} is not ART's checkpoint info (YAML): {exc}") from exc
+        if not isinstance(data, dict):
+            raise CorruptDataError(f"{path} is not a YAML mapping (ART's checkpoint info)")
+        step = int(path.parent.name)
+        training[step] = _tinker_path(path, data, INFO_STATE_KEY)
+        sampler[step] = _tinker_path(path, data, INFO_SAMPLER_KEY)
+    return training, sampler
+
+
+def _tinker_path(path: Path, data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if (
+        not isinstance(value, str)
+        or not value.startswith("tinker://")
+        or _RUN_ID.fullmatch(value.removeprefix("tinker://").split("/", 1)[0]) is None
+    ):
+        raise CorruptDataError(f"{path}: {key!r} must be a tinker:// path, got {value!r}")
+    return value
