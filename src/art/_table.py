@@ -76,8 +76,10 @@ _TINKER_WIRE = "arthex.adapters.tinker.openai_wire"
 _TINKER_CLIENT = "arthex.adapters.tinker.openai_client"
 _TINKER_SERVER = Use(_TINKER_OPENAI, "TinkerOpenAIServer")
 _TINKER_RUN_STATE = (
-    "ART's own process state: arthex.TinkerBackend keeps a run's steps and tinker:// paths "
-    "in {model_dir}/tinker-run.json, not under ART's state.json keys"
+    "ART's backend's live clients (service, rest, training and sampling clients, its server "
+    "task): arthex.TinkerBackend holds its own and keeps a run's steps and tinker:// paths in "
+    "{model_dir}/tinker-run.json; it reads ART's state.json keys (STATE_KEY_RUN_IDS, "
+    "STATE_KEY_LATEST_STEP) to continue a run ART left"
 )
 _TINKER_MODEL_CONFIG = (
     "arthex.TinkerBackend uses no renderer (it renders with the base model's chat template); "
@@ -331,6 +333,7 @@ _ART_TRAJECTORIES = "arthex.utils.art_trajectories"
 _COMPACT = "arthex.utils.compact_trajectories"
 _RENDERERS = "arthex.utils.tinker_renderers"
 _TINKER_DATA = "arthex.adapters.tinker.art_data"
+_TINKER_ART_STATE = "arthex.adapters.tinker.art_state"
 
 MODULES: dict[str, dict[str, Entry]] = {
     "art": {
@@ -804,8 +807,8 @@ MODULES: dict[str, dict[str, Entry]] = {
     "art.tinker_native": {"TinkerNativeBackend": _TINKER_BACKEND},
     "art.tinker_native.backend": {
         "ModelState": Refuse(_TINKER_RUN_STATE),
-        "STATE_KEY_LATEST_STEP": Refuse(_TINKER_RUN_STATE),
-        "STATE_KEY_RUN_IDS": Refuse(_TINKER_RUN_STATE),
+        "STATE_KEY_LATEST_STEP": Use(_TINKER_ART_STATE, "STATE_KEY_LATEST_STEP"),
+        "STATE_KEY_RUN_IDS": Use(_TINKER_ART_STATE, "STATE_KEY_RUN_IDS"),
         "TinkerNativeBackend": _TINKER_BACKEND,
         "TinkerNativeModelConfig": Refuse(_TINKER_MODEL_CONFIG),
     },

@@ -68,6 +68,11 @@ def test_the_paths_resolve_and_arts_internals_stay_refused() -> None:
     assert art_tinker.get_renderer_name is tinker_renderers.get_renderer_name
     assert tinker_native.TinkerNativeBackend is arthex.TinkerBackend
     assert backend.TinkerNativeBackend is arthex.TinkerBackend
+    # ART's state.json keys, read with ART's meaning (a run ART left is continued)
+    assert (backend.STATE_KEY_RUN_IDS, backend.STATE_KEY_LATEST_STEP) == (
+        "tinker_run_ids",
+        "latest_step",
+    )
     assert renderers.renderer_name_message is tinker_renderers.renderer_name_message
     from arthex.adapters.tinker.openai_server import TinkerOpenAIServer
     from arthex.art.tinker import server
@@ -79,8 +84,6 @@ def test_the_paths_resolve_and_arts_internals_stay_refused() -> None:
         (server, "OpenAICompatibleTinkerServerSamplableModel"),
         (backend, "TinkerNativeModelConfig"),
         (backend, "ModelState"),
-        (backend, "STATE_KEY_RUN_IDS"),
-        (backend, "STATE_KEY_LATEST_STEP"),
     ]:
         with pytest.raises(NotInArthexError, match="is not in arthex: "):
             getattr(module, name)

@@ -68,7 +68,15 @@ from ...ports.training_backend import (
     TrainingBackend,
 )
 from ..inference.engine_pool import RunTable, Serving, ServingPool
-from ..layout import backend_run_dir
+from ..layout import CHECKPOINTS, backend_run_dir
+from .art_state import (
+    ArtTinkerState,
+    Listed,
+    adopted_record,
+    art_checkpoints,
+    read_art_checkpoint_folders,
+    read_art_state,
+)
 from .clients import (
     RestClientLike,
     SamplingClientLike,
@@ -202,8 +210,9 @@ class TinkerBackend(BackendTrainEntry):
 
     async def register(self, model: ModelSpec) -> InferenceEndpoint | None:
         """Open the run on Tinker: resume it from its newest saved state when the model
-        directory has a record, else create a LoRA training client and save step 0; then
-        serve the latest step."""
+        directory has a record, else continue the run ART's Tinker backends left there
+        (art_state.py), else create a LoRA training client and save step 0; then serve the
+        latest step."""
         self._runs.check_open()
         if not model.trainable:
             return None
@@ -220,9 +229,18 @@ class TinkerBackend(BackendTrainEntry):
     async def _open_run(self, spec: ModelSpec) -> _Run:
         assert spec.base_model is not None
         model_dir = backend_run_dir(spec, self._path, "TinkerBackend")
-        model_dir.mkdir(parents=True, exist_ok=True)
         record = await asyncio.to_thread(read_record, model_dir)
-        if record is None:
+        art, folders = None, None
+        if record is None:  # a run ART left here? (art_state.py)
+            art = await asyncio.to_thread(read_art_state, model_dir)
+            folders = await asyncio.to_thread(read_art_checkpoint_folders, model_dir)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        adopted = None
+        if art is not None or folders is not None:
+            adopted = await self._adopt(spec, model_dir, art, folders)
+        if adopted is not None:
+            training, record = await self._resume(adopted, model_dir)
+        elif record is None:
             training = await call(
                 f"creating a LoRA training client for {spec.base_model!r}",
                 self._timeout_s,
@@ -258,6 +276,95 @@ class TinkerBackend(BackendTrainEntry):
                 self._pool.release(serving, spec.served_name)
             raise
         return run
+
+    async def _adopt(
+        self,
+        spec: ModelSpec,
+        model_dir: Path,
+        art: ArtTinkerState | None,
+        folders: tuple[dict[int, str], dict[int, str]] | None,
+    ) -> RunRecord | None:
+        """arthex's record of the run ART left (art_state.py), at the step ART would resume
+        from: ART's TinkerNativeBackend's (state.json's run ids, listed on the service), else
+        ART's TinkerBackend's (checkpoints/*/info.yaml). None when ART saved no training state
+        to resume from (ART then starts over at step 0 too). Nothing is written here."""
+        found: tuple[dict[int, str], dict[int, str], Path] | None = None
+        if art is not None:
+            training, sampler = await self._list_art_runs(art)
+            if training:
+                found = (training, sampler, art.path)
+            elif folders is None:
+                logger.warning(
+                    "%s names Tinker runs %s but none has a training checkpoint (ART saves one "
+                    "only when it trains with save_checkpoint=True): starting a new run at "
+                    "step 0, as ART would",
+                    art.path,
+                    list(art.run_ids),
+                )
+        if found is None and folders is not None:
+            found = (*folders, model_dir / CHECKPOINTS)
+        if found is None:
+            return None
+        training, sampler, source = found
+        step = max(training)
+        run_id = training_run_of(training[step])
+        info = await call(
+            f"reading training run {run_id} ({source})",
+            self._timeout_s,
+            (await self._rest()).get_training_run,
+            run_id,
+        )
+        if info.base_model != spec.base_model:
+            raise InvalidInputError(
+                f"{source}: ART trained Tinker run {run_id} from base model "
+                f"{info.base_model!r}, not {spec.base_model!r}; use the same base_model"
+            )
+        if info.lora_rank != self._lora_rank:
+            raise InvalidInputError(
+                f"{source}: ART trained Tinker run {run_id} with LoRA rank {info.lora_rank}, "
+                f"but the backend has lora_rank={self._lora_rank}; use "
+                f"lora_rank={info.lora_rank} for it"
+            )
+        reached = art.latest_step if art is not None and source == art.path else None
+        if reached is not None and reached != step:
+            logger.warning(
+                "%s: ART reached step %d but saved its newest training state at step %d; "
+                "continuing from step %d, as ART would",
+                source,
+                reached,
+                step,
+                step,
+            )
+        logger.info("%s: continuing the Tinker run ART left at step %d", source, step)
+        return adopted_record(
+            training,
+            sampler,
+            base_model=spec.base_model or "",
+            lora_rank=self._lora_rank,
+            training_run_id=run_id,
+        )
+
+    async def _list_art_runs(self, art: ArtTinkerState) -> tuple[dict[int, str], dict[int, str]]:
+        """The training and sampler checkpoints of ART's run ids, listed on the service."""
+        rest = await self._rest()
+        listings = []
+        for run_id in art.run_ids:
+            try:
+                response = await call(
+                    f"listing the checkpoints of training run {run_id} ({art.path})",
+                    self._timeout_s,
+                    rest.list_checkpoints,
+                    run_id,
+                )
+            except TinkerNotFound:
+                logger.warning("%s: Tinker has no training run %s; skipped", art.path, run_id)
+                continue
+            checkpoints = [
+                Listed(c.checkpoint_id, c.checkpoint_type, c.tinker_path)
+                for c in response.checkpoints
+            ]
+            listings.append((run_id, checkpoints))
+        return art_checkpoints(listings)
 
     def _check_record(self, spec: ModelSpec, record: RunRecord, model_dir: Path) -> None:
         if record.base_model != spec.base_model:

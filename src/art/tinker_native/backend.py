@@ -11,7 +11,8 @@ from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
     from arthex.adapters.tinker import TinkerBackend as TinkerNativeBackend
+    from arthex.adapters.tinker.art_state import STATE_KEY_LATEST_STEP, STATE_KEY_RUN_IDS
 
-    __all__ = ["TinkerNativeBackend"]
+    __all__ = ["STATE_KEY_LATEST_STEP", "STATE_KEY_RUN_IDS", "TinkerNativeBackend"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)
