@@ -51,6 +51,32 @@ def test_models_are_the_aliases_of_the_tenant_whose_key_is_in_the_environment(
     assert server.models == {}
 
 
+def test_assigning_models_over_existing_aliases_replaces_them_all_or_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TINKER_API_KEY", "tml-a")
+    server = TinkerOpenAIServer()
+    server.models = {"a": "tinker://run/sampler_weights/1"}
+    tenant = server.tenant("tml-a")
+    created = tenant.model_timestamps["a"]
+    edited = server.models  # ART's pattern: read, edit, assign back
+    edited["b"] = "tinker://run/sampler_weights/2"
+    server.models = edited
+    assert server.models == {
+        "a": "tinker://run/sampler_weights/1",
+        "b": "tinker://run/sampler_weights/2",
+    }
+    assert tenant.model_timestamps["a"] == created and set(tenant.model_timestamps) == {"a", "b"}
+    fresh = {"c": "Qwen/Qwen3-8B"}
+    server.models = fresh  # as ART: the dict assigned is the server's from now on
+    fresh["d"] = "tinker://run/sampler_weights/3"
+    assert server.models == {"c": "Qwen/Qwen3-8B", "d": "tinker://run/sampler_weights/3"}
+    assert "a" not in tenant.model_timestamps
+    with pytest.raises(InvalidInputError, match="got ' tinker://oops' for 'bad'"):
+        server.models = {"new": "tinker://run/sampler_weights/4", "bad": " tinker://oops"}
+    assert server.models == {"c": "Qwen/Qwen3-8B", "d": "tinker://run/sampler_weights/3"}
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

@@ -142,11 +142,7 @@ class TinkerOpenAIServer:
 
     @models.setter
     def models(self, models: dict[str, str]) -> None:
-        tenant = self.tenant(_environment_key())
-        tenant.models.clear()
-        tenant.model_timestamps.clear()
-        for name, target in models.items():
-            tenant.put(name, target)
+        self.tenant(_environment_key()).replace(models)
 
     def tenant(self, api_key: str) -> TinkerTenant:
         """The tenant of `api_key` (made on first use; nothing is sent to Tinker until it

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol, cast
 
 import attrs
@@ -128,14 +128,20 @@ class TinkerTenant:
 
     def put(self, name: str, target: str) -> int:
         """Serve `name` from `target` (a new alias, or re-pointed); its creation time."""
-        if not name.strip():
-            raise InvalidInputError("a model alias must be a non-empty name")
-        if not target.strip() or target != target.strip():
-            raise InvalidInputError(
-                f"target must be a `tinker://` sampler path or a base model name, got {target!r}"
-            )
+        _check_alias(name, target)
         self.models[name] = target
         return self.model_timestamps.setdefault(name, int(time.time()))
+
+    def replace(self, models: Mapping[str, str]) -> None:
+        """Make `models` the aliases (ART's `server.models = ...`: the dict itself is kept, so
+        the caller's later edits are the server's). Every pair is checked before anything
+        changes; a name that stays keeps its creation time."""
+        pairs = list(models.items())  # `models` may be self.models, edited by the caller
+        for name, target in pairs:
+            _check_alias(name, target)
+        now = int(time.time())
+        self.model_timestamps = {name: self.model_timestamps.get(name, now) for name, _ in pairs}
+        self.models = models if isinstance(models, dict) else dict(pairs)
 
     def delete(self, name: str) -> bool:
         self.model_timestamps.pop(name, None)
@@ -220,3 +226,13 @@ class TinkerTenant:
             logger.warning("could not finish a Tinker session: %s", exc)
         finally:
             await asyncio.to_thread(release, service, 10.0)
+
+
+def _check_alias(name: str, target: str) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInputError(f"a model alias must be a non-empty name, got {name!r}")
+    if not isinstance(target, str) or not target.strip() or target != target.strip():
+        raise InvalidInputError(
+            f"target must be a `tinker://` sampler path or a base model name, got {target!r} "
+            f"for {name!r}"
+        )
