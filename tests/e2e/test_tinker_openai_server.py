@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ import openai
 
 from arthex.art.tinker import OpenAICompatibleTinkerServer
 from arthex.art.tinker.client import TinkerAsyncOpenAI
+from arthex.core.errors import BackendError
 from arthex.emulators.tinker import TinkerEmulator
 from tests._tinker import running_emulator, sampler_paths
 
@@ -424,5 +426,126 @@ def test_tools_and_tool_calls_are_rendered_by_the_base_models_chat_template(
             await alice.close()
         finally:
             await server.stop()
+
+    asyncio.run(scenario())
+
+
+FORBIDDEN = "tinker://someone-elses-run/sampler_weights/x"
+GUARD_S = 60.0  # a hang fails instead (no timing is measured)
+
+
+class Forbidden(Exception):
+    """What the SDK raises for Tinker's 403 (the emulator lets every key read every path, so
+    this one answer is made here)."""
+
+    status_code = 403
+
+
+class GatedClients:
+    """The SDK's own clients on the emulator, except that making a ServiceClient waits for
+    `made` (a slow session start), opening a sampling client for anything but FORBIDDEN waits
+    for `opening`, and FORBIDDEN is refused with a 403; `finished` counts sessions closed."""
+
+    made: ClassVar[threading.Event] = threading.Event()
+    opening: ClassVar[threading.Event] = threading.Event()
+    waiting: ClassVar[threading.Event] = threading.Event()
+    finished: ClassVar[list[str]] = []
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
+        from arthex.adapters.tinker.clients import SdkClients
+
+        self._real = SdkClients(base_url, api_key)
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.made, cls.opening, cls.waiting = threading.Event(), threading.Event(), threading.Event()
+        cls.finished = []
+
+    def service(self) -> Any:
+        assert self.made.wait(GUARD_S)
+        real: Any = self._real.service()
+        create, close = real.create_sampling_client, real.close
+
+        def create_sampling_client(model_path: str | None = None, **kwargs: Any) -> Any:
+            if model_path == FORBIDDEN:
+                raise Forbidden("permission denied: this key may not read that run")
+            self.waiting.set()
+            assert self.opening.wait(GUARD_S)
+            return create(model_path=model_path, **kwargs)
+
+        def finish(status: Any) -> Any:
+            self.finished.append(status)
+            return close(status)
+
+        real.create_sampling_client = create_sampling_client
+        real.close = finish
+        return real
+
+
+@pytest.fixture
+def gated(monkeypatch: pytest.MonkeyPatch) -> type[GatedClients]:
+    from arthex.adapters.tinker import openai_server
+
+    GatedClients.reset()
+    monkeypatch.setattr(openai_server, "SdkClients", GatedClients)
+    return GatedClients
+
+
+def test_a_403_for_one_path_answers_that_request_and_leaves_the_tenants_others_alone(
+    emulator: TinkerEmulator, paths: dict[str, str], gated: type[GatedClients]
+) -> None:
+    gated.made.set()
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            slow = asyncio.create_task(
+                alice.chat.completions.create(
+                    model=paths["before"], messages=MESSAGES, max_tokens=2, temperature=0
+                )
+            )
+            assert await asyncio.to_thread(gated.waiting.wait, GUARD_S)  # opening, in flight
+            with pytest.raises(openai.PermissionDeniedError) as refused:
+                await alice.chat.completions.create(model=FORBIDDEN, messages=MESSAGES)
+            assert f"Tinker refused access to {FORBIDDEN!r}" in str(refused.value)
+            assert "API key:" in str(refused.value) and "refused this API key" not in str(
+                refused.value
+            )
+            gated.opening.set()
+            answer = await asyncio.wait_for(slow, GUARD_S)
+            assert answer.model == paths["before"] and len(answer.choices) == 1
+            assert gated.finished == []  # the tenant's session lives on
+            again = await alice.chat.completions.create(
+                model=paths["before"], messages=MESSAGES, max_tokens=2
+            )
+            assert again.choices[0].finish_reason in ("stop", "length")
+            await alice.close()
+        finally:
+            await server.stop()
+        assert gated.finished == ["success"]
+
+    asyncio.run(scenario())
+
+
+def test_closing_a_tenant_whose_session_is_still_starting_finishes_that_session(
+    emulator: TinkerEmulator, paths: dict[str, str], gated: type[GatedClients]
+) -> None:
+    gated.opening.set()
+
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(base_url=emulator.base_url, timeout_s=TIMEOUT_S)
+        tenant = server.tenant(ALICE)
+        opening = asyncio.create_task(tenant.open(paths["before"]))
+        for _ in range(50):  # the session start is on its thread, waiting for `made`
+            await asyncio.sleep(0)
+        closing = asyncio.create_task(tenant.close())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        gated.made.set()  # the ServiceClient is made only now, while the tenant closes
+        await asyncio.wait_for(closing, GUARD_S)
+        assert gated.finished == ["success"]  # made after close() began, and finished
+        with pytest.raises(BackendError, match="closed while"):
+            await asyncio.wait_for(opening, GUARD_S)
 
     asyncio.run(scenario())

@@ -28,7 +28,7 @@ import math
 import os
 import socket
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from openai.types.chat.chat_completion import Choice
@@ -55,7 +55,7 @@ from .openai_wire import (
     ModelUpsert,
     as_json,
 )
-from .tenants import TinkerTenant, TokenizerCache
+from .tenants import AccessRefused, TinkerTenant, TokenizerCache, service_status
 
 __all__ = ["TinkerOpenAIServer", "get_free_port"]
 
@@ -206,14 +206,21 @@ class TinkerOpenAIServer:
         for tenant in self._tenants.values():
             await tenant.close()
 
-    async def _forget_refused(self, authorization: str) -> None:
-        """Drop the tenant of a key Tinker refused, unless it made aliases: callers with keys
-        that do not work leave nothing behind."""
-        key = authorization.partition(" ")[2].strip()
-        tenant = self._tenants.get(key)
-        if tenant is not None and not tenant.models:
-            del self._tenants[key]
-            await tenant.close()
+    @contextlib.asynccontextmanager
+    async def _serving(self, key: str) -> AsyncIterator[TinkerTenant]:
+        """The tenant of `key`, counted as in use while a request samples with it. A key
+        Tinker refuses (401) leaves nothing behind: its tenant is dropped once no request uses
+        it, unless it holds aliases. A 403 (this key may not use that model) drops nothing."""
+        tenant = self.tenant(key)
+        try:
+            with tenant.in_use():
+                yield tenant
+        except Exception as exc:
+            refused = service_status(exc) == 401
+            if refused and tenant.idle and not tenant.models and self._tenants.get(key) is tenant:
+                del self._tenants[key]
+                await tenant.close()
+            raise
 
     # the app --------------------------------------------------------------------------------
 
@@ -227,8 +234,6 @@ class TinkerOpenAIServer:
 
         async def refused(request: Request, exc: Exception) -> JSONResponse:
             status, message = _status_and_message(exc)
-            if status in (401, 403):
-                await self._forget_refused(request.headers.get("authorization", ""))
             self.requests[f"{request.method} {_route(request)} {status}"] += 1
             if status >= 500:
                 logger.warning("Tinker server: %s %s: %s", request.method, request.url, message)
@@ -242,7 +247,7 @@ class TinkerOpenAIServer:
         app.add_exception_handler(ArthexError, refused)
         app.add_exception_handler(HTTPException, http_error)
 
-        async def tenant_of(request: Request) -> TinkerTenant:
+        def key_of(request: Request) -> str:
             auth = request.headers.get("authorization", "")
             scheme, _, key = auth.partition(" ")
             key = key.strip()
@@ -256,7 +261,10 @@ class TinkerOpenAIServer:
                     401, "the bearer token is not a Tinker API key (they start with 'tml-'); "
                     "send your own Tinker API key",
                 )  # fmt: skip
-            return self.tenant(key)
+            return key
+
+        async def tenant_of(request: Request) -> TinkerTenant:
+            return self.tenant(key_of(request))
 
         async def body_of(request: Request) -> bytes:
             declared = request.headers.get("content-length", "")
@@ -325,14 +333,15 @@ class TinkerOpenAIServer:
 
         @app.post("/v1/chat/completions")
         async def chat_completions(request: Request) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            key = key_of(request)
             parsed = parse_request(await body_of(request))
-            engine, target = await tenant.open(parsed.model)
-            params = parsed.sampling_params(self.default_max_tokens)
-            messages = [message.model_dump(exclude_unset=True) for message in parsed.messages]
-            prompt = engine.render_chat(target, messages, parsed.tools)
-            async with tenant.slots(engine).hold(target):
-                samples = await engine.sample(target, prompt, parsed.n, params)
+            async with self._serving(key) as tenant:
+                engine, target = await tenant.open(parsed.model)
+                params = parsed.sampling_params(self.default_max_tokens)
+                messages = [message.model_dump(exclude_unset=True) for message in parsed.messages]
+                prompt = engine.render_chat(target, messages, parsed.tools)
+                async with tenant.slots(engine).hold(target):
+                    samples = await engine.sample(target, prompt, parsed.n, params)
             answer = build_response(
                 engine, parsed.model_copy(update={"model": target}), prompt, samples, params
             )
@@ -342,7 +351,7 @@ class TinkerOpenAIServer:
 
         @app.post("/v1/messages_and_choices/with_logprobs")
         async def with_logprobs(request: Request) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            key = key_of(request)
             try:
                 raw = json.loads(await body_of(request))
                 args = MessagesAndChoicesWithLogprobsArgs.model_validate(raw)
@@ -357,12 +366,15 @@ class TinkerOpenAIServer:
                 isinstance(item, Choice) for item in items
             ):
                 raise HttpRefusal(400, "with_logprobs: a Choice has no tokens to score")
-            usages = await asyncio.gather(
-                *(
-                    _score(tenant, model, args.model_aliases.get(model, model), items, sequences)
-                    for model in args.models
+            async with self._serving(key) as tenant:
+                usages = await asyncio.gather(
+                    *(
+                        _score(
+                            tenant, model, args.model_aliases.get(model, model), items, sequences
+                        )
+                        for model in args.models
+                    )
                 )
-            )
             counted(request)
             return {
                 "messages_and_choices": [as_json(item) for item in items],
@@ -412,27 +424,18 @@ def _status_and_message(exc: BaseException) -> tuple[int, str]:
         return 404, str(exc)
     if isinstance(exc, InvalidInputError):
         return 400, str(exc)
-    status = _service_status(exc)
-    if status in (401, 403):
+    if isinstance(exc, AccessRefused):
+        return 403, str(exc)
+    status = service_status(exc)
+    if status == 401:
         return status, f"Tinker refused this API key: {exc}"
+    if status == 403:
+        return status, f"Tinker refused access: {exc}"
     if status in (404, 429):
         return status, str(exc)
     if isinstance(exc, BackendError):
         return 502, str(exc)
     return 500, f"{type(exc).__name__}: {exc}"
-
-
-def _service_status(exc: BaseException) -> int | None:
-    """The HTTP status the Tinker service answered, found on the SDK's error behind `exc`."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        status = getattr(current, "status_code", None)
-        if isinstance(status, int):
-            return status
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _problems(exc: ValidationError) -> str:
