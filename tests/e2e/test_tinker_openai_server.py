@@ -549,3 +549,26 @@ def test_closing_a_tenant_whose_session_is_still_starting_finishes_that_session(
             await asyncio.wait_for(opening, GUARD_S)
 
     asyncio.run(scenario())
+
+
+def test_cancelling_stop_still_stops_the_server_and_the_cancellation_goes_on() -> None:
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1")
+        _, port = await server.start()
+        stopping = asyncio.create_task(server.stop())
+        await asyncio.sleep(0)  # stop() now waits for the server's task
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+        with socket.socket() as sock:  # the port is free again
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+        server.port = port
+        host, again = await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{again}") as http:
+                assert (await http.get("/health")).json() == {"status": "ok"}
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

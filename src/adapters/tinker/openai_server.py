@@ -65,6 +65,7 @@ API_KEY_PREFIXES = ("tml-", "eyJ")  # what the pinned SDK accepts: API keys and 
 DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS = 32
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+CLOSE_TENANTS_S = 45.0  # stop(): finishing the tenants' sessions, all at once
 _STATUS_KINDS = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -194,17 +195,39 @@ class TinkerOpenAIServer:
 
     async def stop(self) -> None:
         """Stop serving (in-flight requests get 5 s), release the port, and finish each
-        tenant's Tinker session; the aliases stay for a later start()."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._task is not None:
-            with contextlib.suppress(BaseException):
-                await self._task
-        if self._socket is not None:
-            self._socket.close()
+        tenant's Tinker session (all at once, for at most CLOSE_TENANTS_S); the aliases stay
+        for a later start(). Cancelling stop() stops the server without waiting for the
+        requests in flight, cleans up, and the cancellation goes on to the caller."""
+        server, task, sock = self._server, self._task, self._socket
         self._server = self._task = self._socket = None
-        for tenant in self._tenants.values():
-            await tenant.close()
+        if server is not None:
+            server.should_exit = True
+        try:
+            if task is not None:
+                await asyncio.wait({task})
+                if not task.cancelled() and task.exception() is not None:
+                    logger.warning("the Tinker server ended with %r", task.exception())
+        finally:
+            if server is not None and task is not None and not task.done():
+                # stop() itself was cancelled: uvicorn closes its listeners without waiting
+                # for the requests in flight (cancelling its task would skip that)
+                server.force_exit = True
+                await asyncio.wait({task}, timeout=CLOSE_TENANTS_S)
+                if not task.done():
+                    task.cancel()
+            if sock is not None:
+                sock.close()
+            await self._close_tenants()
+
+    async def _close_tenants(self) -> None:
+        closing = [asyncio.ensure_future(tenant.close()) for tenant in self._tenants.values()]
+        if not closing:
+            return
+        _, late = await asyncio.wait(closing, timeout=CLOSE_TENANTS_S)
+        for task in late:
+            task.cancel()
+        if late:
+            logger.warning("%d Tinker sessions did not finish in %s s", len(late), CLOSE_TENANTS_S)
 
     @contextlib.asynccontextmanager
     async def _serving(self, key: str) -> AsyncIterator[TinkerTenant]:
