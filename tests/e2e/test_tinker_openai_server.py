@@ -572,3 +572,34 @@ def test_cancelling_stop_still_stops_the_server_and_the_cancellation_goes_on() -
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_chunked_body_past_the_cap_is_refused_while_it_streams() -> None:
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1", max_body_bytes=1000)
+        host, port = await server.start()
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(
+                b"PUT /v1/models/agent HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tml-a\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            chunk = b'{"target": "' + b"x" * 2000
+            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))  # no last chunk: still sending
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD_S)
+            assert head.split()[1] == b"413", head
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            body = await asyncio.wait_for(reader.readexactly(length), GUARD_S)
+            assert b"larger than 1000 bytes" in body
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            await server.stop()
+        assert server.tenant("tml-a").models == {}
+
+    asyncio.run(scenario())

@@ -46,6 +46,7 @@ except ImportError as exc:
 
 from ...core.capture.samples import Built, conversation_tokens
 from ...core.errors import ArthexError, BackendError, InvalidInputError, MissingExtraError
+from ..inference.asgi import BodyTooLarge, read_body
 from ..inference.chat_wire import build_response, error_body, parse_request
 from ..inference.engine import UnknownModelError
 from ..inference.http_server import quiet_server
@@ -290,13 +291,16 @@ class TinkerOpenAIServer:
             return self.tenant(key_of(request))
 
         async def body_of(request: Request) -> bytes:
-            declared = request.headers.get("content-length", "")
-            too_large = f"the request body is larger than {self.max_body_bytes} bytes"
-            if declared.isascii() and declared.isdigit() and int(declared) > self.max_body_bytes:
-                raise HttpRefusal(413, too_large)
-            body = await request.body()
-            if len(body) > self.max_body_bytes:
-                raise HttpRefusal(413, too_large)
+            """The body, refused (413) as soon as its declared length or the bytes received
+            pass max_body_bytes, not after it has all been buffered."""
+            try:
+                body = await read_body(request.scope, request.receive, self.max_body_bytes)
+            except BodyTooLarge:
+                raise HttpRefusal(
+                    413, f"the request body is larger than {self.max_body_bytes} bytes"
+                ) from None
+            if body is None:
+                raise HttpRefusal(400, "the client disconnected before the end of its request")
             return body
 
         def counted(request: Request) -> None:
