@@ -603,3 +603,30 @@ def test_a_chunked_body_past_the_cap_is_refused_while_it_streams() -> None:
         assert server.tenant("tml-a").models == {}
 
     asyncio.run(scenario())
+
+
+def test_keys_that_only_read_or_fail_to_put_leave_no_tenant_behind() -> None:
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1")
+        host, port = await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
+                for i in range(20):
+                    key = {"Authorization": f"Bearer tml-stranger-{i}"}
+                    listed = await http.get("/v1/models", headers=key)
+                    assert listed.status_code == 200 and listed.json()["data"] == []
+                    assert (await http.get("/v1/models/a", headers=key)).status_code == 404
+                    assert (await http.delete("/v1/models/a", headers=key)).status_code == 404
+                    bad = await http.put("/v1/models/a", headers=key, json={"target": ""})
+                    assert bad.status_code == 400
+                assert "arthex_tinker_tenants 0\n" in (await http.get("/metrics")).text
+                alice = {"Authorization": f"Bearer {ALICE}"}
+                put = await http.put("/v1/models/a", headers=alice, json={"target": "Qwen/Q"})
+                assert put.status_code == 200
+                assert "arthex_tinker_tenants 1\n" in (await http.get("/metrics")).text
+                assert (await http.delete("/v1/models/a", headers=alice)).status_code == 200
+                assert "arthex_tinker_tenants 0\n" in (await http.get("/metrics")).text
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

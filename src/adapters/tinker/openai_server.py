@@ -287,8 +287,9 @@ class TinkerOpenAIServer:
                 )  # fmt: skip
             return key
 
-        async def tenant_of(request: Request) -> TinkerTenant:
-            return self.tenant(key_of(request))
+        def known(request: Request) -> TinkerTenant | None:
+            """The caller's tenant if it has one: routes that only read make none."""
+            return self._tenants.get(key_of(request))
 
         async def body_of(request: Request) -> bytes:
             """The body, refused (413) as soon as its declared length or the bytes received
@@ -324,37 +325,42 @@ class TinkerOpenAIServer:
 
         @app.get("/v1/models")
         async def list_models(request: Request) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            tenant = known(request)
             counted(request)
             return {
                 "object": "list",
-                "data": [_model(name, tenant) for name in tenant.models],
+                "data": [_model(name, tenant) for name in tenant.models] if tenant else [],
             }
 
         @app.get("/v1/models/{name:path}")
         async def get_model(request: Request, name: str) -> dict[str, Any]:
-            tenant = await tenant_of(request)
-            if name not in tenant.models:
+            tenant = known(request)
+            if tenant is None or name not in tenant.models:
                 raise HttpRefusal(404, f"model not found: {name!r} is not one of your aliases")
             counted(request)
             return _model(name, tenant)
 
         @app.put("/v1/models/{name:path}")
         async def put_model(request: Request, name: str) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            key = key_of(request)
             try:
                 upsert = ModelUpsert.model_validate_json(await body_of(request))
             except ValidationError as exc:
                 raise HttpRefusal(400, f"PUT /v1/models/{name}: {_problems(exc)}") from exc
+            tenant = self.tenant(key)
             tenant.put(name, upsert.target)
             counted(request)
             return _model(name, tenant)
 
         @app.delete("/v1/models/{name:path}")
         async def delete_model(request: Request, name: str) -> dict[str, Any]:
-            tenant = await tenant_of(request)
-            if not tenant.delete(name):
+            key = key_of(request)
+            tenant = self._tenants.get(key)
+            if tenant is None or not tenant.delete(name):
                 raise HttpRefusal(404, f"model not found: {name!r} is not one of your aliases")
+            if not tenant.models and tenant.idle:  # nothing of the caller's is kept any more
+                del self._tenants[key]
+                await tenant.close()
             counted(request)
             return {"id": name, "deleted": True, "object": "model"}
 
