@@ -630,3 +630,25 @@ def test_keys_that_only_read_or_fail_to_put_leave_no_tenant_behind() -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_an_alias_with_characters_that_mean_something_in_a_url_is_put_as_it_is() -> None:
+    names = ["run?v=2", "a#b", "50%", "a/b", "x y"]
+
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1")
+        host, port = await server.start()
+        try:
+            async with client(f"http://{host}:{port}/v1", ALICE) as alice:
+                for i, name in enumerate(names):
+                    put = await alice.models.put(name, target=f"tinker://r/sampler_weights/{i}")
+                    assert put.id == name
+                    assert (await alice.models.retrieve(name)).id == name
+                assert [m.id for m in (await alice.models.list()).data] == names
+        finally:
+            await server.stop()
+        assert server.tenant(ALICE).models == {
+            name: f"tinker://r/sampler_weights/{i}" for i, name in enumerate(names)
+        }
+
+    asyncio.run(scenario())
