@@ -652,3 +652,58 @@ def test_an_alias_with_characters_that_mean_something_in_a_url_is_put_as_it_is()
         }
 
     asyncio.run(scenario())
+
+
+def test_chat_template_kwargs_reach_the_template_and_top_k_is_refused(
+    emulator: TinkerEmulator, tiny: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from transformers import AutoTokenizer
+
+    from arthex.testing.tiny_model import CHAT_TEMPLATE
+
+    template = AutoTokenizer.from_pretrained(tiny)
+    generation = "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    assert generation in CHAT_TEMPLATE
+    template.chat_template = CHAT_TEMPLATE.replace(
+        generation,
+        "{% if add_generation_prompt %}<|im_start|>assistant\n"
+        "{% if enable_thinking is false %}<think>\n\n</think>\n{% endif %}{% endif %}",
+    )
+    folder = str(tmp_path_factory.mktemp("thinking-template"))
+    template.save_pretrained(folder)
+    expected = template.apply_chat_template(
+        MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False,
+        enable_thinking=False,
+    )  # fmt: skip
+    plain = template.apply_chat_template(
+        MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert list(expected) != list(plain)
+
+    async def scenario() -> None:
+        server, url = await serving(emulator, tokenizers={tiny: folder})
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=1,
+                extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+            )  # fmt: skip
+            assert sampled(answer.choices[0])[0] == list(expected)
+            default = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=1
+            )
+            assert sampled(default.choices[0])[0] == list(plain)
+            with pytest.raises(openai.BadRequestError, match="top_k is not supported"):
+                await alice.chat.completions.create(
+                    model=tiny, messages=MESSAGES, max_tokens=1, extra_body={"top_k": 5}
+                )
+            with pytest.raises(openai.BadRequestError, match="may not set tokenize"):
+                await alice.chat.completions.create(
+                    model=tiny, messages=MESSAGES, max_tokens=1,
+                    extra_body={"chat_template_kwargs": {"tokenize": False}},
+                )  # fmt: skip
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

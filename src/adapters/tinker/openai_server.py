@@ -368,11 +368,14 @@ class TinkerOpenAIServer:
         async def chat_completions(request: Request) -> dict[str, Any]:
             key = key_of(request)
             parsed = parse_request(await body_of(request))
+            template_kwargs = _honoured_extras(parsed.model_extra or {})
             async with self._serving(key) as tenant:
                 engine, target = await tenant.open(parsed.model)
                 params = parsed.sampling_params(self.default_max_tokens)
                 messages = [message.model_dump(exclude_unset=True) for message in parsed.messages]
-                prompt = engine.render_chat(target, messages, parsed.tools)
+                prompt = engine.render_chat(
+                    target, messages, parsed.tools, template_kwargs=template_kwargs
+                )
                 async with tenant.slots(engine).hold(target):
                     samples = await engine.sample(target, prompt, parsed.n, params)
             answer = build_response(
@@ -443,6 +446,38 @@ async def _score(
         prompt_tokens=prompt_tokens,
         total_tokens=prompt_tokens + len(sequences),
     )
+
+
+def _honoured_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat template's variables a request names (`chat_template_kwargs`, as vLLM and
+    ART take them); a `top_k` other than off (0 or -1) is refused: it would change the
+    output and is not passed to Tinker here."""
+    top_k = extra.get("top_k")
+    if top_k is not None and (type(top_k) is not int or top_k not in (0, -1)):
+        raise InvalidInputError(
+            f"top_k is not supported by this server (got {top_k!r}); leave it unset, 0 or -1"
+        )
+    kwargs = extra.get("chat_template_kwargs")
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(name, str) for name in kwargs):
+        raise InvalidInputError(
+            f"chat_template_kwargs must be a JSON object of the template's variables, got "
+            f"{kwargs!r}"
+        )
+    taken = sorted(set(kwargs) & _RENDERING_ARGUMENTS)
+    if taken:
+        raise InvalidInputError(
+            f"chat_template_kwargs may not set {', '.join(taken)} (the server sets them)"
+        )
+    return kwargs
+
+
+_RENDERING_ARGUMENTS = frozenset(
+    {"conversation", "tools", "documents", "add_generation_prompt", "tokenize", "return_dict",
+     "continue_final_message", "padding", "truncation", "max_length", "return_tensors",
+     "return_assistant_tokens_mask", "tokenizer_kwargs", "chat_template"}
+)  # fmt: skip
 
 
 def _model(name: str, tenant: TinkerTenant) -> dict[str, Any]:
