@@ -82,11 +82,19 @@ def test_assigning_models_over_existing_aliases_replaces_them_all_or_nothing(
     [
         ({"num_workers": 0}, "num_workers must be a positive integer"),
         ({"max_concurrent_sampling_clients": -1}, "max_concurrent_sampling_clients must be"),
-        ({"port": 70000}, "port must be in 0..65535"),
+        ({"port": 70000}, "port must be an integer in 0..65535"),
+        ({"port": "8000"}, "port must be an integer in 0..65535 or None, got '8000'"),
+        ({"num_workers": True}, "num_workers must be a positive integer or None, got True"),
+        ({"default_max_tokens": 0}, "default_max_tokens must be a positive integer, got 0"),
+        ({"max_body_bytes": -1}, "max_body_bytes must be a positive integer, got -1"),
+        ({"timeout_s": 0}, "timeout_s must be a positive number or None"),
+        ({"timeout_s": float("nan")}, "timeout_s must be a positive number"),
+        ({"tokenizers": {"Qwen/Qwen3-8B": 3}}, "tokenizers must map each base model"),
+        ({"host": ""}, "host must be a non-empty string"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_starts(
-    arguments: dict[str, int], message: str
+    arguments: dict[str, object], message: str
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         TinkerOpenAIServer(**arguments)  # type: ignore[arg-type]

@@ -113,14 +113,40 @@ class TinkerOpenAIServer:
         default_max_tokens: int = 1024,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
-        for name, value in (
-            ("num_workers", num_workers),
-            ("max_concurrent_sampling_clients", max_concurrent_sampling_clients),
+        for name, value, optional in (
+            ("num_workers", num_workers, True),
+            ("max_concurrent_sampling_clients", max_concurrent_sampling_clients, True),
+            ("default_max_tokens", default_max_tokens, False),
+            ("max_body_bytes", max_body_bytes, False),
         ):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise InvalidInputError(f"{name} must be a positive integer or None, got {value!r}")
-        if port is not None and not 0 <= port <= 65535:
-            raise InvalidInputError(f"port must be in 0..65535 or None, got {port!r}")
+            if (value is None and not optional) or (
+                value is not None and (type(value) is not int or value < 1)
+            ):
+                either = " or None" if optional else ""
+                raise InvalidInputError(f"{name} must be a positive integer{either}, got {value!r}")
+        if port is not None and (type(port) is not int or not 0 <= port <= 65535):
+            raise InvalidInputError(f"port must be an integer in 0..65535 or None, got {port!r}")
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not 0 < timeout_s < math.inf
+        ):
+            raise InvalidInputError(
+                f"timeout_s must be a positive number or None, got {timeout_s!r}"
+            )
+        for name, text in (("host", host), ("base_url", base_url)):
+            if text is not None and (not isinstance(text, str) or not text.strip()):
+                raise InvalidInputError(f"{name} must be a non-empty string or None, got {text!r}")
+        if tokenizers is not None and (
+            not isinstance(tokenizers, Mapping)
+            or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in tokenizers.items()
+            )
+        ):
+            raise InvalidInputError(
+                "tokenizers must map each base model name to where its tokenizer is (both "
+                f"strings), got {tokenizers!r}"
+            )
         self.host = host
         self.port = port
         self.num_workers = num_workers
