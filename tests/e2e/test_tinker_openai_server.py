@@ -11,7 +11,6 @@ from the SDK's own `compute_logprobs` on the emulator (not through the server).
 from __future__ import annotations
 
 import asyncio
-import math
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -153,7 +152,12 @@ def test_an_alias_serves_its_sampler_path_and_put_re_points_it(
 
             raw = await alice.models.with_raw_response.put("agent", target=paths["before"])
             assert raw.status_code == 200 and raw.parse().id == "agent"
-            assert alice.models.with_streaming_response.put is not None
+            streamed = alice.models.with_streaming_response
+            async with streamed.put("agent", target=paths["after"]) as answer:
+                assert answer.http_request.method == "PUT" and answer.status_code == 200
+                assert (await answer.parse()).id == "agent"
+            assert server.tenant(ALICE).models == {"agent": paths["after"]}
+            await alice.models.put("agent", target=paths["before"])
             assert server.tenant(ALICE).models == {"agent": paths["before"]}
 
             deleted = await alice.models.delete("agent")
@@ -361,8 +365,12 @@ def test_arts_module_paths_are_arthexs_server_and_client() -> None:
     from arthex.art.tinker.server import get_free_port
 
     assert Server is TinkerOpenAIServer and TinkerAsyncOpenAI is Client
-    assert 8000 <= get_free_port("127.0.0.1") <= 65535
-    assert math.isfinite(float(get_free_port("127.0.0.1")))
+    port = get_free_port("127.0.0.1")
+    assert 8000 <= port <= 65535
+    with socket.socket() as taken:  # the port it names can be had, and once had is skipped
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        assert get_free_port("127.0.0.1") != port
 
 
 TOOLS: list[Any] = [
