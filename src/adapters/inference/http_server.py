@@ -45,7 +45,7 @@ from .asgi import (
     replaying,
     send_json,
 )
-from .chat_wire import build_response, error_body, parse_request
+from .chat_wire import build_response, error_body, error_kind, parse_request
 from .engine import SamplingEngine, UnknownModelError
 
 __all__ = ["InferenceServer", "create_app"]
@@ -235,9 +235,7 @@ def create_app(
     async def http_error(_request: Any, exc: Exception) -> JSONResponse:
         # Unknown paths and wrong methods: the OpenAI error shape, like every other error.
         assert isinstance(exc, HTTPException)
-        kind = {404: "NotFoundError", 405: "MethodNotAllowed"}.get(
-            exc.status_code, "BadRequestError"
-        )
+        kind = error_kind(exc.status_code, "BadRequestError")
         return JSONResponse(
             error_body(str(exc.detail), kind, exc.status_code),
             status_code=exc.status_code,

@@ -47,9 +47,16 @@ except ImportError as exc:
 from ...core.capture.samples import Built, conversation_tokens
 from ...core.errors import ArthexError, BackendError, InvalidInputError, MissingExtraError
 from ..inference.asgi import BodyTooLarge, read_body
-from ..inference.chat_wire import build_response, error_body, parse_request
+from ..inference.chat_wire import (
+    build_response,
+    error_body,
+    error_kind,
+    parse_request,
+    validation_problems,
+)
 from ..inference.engine import UnknownModelError
 from ..inference.http_server import quiet_server
+from ..listen import listen
 from .clients import SdkClients, ServiceClientLike
 from .openai_wire import (
     MessagesAndChoicesWithLogprobsArgs,
@@ -67,14 +74,6 @@ DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS = 32
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 CLOSE_TENANTS_S = 45.0  # stop(): finishing the tenants' sessions, all at once
-_STATUS_KINDS = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    413: "RequestTooLarge",
-    429: "RateLimitError",
-}
 
 
 class HttpRefusal(ArthexError):
@@ -203,7 +202,8 @@ class TinkerOpenAIServer:
         except ImportError as exc:
             raise MissingExtraError(exc.name or "uvicorn", "tinker") from exc
         host = self.host or "0.0.0.0"
-        sock = self._socket = _listen(host, self.port or 0)
+        sock = self._socket = listen(host, self.port or 0, "the Tinker server", "port")
+        sock.setblocking(False)
         config = uvicorn.Config(
             self.app(),
             log_level="warning",
@@ -279,8 +279,7 @@ class TinkerOpenAIServer:
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
         def refusal(status: int, message: str) -> JSONResponse:
-            kind = _STATUS_KINDS.get(status, "APIError")
-            return JSONResponse(error_body(message, kind, status), status_code=status)
+            return JSONResponse(error_body(message, error_kind(status), status), status_code=status)
 
         async def refused(request: Request, exc: Exception) -> JSONResponse:
             status, message = _status_and_message(exc)
@@ -372,7 +371,9 @@ class TinkerOpenAIServer:
             try:
                 upsert = ModelUpsert.model_validate_json(await body_of(request))
             except ValidationError as exc:
-                raise HttpRefusal(400, f"PUT /v1/models/{name}: {_problems(exc)}") from exc
+                raise HttpRefusal(
+                    400, f"PUT /v1/models/{name}: {validation_problems(exc)}"
+                ) from exc
             tenant = self.tenant(key)
             tenant.put(name, upsert.target)
             counted(request)
@@ -418,7 +419,7 @@ class TinkerOpenAIServer:
                 raw = json.loads(await body_of(request))
                 args = MessagesAndChoicesWithLogprobsArgs.model_validate(raw)
             except ValueError as exc:  # JSON's errors and pydantic's ValidationError
-                detail = _problems(exc) if isinstance(exc, ValidationError) else str(exc)
+                detail = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
                 raise HttpRefusal(400, f"with_logprobs: {detail}") from exc
             items: list[Any] = list(args.messages_and_choices)
             sequences = conversation_tokens(  # a Choice without its token ids: 400, here
@@ -532,13 +533,6 @@ def _status_and_message(exc: BaseException) -> tuple[int, str]:
     return 500, f"{type(exc).__name__}: {exc}"
 
 
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
-        for error in exc.errors(include_url=False)[:10]
-    )
-
-
 def _route(request: Any) -> str:
     route = request.scope.get("route")
     return str(getattr(route, "path", request.url.path)).replace(" ", "")
@@ -552,24 +546,6 @@ def _environment_key() -> str:
             "whose Tinker API key it holds"
         )
     return key
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except socket.gaierror as exc:
-        raise InvalidInputError(f"host {host!r} cannot be resolved: {exc}") from exc
-    sock = socket.socket(family, kind, socket.IPPROTO_TCP)  # lets asyncio set TCP_NODELAY
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(2048)
-        sock.setblocking(False)
-    except OSError as exc:
-        sock.close()
-        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    del proto
-    return sock
 
 
 def get_free_port(host: str | None = None) -> int:
