@@ -26,7 +26,7 @@ import openai
 
 from arthex.art.tinker import OpenAICompatibleTinkerServer
 from arthex.art.tinker.client import TinkerAsyncOpenAI
-from arthex.core.errors import BackendError
+from arthex.core.errors import BackendError, InvalidInputError
 from arthex.emulators.tinker import TinkerEmulator
 from tests._tinker import running_emulator, sampler_paths
 
@@ -492,10 +492,10 @@ class GatedClients:
 
 @pytest.fixture
 def gated(monkeypatch: pytest.MonkeyPatch) -> type[GatedClients]:
-    from arthex.adapters.tinker import openai_server
+    from arthex.adapters.tinker import tenants
 
     GatedClients.reset()
-    monkeypatch.setattr(openai_server, "SdkClients", GatedClients)
+    monkeypatch.setattr(tenants, "SdkClients", GatedClients)
     return GatedClients
 
 
@@ -715,3 +715,25 @@ def test_chat_template_kwargs_reach_the_template_and_top_k_is_refused(
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_arts_tenant_is_made_with_arts_arguments_and_samples_with_its_key(
+    emulator: TinkerEmulator, paths: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arthex.art.tinker.server import OpenAICompatibleTinkerServerTenant
+
+    monkeypatch.setenv("TINKER_BASE_URL", emulator.base_url)  # as ART's: the SDK's default
+
+    async def scenario() -> None:
+        tenant = OpenAICompatibleTinkerServerTenant(ALICE, 4)
+        assert (tenant.models, tenant.model_timestamps) == ({}, {})
+        tenant.models["agent"] = paths["before"]
+        try:
+            engine, target = await tenant.open("agent")
+            assert target == paths["before"] and engine.is_served(target)
+        finally:
+            await tenant.close()
+
+    asyncio.run(scenario())
+    with pytest.raises(InvalidInputError, match="max_concurrent_sampling_clients must be"):
+        OpenAICompatibleTinkerServerTenant(ALICE, 0)

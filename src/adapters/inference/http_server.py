@@ -24,9 +24,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import (
     BackendError,
@@ -48,7 +48,10 @@ from .asgi import (
 from .chat_wire import build_response, error_body, error_kind, parse_request
 from .engine import SamplingEngine, UnknownModelError
 
-__all__ = ["InferenceServer", "create_app"]
+if TYPE_CHECKING:
+    import uvicorn
+
+__all__ = ["InferenceServer", "create_app", "quiet_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,14 +200,15 @@ class InferenceServer:
         await self.stop()
 
 
-def quiet_server(config: Any) -> Any:
+def quiet_server(config: uvicorn.Config) -> uvicorn.Server:
+    """A uvicorn server for `config` that leaves SIGINT/SIGTERM to the host program."""
     import uvicorn
 
     class QuietServer(uvicorn.Server):
         """uvicorn would take over SIGINT/SIGTERM while serving; the host program owns them."""
 
         @contextlib.contextmanager
-        def capture_signals(self) -> Any:  # uvicorn >= 0.29
+        def capture_signals(self) -> Iterator[None]:  # uvicorn >= 0.29
             yield
 
         def install_signal_handlers(self) -> None:  # older uvicorn

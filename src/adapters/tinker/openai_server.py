@@ -57,13 +57,19 @@ from ..inference.chat_wire import (
 from ..inference.engine import UnknownModelError
 from ..inference.http_server import quiet_server
 from ..listen import listen
-from .clients import SdkClients, ServiceClientLike
 from .openai_wire import (
     MessagesAndChoicesWithLogprobsArgs,
     ModelUpsert,
     as_json,
 )
-from .tenants import AccessRefused, TinkerTenant, TokenizerCache, service_status
+from .tenants import (
+    DEFAULT_TIMEOUT_S,
+    AccessRefused,
+    ApiKeyTenant,
+    TinkerTenant,
+    TokenizerCache,
+    service_status,
+)
 
 __all__ = ["TinkerOpenAIServer", "get_free_port"]
 
@@ -71,7 +77,6 @@ logger = logging.getLogger("arthex")
 
 API_KEY_PREFIXES = ("tml-", "eyJ")  # what the pinned SDK accepts: API keys and JWTs
 DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS = 32
-DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 CLOSE_TENANTS_S = 45.0  # stop(): finishing the tenants' sessions, all at once
 
@@ -176,17 +181,11 @@ class TinkerOpenAIServer:
         samples)."""
         found = self._tenants.get(api_key)
         if found is None:
-            clients = SdkClients(self.base_url, api_key)
-
-            def service() -> ServiceClientLike:
-                return clients.service()
-
-            found = self._tenants[api_key] = TinkerTenant(
-                service,
-                self._tokenizers,
-                max_concurrent_sampling_clients=(
-                    self.max_concurrent_sampling_clients or DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS
-                ),
+            found = self._tenants[api_key] = ApiKeyTenant(
+                api_key,
+                self.max_concurrent_sampling_clients or DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS,
+                base_url=self.base_url,
+                tokenizers=self._tokenizers,
                 timeout_s=self.timeout_s,
             )
         return found
@@ -274,8 +273,8 @@ class TinkerOpenAIServer:
 
     # the app --------------------------------------------------------------------------------
 
-    def app(self) -> Any:
-        """The ASGI app (FastAPI)."""
+    def app(self) -> FastAPI:
+        """The ASGI app."""
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
         def refusal(status: int, message: str) -> JSONResponse:

@@ -24,6 +24,7 @@ from ..inference.chat import ChatTokenizer
 from ..inference.engine import UnknownModelError
 from .clients import (
     SamplingClientLike,
+    SdkClients,
     ServiceClientLike,
     TinkerNotFound,
     call,
@@ -31,10 +32,18 @@ from .clients import (
 )
 from .engine import TinkerSamplingEngine
 
-__all__ = ["AccessRefused", "ClientSlots", "TinkerTenant", "TokenizerCache", "service_status"]
+__all__ = [
+    "AccessRefused",
+    "ApiKeyTenant",
+    "ClientSlots",
+    "TinkerTenant",
+    "TokenizerCache",
+    "service_status",
+]
 
 logger = logging.getLogger("arthex")
 TINKER_PATH = "tinker://"
+DEFAULT_TIMEOUT_S = 600.0  # each Tinker call
 SERVICE_WAIT_S = 30.0  # close(): how long to wait for a ServiceClient still being made
 T = TypeVar("T")
 
@@ -276,6 +285,41 @@ class TinkerTenant:
             logger.warning("could not finish a Tinker session: %s", exc)
         finally:
             await asyncio.to_thread(release, service, 10.0)
+
+
+class ApiKeyTenant(TinkerTenant):
+    """The tenant of one Tinker API key, ART's `OpenAICompatibleTinkerServerTenant(api_key,
+    max_concurrent_sampling_clients)`: its ServiceClient is the pinned SDK's with that key
+    (`base_url` None: the SDK's `TINKER_BASE_URL`, then production). `tokenizers` is a base
+    model -> tokenizer folder mapping, or a server's TokenizerCache to share."""
+
+    def __init__(
+        self,
+        api_key: str,
+        max_concurrent_sampling_clients: int,
+        *,
+        base_url: str | None = None,
+        tokenizers: TokenizerCache | Mapping[str, str] | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise InvalidInputError(f"api_key must be a Tinker API key, got {api_key!r}")
+        limit = max_concurrent_sampling_clients
+        if type(limit) is not int or limit < 1:
+            raise InvalidInputError(
+                f"max_concurrent_sampling_clients must be a positive integer, got {limit!r}"
+            )
+        cache = (
+            tokenizers
+            if isinstance(tokenizers, TokenizerCache)
+            else TokenizerCache(dict(tokenizers or {}))
+        )
+        super().__init__(
+            SdkClients(base_url, api_key).service,
+            cache,
+            max_concurrent_sampling_clients=limit,
+            timeout_s=timeout_s,
+        )
 
 
 def _check_alias(name: str, target: str) -> None:
