@@ -454,6 +454,8 @@ class GatedClients:
     `made` (a slow session start), opening a sampling client for anything but FORBIDDEN waits
     for `opening`, and FORBIDDEN is refused with a 403; `finished` counts sessions closed."""
 
+    slow: ClassVar[str | None] = None  # the one path whose opening waits (None: every one)
+    scored: ClassVar[list[str]] = []
     made: ClassVar[threading.Event] = threading.Event()
     opening: ClassVar[threading.Event] = threading.Event()
     waiting: ClassVar[threading.Event] = threading.Event()
@@ -467,7 +469,7 @@ class GatedClients:
     @classmethod
     def reset(cls) -> None:
         cls.made, cls.opening, cls.waiting = threading.Event(), threading.Event(), threading.Event()
-        cls.finished = []
+        cls.finished, cls.scored, cls.slow = [], [], None
 
     def service(self) -> Any:
         assert self.made.wait(GUARD_S)
@@ -477,9 +479,24 @@ class GatedClients:
         def create_sampling_client(model_path: str | None = None, **kwargs: Any) -> Any:
             if model_path == FORBIDDEN:
                 raise Forbidden("permission denied: this key may not read that run")
-            self.waiting.set()
-            assert self.opening.wait(GUARD_S)
-            return create(model_path=model_path, **kwargs)
+            if self.slow in (None, model_path):
+                self.waiting.set()
+                assert self.opening.wait(GUARD_S)
+            made = create(model_path=model_path, **kwargs)
+            scored = self.scored
+
+            async def counting() -> Any:
+                sampler = await made
+                score = sampler.compute_logprobs
+
+                def counted(prompt: Any) -> Any:
+                    scored.append(str(model_path))
+                    return score(prompt)
+
+                sampler.compute_logprobs = counted
+                return sampler
+
+            return counting()
 
         def finish(status: Any) -> Any:
             self.finished.append(status)
@@ -503,6 +520,7 @@ def test_a_403_for_one_path_answers_that_request_and_leaves_the_tenants_others_a
     emulator: TinkerEmulator, paths: dict[str, str], gated: type[GatedClients]
 ) -> None:
     gated.made.set()
+    gated.slow = paths["before"]
 
     async def scenario() -> None:
         server, url = await serving(emulator)
@@ -737,3 +755,37 @@ def test_arts_tenant_is_made_with_arts_arguments_and_samples_with_its_key(
     asyncio.run(scenario())
     with pytest.raises(InvalidInputError, match="max_concurrent_sampling_clients must be"):
         OpenAICompatibleTinkerServerTenant(ALICE, 0)
+
+
+def test_when_one_model_cannot_score_the_others_stop_calling_tinker(
+    emulator: TinkerEmulator, paths: dict[str, str], tiny: str, gated: type[GatedClients]
+) -> None:
+    gated.made.set()
+    gated.slow = paths["after"]
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=3
+            )
+            conversation: list[Any] = [*MESSAGES, answer.choices[0]]
+            with pytest.raises(openai.PermissionDeniedError, match="refused access"):
+                await alice.messages_and_choices.with_logprobs(
+                    conversation, models=[paths["after"], FORBIDDEN], tools=None
+                )
+            gated.opening.set()  # paths["after"] opens only now, after the answer
+            await alice.chat.completions.create(  # waits for that same opening
+                model=paths["after"], messages=MESSAGES, max_tokens=2
+            )
+            assert gated.scored == []  # nothing scored for an answer already given
+            scored = await alice.messages_and_choices.with_logprobs(
+                conversation, models=[paths["after"]], tools=None
+            )
+            assert gated.scored == [paths["after"]] and len(scored.usages) == 1
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -28,8 +28,8 @@ import math
 import os
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
@@ -74,6 +74,7 @@ from .tenants import (
 __all__ = ["TinkerOpenAIServer", "get_free_port"]
 
 logger = logging.getLogger("arthex")
+T = TypeVar("T")
 
 API_KEY_PREFIXES = ("tml-", "eyJ")  # what the pinned SDK accepts: API keys and JWTs
 DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS = 32
@@ -429,13 +430,9 @@ class TinkerOpenAIServer:
             ):
                 raise HttpRefusal(400, "with_logprobs: a Choice has no tokens to score")
             async with self._serving(key) as tenant:
-                usages = await asyncio.gather(
-                    *(
-                        _score(
-                            tenant, model, args.model_aliases.get(model, model), items, sequences
-                        )
-                        for model in args.models
-                    )
+                usages = await _together(
+                    _score(tenant, model, args.model_aliases.get(model, model), items, sequences)
+                    for model in args.models
                 )
             counted(request)
             return {
@@ -444,6 +441,21 @@ class TinkerOpenAIServer:
             }
 
         return app
+
+
+async def _together(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run `coroutines` at once and return their results in order; the first to fail cancels
+    the others (no more Tinker calls for an answer that is already an error) and is raised as
+    itself, not in an ExceptionGroup."""
+    failure: BaseException | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(coroutine) for coroutine in coroutines]
+    except BaseExceptionGroup as failed:
+        failure = failed.exceptions[0]
+    if failure is not None:
+        raise failure  # outside the handler: its own cause and context stay as they were
+    return [task.result() for task in tasks]
 
 
 async def _score(
@@ -455,7 +467,7 @@ async def _score(
     if not sequences:
         return CompletionUsage(completion_tokens=0, prompt_tokens=0, total_tokens=0)
     async with tenant.slots(engine).hold(target):
-        scores = await asyncio.gather(*(engine.score(target, tokens) for tokens, *_ in sequences))
+        scores = await _together(engine.score(target, tokens) for tokens, *_ in sequences)
     starts = [(s, offset) for s, (*_, offsets) in enumerate(sequences) for offset in offsets]
     choices = [item for item in items if isinstance(item, Choice)]
     for choice, (s, offset) in zip(choices, starts, strict=True):
