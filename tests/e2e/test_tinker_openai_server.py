@@ -456,6 +456,7 @@ class GatedClients:
 
     slow: ClassVar[str | None] = None  # the one path whose opening waits (None: every one)
     scored: ClassVar[list[str]] = []
+    started: ClassVar[list[str]] = []
     made: ClassVar[threading.Event] = threading.Event()
     opening: ClassVar[threading.Event] = threading.Event()
     waiting: ClassVar[threading.Event] = threading.Event()
@@ -469,9 +470,10 @@ class GatedClients:
     @classmethod
     def reset(cls) -> None:
         cls.made, cls.opening, cls.waiting = threading.Event(), threading.Event(), threading.Event()
-        cls.finished, cls.scored, cls.slow = [], [], None
+        cls.finished, cls.scored, cls.started, cls.slow = [], [], [], None
 
     def service(self) -> Any:
+        self.started.append("session")
         assert self.made.wait(GUARD_S)
         real: Any = self._real.service()
         create, close = real.create_sampling_client, real.close
@@ -785,6 +787,39 @@ def test_when_one_model_cannot_score_the_others_stop_calling_tinker(
             )
             assert gated.scored == [paths["after"]] and len(scored.usages) == 1
             await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_choice_too_short_to_score_is_refused_before_any_tinker_call(
+    emulator: TinkerEmulator, tiny: str, gated: type[GatedClients]
+) -> None:
+    gated.made.set()
+    gated.opening.set()
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=1
+            )
+            choice = answer.choices[0].model_copy(deep=True)
+            extra = choice.model_extra
+            assert extra is not None and choice.logprobs is not None
+            extra["prompt_token_ids"], extra["token_ids"] = [], extra["token_ids"][:1]
+            choice.logprobs.content = (choice.logprobs.content or [])[:1]
+            await server.stop()  # a fresh start: no session opened yet
+            gated.started.clear()
+            host, port = await server.start()
+            fresh = client(f"http://{host}:{port}/v1", ALICE)
+            with pytest.raises(openai.BadRequestError, match="fewer than two"):
+                await fresh.messages_and_choices.with_logprobs([choice], models=[tiny], tools=None)
+            assert gated.started == []
+            await alice.close()
+            await fresh.close()
         finally:
             await server.stop()
 

@@ -429,6 +429,11 @@ class TinkerOpenAIServer:
                 isinstance(item, Choice) for item in items
             ):
                 raise HttpRefusal(400, "with_logprobs: a Choice has no tokens to score")
+            if any(len(tokens) < 2 for tokens, *_ in sequences):
+                raise HttpRefusal(
+                    400, "with_logprobs: a Choice's prompt and sampled tokens are fewer than two "
+                    "(scoring needs two: the first token has no logprob)",
+                )  # fmt: skip
             async with self._serving(key) as tenant:
                 usages = await _together(
                     _score(tenant, model, args.model_aliases.get(model, model), items, sequences)
