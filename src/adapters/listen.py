@@ -9,7 +9,9 @@ import socket
 from ..core.errors import InvalidInputError
 
 
-def listen(host: str, port: int, what: str = "", option: str = "--port") -> socket.socket:
+def listen(
+    host: str, port: int, what: str = "", option: str = "--port", *, backlog: int = 512
+) -> socket.socket:
     """A listening TCP socket on (host, port), port 0 for a free one; a host that does not
     resolve or a port that cannot be had is one line (InvalidInputError), `what` naming the
     server it was for; a port in use names `option` with 0, which picks a free one (`option`
@@ -28,7 +30,7 @@ def listen(host: str, port: int, what: str = "", option: str = "--port") -> sock
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
-        sock.listen(512)
+        sock.listen(backlog)
     except OSError as error:
         sock.close()
         reason = error.strerror or str(error)

@@ -34,6 +34,7 @@ from ...core.errors import (
     MissingExtraError,
     ServingUnavailableError,
 )
+from ..listen import listen
 from .asgi import (
     ASGIApp,
     BodyTooLarge,
@@ -108,20 +109,12 @@ class InferenceServer:
             max_body_bytes=self.max_body_bytes,
             default_max_tokens=self.default_max_tokens,
         )
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(
-            family, socket.SOCK_STREAM, socket.IPPROTO_TCP
-        )  # lets asyncio set TCP_NODELAY
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(2048)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            raise ServingUnavailableError(
-                f"cannot listen on {self.host}:{self.port}: {exc}"
-            ) from exc
+            sock = listen(self.host, self.port, "the inference server", "port", backlog=2048)
+        except InvalidInputError as exc:
+            raise ServingUnavailableError(str(exc)) from exc
+        sock.setblocking(False)
+        family = sock.family
         config = uvicorn.Config(
             app,
             log_level="warning",

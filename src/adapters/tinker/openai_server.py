@@ -202,7 +202,9 @@ class TinkerOpenAIServer:
         except ImportError as exc:
             raise MissingExtraError(exc.name or "uvicorn", "tinker") from exc
         host = self.host or "0.0.0.0"
-        sock = self._socket = listen(host, self.port or 0, "the Tinker server", "port")
+        sock = self._socket = listen(
+            host, self.port or 0, "the Tinker server", "port", backlog=2048
+        )
         sock.setblocking(False)
         config = uvicorn.Config(
             self.app(),
