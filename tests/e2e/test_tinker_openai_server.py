@@ -6,6 +6,9 @@ Two sampler paths are saved with the Tinker SDK itself: `before` (a fresh LoRA, 
 model's weights) and `after` (one cross-entropy step later). The oracles are elsewhere: the
 base model's logprobs from a plain torch forward of the tiny model, and a sampler path's
 from the SDK's own `compute_logprobs` on the emulator (not through the server).
+
+Two faults the emulator cannot produce, a 403 for one path and a slow session start, are made
+by `GatedClients`: the SDK's own clients on the emulator, with those two changes.
 """
 
 from __future__ import annotations
