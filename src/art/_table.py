@@ -797,7 +797,7 @@ MODULES: dict[str, dict[str, Entry]] = {
             "arthex's tenant opens one sampling client per target and serves it from a "
             "TinkerSamplingEngine: arthex.adapters.tinker.tenants.TinkerTenant.open"
         ),
-        "OpenAICompatibleTinkerServerTenant": Use("arthex.adapters.tinker.tenants", "TinkerTenant"),
+        "OpenAICompatibleTinkerServerTenant": Use("arthex.adapters.tinker.tenants", "ApiKeyTenant"),
         "OpenAICompatibleTinkerServerWorker": Refuse(
             "arthex renders with the base model's chat template in the server's process, "
             "without renderer workers: arthex.adapters.tinker.tenants.TinkerTenant.open"

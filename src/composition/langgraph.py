@@ -262,7 +262,7 @@ _ROLES = {
 Message: TypeAlias = ChatCompletionMessageParam
 """An OpenAI chat message (the OpenAI SDK's type)."""
 
-MESSAGE_PARAMS: Mapping[str, type] = {
+MESSAGE_PARAMS: Mapping[str, Callable[..., ChatCompletionMessageParam]] = {
     "user": ChatCompletionUserMessageParam,
     "assistant": ChatCompletionAssistantMessageParam,
     "system": ChatCompletionSystemMessageParam,

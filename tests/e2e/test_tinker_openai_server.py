@@ -6,15 +6,18 @@ Two sampler paths are saved with the Tinker SDK itself: `before` (a fresh LoRA, 
 model's weights) and `after` (one cross-entropy step later). The oracles are elsewhere: the
 base model's logprobs from a plain torch forward of the tiny model, and a sampler path's
 from the SDK's own `compute_logprobs` on the emulator (not through the server).
+
+Two faults the emulator cannot produce, a 403 for one path and a slow session start, are made
+by `GatedClients`: the SDK's own clients on the emulator, with those two changes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import socket
+import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -26,6 +29,7 @@ import openai
 
 from arthex.art.tinker import OpenAICompatibleTinkerServer
 from arthex.art.tinker.client import TinkerAsyncOpenAI
+from arthex.core.errors import BackendError, InvalidInputError
 from arthex.emulators.tinker import TinkerEmulator
 from tests._tinker import running_emulator, sampler_paths
 
@@ -151,7 +155,12 @@ def test_an_alias_serves_its_sampler_path_and_put_re_points_it(
 
             raw = await alice.models.with_raw_response.put("agent", target=paths["before"])
             assert raw.status_code == 200 and raw.parse().id == "agent"
-            assert alice.models.with_streaming_response.put is not None
+            streamed = alice.models.with_streaming_response
+            async with streamed.put("agent", target=paths["after"]) as answer:
+                assert answer.http_request.method == "PUT" and answer.status_code == 200
+                assert (await answer.parse()).id == "agent"
+            assert server.tenant(ALICE).models == {"agent": paths["after"]}
+            await alice.models.put("agent", target=paths["before"])
             assert server.tenant(ALICE).models == {"agent": paths["before"]}
 
             deleted = await alice.models.delete("agent")
@@ -359,8 +368,12 @@ def test_arts_module_paths_are_arthexs_server_and_client() -> None:
     from arthex.art.tinker.server import get_free_port
 
     assert Server is TinkerOpenAIServer and TinkerAsyncOpenAI is Client
-    assert 8000 <= get_free_port("127.0.0.1") <= 65535
-    assert math.isfinite(float(get_free_port("127.0.0.1")))
+    port = get_free_port("127.0.0.1")
+    assert 8000 <= port <= 65535
+    with socket.socket() as taken:  # the port it names can be had, and once had is skipped
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        assert get_free_port("127.0.0.1") != port
 
 
 TOOLS: list[Any] = [
@@ -422,6 +435,394 @@ def test_tools_and_tool_calls_are_rendered_by_the_base_models_chat_template(
             assert close_to(values, logprobs)
             assert scored.messages_and_choices[:-1] == WITH_A_TOOL_CALL
             await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+FORBIDDEN = "tinker://someone-elses-run/sampler_weights/x"
+GUARD_S = 60.0  # a hang fails instead (no timing is measured)
+
+
+class Forbidden(Exception):
+    """What the SDK raises for Tinker's 403 (the emulator lets every key read every path, so
+    this one answer is made here)."""
+
+    status_code = 403
+
+
+class GatedClients:
+    """The SDK's own clients on the emulator, except that making a ServiceClient waits for
+    `made` (a slow session start), opening a sampling client for anything but FORBIDDEN waits
+    for `opening`, and FORBIDDEN is refused with a 403; `finished` counts sessions closed."""
+
+    slow: ClassVar[str | None] = None  # the one path whose opening waits (None: every one)
+    scored: ClassVar[list[str]] = []
+    started: ClassVar[list[str]] = []
+    made: ClassVar[threading.Event] = threading.Event()
+    opening: ClassVar[threading.Event] = threading.Event()
+    waiting: ClassVar[threading.Event] = threading.Event()
+    finished: ClassVar[list[str]] = []
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
+        from arthex.adapters.tinker.clients import SdkClients
+
+        self._real = SdkClients(base_url, api_key)
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.made, cls.opening, cls.waiting = threading.Event(), threading.Event(), threading.Event()
+        cls.finished, cls.scored, cls.started, cls.slow = [], [], [], None
+
+    def service(self) -> Any:
+        self.started.append("session")
+        assert self.made.wait(GUARD_S)
+        real: Any = self._real.service()
+        create, close = real.create_sampling_client, real.close
+
+        def create_sampling_client(model_path: str | None = None, **kwargs: Any) -> Any:
+            if model_path == FORBIDDEN:
+                raise Forbidden("permission denied: this key may not read that run")
+            if self.slow in (None, model_path):
+                self.waiting.set()
+                assert self.opening.wait(GUARD_S)
+            made = create(model_path=model_path, **kwargs)
+            scored = self.scored
+
+            async def counting() -> Any:
+                sampler = await made
+                score = sampler.compute_logprobs
+
+                def counted(prompt: Any) -> Any:
+                    scored.append(str(model_path))
+                    return score(prompt)
+
+                sampler.compute_logprobs = counted
+                return sampler
+
+            return counting()
+
+        def finish(status: Any) -> Any:
+            self.finished.append(status)
+            return close(status)
+
+        real.create_sampling_client = create_sampling_client
+        real.close = finish
+        return real
+
+
+@pytest.fixture
+def gated(monkeypatch: pytest.MonkeyPatch) -> type[GatedClients]:
+    from arthex.adapters.tinker import tenants
+
+    GatedClients.reset()
+    monkeypatch.setattr(tenants, "SdkClients", GatedClients)
+    return GatedClients
+
+
+def test_a_403_for_one_path_answers_that_request_and_leaves_the_tenants_others_alone(
+    emulator: TinkerEmulator, paths: dict[str, str], gated: type[GatedClients]
+) -> None:
+    gated.made.set()
+    gated.slow = paths["before"]
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            slow = asyncio.create_task(
+                alice.chat.completions.create(
+                    model=paths["before"], messages=MESSAGES, max_tokens=2, temperature=0
+                )
+            )
+            assert await asyncio.to_thread(gated.waiting.wait, GUARD_S)  # opening, in flight
+            with pytest.raises(openai.PermissionDeniedError) as refused:
+                await alice.chat.completions.create(model=FORBIDDEN, messages=MESSAGES)
+            assert f"Tinker refused access to {FORBIDDEN!r}" in str(refused.value)
+            assert "API key:" in str(refused.value) and "refused this API key" not in str(
+                refused.value
+            )
+            gated.opening.set()
+            answer = await asyncio.wait_for(slow, GUARD_S)
+            assert answer.model == paths["before"] and len(answer.choices) == 1
+            assert gated.finished == []  # the tenant's session lives on
+            again = await alice.chat.completions.create(
+                model=paths["before"], messages=MESSAGES, max_tokens=2
+            )
+            assert again.choices[0].finish_reason in ("stop", "length")
+            await alice.close()
+        finally:
+            await server.stop()
+        assert gated.finished == ["success"]
+
+    asyncio.run(scenario())
+
+
+def test_closing_a_tenant_whose_session_is_still_starting_finishes_that_session(
+    emulator: TinkerEmulator, paths: dict[str, str], gated: type[GatedClients]
+) -> None:
+    gated.opening.set()
+
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(base_url=emulator.base_url, timeout_s=TIMEOUT_S)
+        tenant = server.tenant(ALICE)
+        opening = asyncio.create_task(tenant.open(paths["before"]))
+        for _ in range(50):  # the session start is on its thread, waiting for `made`
+            await asyncio.sleep(0)
+        closing = asyncio.create_task(tenant.close())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        gated.made.set()  # the ServiceClient is made only now, while the tenant closes
+        await asyncio.wait_for(closing, GUARD_S)
+        assert gated.finished == ["success"]  # made after close() began, and finished
+        with pytest.raises(BackendError, match="closed while"):
+            await asyncio.wait_for(opening, GUARD_S)
+
+    asyncio.run(scenario())
+
+
+def test_cancelling_stop_still_stops_the_server_and_the_cancellation_goes_on() -> None:
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1")
+        _, port = await server.start()
+        stopping = asyncio.create_task(server.stop())
+        await asyncio.sleep(0)  # stop() now waits for the server's task
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+        with socket.socket() as sock:  # the port is free again
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+        server.port = port
+        host, again = await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{again}") as http:
+                assert (await http.get("/health")).json() == {"status": "ok"}
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_chunked_body_past_the_cap_is_refused_while_it_streams() -> None:
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1", max_body_bytes=1000)
+        host, port = await server.start()
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(
+                b"PUT /v1/models/agent HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tml-a\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            chunk = b'{"target": "' + b"x" * 2000
+            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))  # no last chunk: still sending
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD_S)
+            assert head.split()[1] == b"413", head
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            body = await asyncio.wait_for(reader.readexactly(length), GUARD_S)
+            assert b"larger than 1000 bytes" in body
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            await server.stop()
+        assert server.tenant("tml-a").models == {}
+
+    asyncio.run(scenario())
+
+
+def test_keys_that_only_read_or_fail_to_put_leave_no_tenant_behind() -> None:
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1")
+        host, port = await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
+                for i in range(20):
+                    key = {"Authorization": f"Bearer tml-stranger-{i}"}
+                    listed = await http.get("/v1/models", headers=key)
+                    assert listed.status_code == 200 and listed.json()["data"] == []
+                    assert (await http.get("/v1/models/a", headers=key)).status_code == 404
+                    assert (await http.delete("/v1/models/a", headers=key)).status_code == 404
+                    bad = await http.put("/v1/models/a", headers=key, json={"target": ""})
+                    assert bad.status_code == 400
+                assert "arthex_tinker_tenants 0\n" in (await http.get("/metrics")).text
+                alice = {"Authorization": f"Bearer {ALICE}"}
+                put = await http.put("/v1/models/a", headers=alice, json={"target": "Qwen/Q"})
+                assert put.status_code == 200
+                assert "arthex_tinker_tenants 1\n" in (await http.get("/metrics")).text
+                assert (await http.delete("/v1/models/a", headers=alice)).status_code == 200
+                assert "arthex_tinker_tenants 0\n" in (await http.get("/metrics")).text
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_alias_with_characters_that_mean_something_in_a_url_is_put_as_it_is() -> None:
+    names = ["run?v=2", "a#b", "50%", "a/b", "x y"]
+
+    async def scenario() -> None:
+        server = OpenAICompatibleTinkerServer(host="127.0.0.1")
+        host, port = await server.start()
+        try:
+            async with client(f"http://{host}:{port}/v1", ALICE) as alice:
+                for i, name in enumerate(names):
+                    put = await alice.models.put(name, target=f"tinker://r/sampler_weights/{i}")
+                    assert put.id == name
+                    assert (await alice.models.retrieve(name)).id == name
+                assert [m.id for m in (await alice.models.list()).data] == names
+        finally:
+            await server.stop()
+        assert server.tenant(ALICE).models == {
+            name: f"tinker://r/sampler_weights/{i}" for i, name in enumerate(names)
+        }
+
+    asyncio.run(scenario())
+
+
+def test_chat_template_kwargs_reach_the_template_and_top_k_is_refused(
+    emulator: TinkerEmulator, tiny: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from transformers import AutoTokenizer
+
+    from arthex.testing.tiny_model import CHAT_TEMPLATE
+
+    template = AutoTokenizer.from_pretrained(tiny)
+    generation = "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    assert generation in CHAT_TEMPLATE
+    template.chat_template = CHAT_TEMPLATE.replace(
+        generation,
+        "{% if add_generation_prompt %}<|im_start|>assistant\n"
+        "{% if enable_thinking is false %}<think>\n\n</think>\n{% endif %}{% endif %}",
+    )
+    folder = str(tmp_path_factory.mktemp("thinking-template"))
+    template.save_pretrained(folder)
+    expected = template.apply_chat_template(
+        MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False,
+        enable_thinking=False,
+    )  # fmt: skip
+    plain = template.apply_chat_template(
+        MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert list(expected) != list(plain)
+
+    async def scenario() -> None:
+        server, url = await serving(emulator, tokenizers={tiny: folder})
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=1,
+                extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+            )  # fmt: skip
+            assert sampled(answer.choices[0])[0] == list(expected)
+            default = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=1
+            )
+            assert sampled(default.choices[0])[0] == list(plain)
+            with pytest.raises(openai.BadRequestError, match="top_k is not supported"):
+                await alice.chat.completions.create(
+                    model=tiny, messages=MESSAGES, max_tokens=1, extra_body={"top_k": 5}
+                )
+            with pytest.raises(openai.BadRequestError, match="may not set tokenize"):
+                await alice.chat.completions.create(
+                    model=tiny, messages=MESSAGES, max_tokens=1,
+                    extra_body={"chat_template_kwargs": {"tokenize": False}},
+                )  # fmt: skip
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_arts_tenant_is_made_with_arts_arguments_and_samples_with_its_key(
+    emulator: TinkerEmulator, paths: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arthex.art.tinker.server import OpenAICompatibleTinkerServerTenant
+
+    monkeypatch.setenv("TINKER_BASE_URL", emulator.base_url)  # as ART's: the SDK's default
+
+    async def scenario() -> None:
+        tenant = OpenAICompatibleTinkerServerTenant(ALICE, 4)
+        assert (tenant.models, tenant.model_timestamps) == ({}, {})
+        tenant.models["agent"] = paths["before"]
+        try:
+            engine, target = await tenant.open("agent")
+            assert target == paths["before"] and engine.is_served(target)
+        finally:
+            await tenant.close()
+
+    asyncio.run(scenario())
+    with pytest.raises(InvalidInputError, match="max_concurrent_sampling_clients must be"):
+        OpenAICompatibleTinkerServerTenant(ALICE, 0)
+
+
+def test_when_one_model_cannot_score_the_others_stop_calling_tinker(
+    emulator: TinkerEmulator, paths: dict[str, str], tiny: str, gated: type[GatedClients]
+) -> None:
+    gated.made.set()
+    gated.slow = paths["after"]
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=3
+            )
+            conversation: list[Any] = [*MESSAGES, answer.choices[0]]
+            with pytest.raises(openai.PermissionDeniedError, match="refused access"):
+                await alice.messages_and_choices.with_logprobs(
+                    conversation, models=[paths["after"], FORBIDDEN], tools=None
+                )
+            gated.opening.set()  # paths["after"] opens only now, after the answer
+            await alice.chat.completions.create(  # waits for that same opening
+                model=paths["after"], messages=MESSAGES, max_tokens=2
+            )
+            assert gated.scored == []  # nothing scored for an answer already given
+            scored = await alice.messages_and_choices.with_logprobs(
+                conversation, models=[paths["after"]], tools=None
+            )
+            assert gated.scored == [paths["after"]] and len(scored.usages) == 1
+            await alice.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_choice_too_short_to_score_is_refused_before_any_tinker_call(
+    emulator: TinkerEmulator, tiny: str, gated: type[GatedClients]
+) -> None:
+    gated.made.set()
+    gated.opening.set()
+
+    async def scenario() -> None:
+        server, url = await serving(emulator)
+        try:
+            alice = client(url, ALICE)
+            answer = await alice.chat.completions.create(
+                model=tiny, messages=MESSAGES, max_tokens=1
+            )
+            choice = answer.choices[0].model_copy(deep=True)
+            extra = choice.model_extra
+            assert extra is not None and choice.logprobs is not None
+            extra["prompt_token_ids"], extra["token_ids"] = [], extra["token_ids"][:1]
+            choice.logprobs.content = (choice.logprobs.content or [])[:1]
+            await server.stop()  # a fresh start: no session opened yet
+            gated.started.clear()
+            host, port = await server.start()
+            fresh = client(f"http://{host}:{port}/v1", ALICE)
+            with pytest.raises(openai.BadRequestError, match="fewer than two"):
+                await fresh.messages_and_choices.with_logprobs([choice], models=[tiny], tools=None)
+            assert gated.started == []
+            await alice.close()
+            await fresh.close()
         finally:
             await server.stop()
 

@@ -110,7 +110,7 @@ def test_nothing_in_the_library_imports_the_emulators() -> None:
 # The adapters a sibling adapter may use: the shared inference server, file helpers, the layout,
 # the Hugging Face loading helpers (the offline hub check, quiet progress bars) and the result
 # classes `backend.train` returns (train_results: data only, no adapter behind them).
-SHARED_ADAPTERS = {"inference", "files", "layout", "hub", "hf_quiet", "train_results"}
+SHARED_ADAPTERS = {"inference", "files", "layout", "hub", "hf_quiet", "listen", "train_results"}
 # Two sibling uses, on purpose: a training server's checkpoints are LocalBackend's folders, so
 # the Serverless client exports a fetched step with LocalBackend's exporter; and a Tinker
 # run's downloaded LoRA adapter is written as a PEFT folder or merged by that same exporter

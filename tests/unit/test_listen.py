@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,27 @@ def test_a_taken_port_is_one_line_naming_the_server_it_was_for() -> None:
     message = str(refused.value)
     assert message.startswith(f"cannot listen on 127.0.0.1:{port} for the ART API: ")
     assert "\n" not in message
+
+
+def test_a_name_with_ipv6_and_ipv4_addresses_listens_on_the_ipv4_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolved = socket.getaddrinfo  # "localhost" where the resolver lists ::1 first
+
+    def ipv6_first(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        if host != "dual.test":
+            return resolved(host, port, *args, **kwargs)
+        tcp = socket.SOCK_STREAM, socket.IPPROTO_TCP, ""
+        return [
+            (socket.AF_INET6, *tcp, ("::1", port, 0, 0)),
+            (socket.AF_INET, *tcp, ("127.0.0.1", port)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", ipv6_first)
+    with listen("dual.test", 0, "a test server") as sock:
+        assert sock.family == socket.AF_INET and sock.getsockname()[0] == "127.0.0.1"
+
+
+def test_a_python_argument_is_named_as_such_when_the_host_does_not_resolve() -> None:
+    with pytest.raises(InvalidInputError, match=r"^host 'no-such-host\.invalid' cannot be"):
+        listen("no-such-host.invalid", 0, "the Tinker server", "port")

@@ -51,16 +51,50 @@ def test_models_are_the_aliases_of_the_tenant_whose_key_is_in_the_environment(
     assert server.models == {}
 
 
+def test_assigning_models_over_existing_aliases_replaces_them_all_or_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TINKER_API_KEY", "tml-a")
+    server = TinkerOpenAIServer()
+    server.models = {"a": "tinker://run/sampler_weights/1"}
+    tenant = server.tenant("tml-a")
+    created = tenant.model_timestamps["a"]
+    edited = server.models  # ART's pattern: read, edit, assign back
+    edited["b"] = "tinker://run/sampler_weights/2"
+    server.models = edited
+    assert server.models == {
+        "a": "tinker://run/sampler_weights/1",
+        "b": "tinker://run/sampler_weights/2",
+    }
+    assert tenant.model_timestamps["a"] == created and set(tenant.model_timestamps) == {"a", "b"}
+    fresh = {"c": "Qwen/Qwen3-8B"}
+    server.models = fresh  # as ART: the dict assigned is the server's from now on
+    fresh["d"] = "tinker://run/sampler_weights/3"
+    assert server.models == {"c": "Qwen/Qwen3-8B", "d": "tinker://run/sampler_weights/3"}
+    assert "a" not in tenant.model_timestamps
+    with pytest.raises(InvalidInputError, match="got ' tinker://oops' for 'bad'"):
+        server.models = {"new": "tinker://run/sampler_weights/4", "bad": " tinker://oops"}
+    assert server.models == {"c": "Qwen/Qwen3-8B", "d": "tinker://run/sampler_weights/3"}
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
         ({"num_workers": 0}, "num_workers must be a positive integer"),
         ({"max_concurrent_sampling_clients": -1}, "max_concurrent_sampling_clients must be"),
-        ({"port": 70000}, "port must be in 0..65535"),
+        ({"port": 70000}, "port must be an integer in 0..65535"),
+        ({"port": "8000"}, "port must be an integer in 0..65535 or None, got '8000'"),
+        ({"num_workers": True}, "num_workers must be a positive integer or None, got True"),
+        ({"default_max_tokens": 0}, "default_max_tokens must be a positive integer, got 0"),
+        ({"max_body_bytes": -1}, "max_body_bytes must be a positive integer, got -1"),
+        ({"timeout_s": 0}, "timeout_s must be a positive number or None"),
+        ({"timeout_s": float("nan")}, "timeout_s must be a positive number"),
+        ({"tokenizers": {"Qwen/Qwen3-8B": 3}}, "tokenizers must map each base model"),
+        ({"host": ""}, "host must be a non-empty string"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_starts(
-    arguments: dict[str, int], message: str
+    arguments: dict[str, object], message: str
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         TinkerOpenAIServer(**arguments)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ are exactly the ids that were sampled from, whichever engine ran them.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core.errors import InvalidInputError, MissingExtraError
@@ -67,9 +67,11 @@ class ChatTokenizer:
         tools: JsonItems | None,
         *,
         add_generation_prompt: bool = True,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """The template's token ids, as the servers sample from them (with the assistant's
-        generation prompt) or, for fine-tuning targets, without it."""
+        generation prompt) or, for fine-tuning targets, without it. `template_kwargs` are
+        the template's own variables (e.g. `enable_thinking`)."""
         if not messages:
             raise InvalidInputError("messages must hold at least one message")
         plain_messages = [dict(message) for message in messages]
@@ -81,6 +83,7 @@ class ChatTokenizer:
                 add_generation_prompt=add_generation_prompt,
                 tokenize=True,
                 return_dict=False,
+                **dict(template_kwargs or {}),
             )
         except Exception as exc:  # jinja errors, bad shapes: the caller's input, not a crash
             raise InvalidInputError(

@@ -113,15 +113,37 @@ def parse_request(body: bytes) -> ChatCompletionRequest:
     try:
         request = ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
-            for error in exc.errors(include_url=False)[:10]
-        )
-        raise InvalidInputError(f"invalid chat completion request: {problems}") from exc
+        raise InvalidInputError(
+            f"invalid chat completion request: {validation_problems(exc)}"
+        ) from exc
     problem = request.unsupported()
     if problem:
         raise InvalidInputError(problem)
     return request
+
+
+def validation_problems(exc: ValidationError, at_most: int = 10) -> str:
+    """pydantic's complaints in one line: `where: what` for each (the first `at_most`)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+        for error in exc.errors(include_url=False)[:at_most]
+    )
+
+
+ERROR_KINDS = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    405: "MethodNotAllowed",
+    413: "RequestTooLarge",
+    429: "RateLimitError",
+}
+
+
+def error_kind(status: int, default: str = "APIError") -> str:
+    """The `type` of an OpenAI-shaped error body for an HTTP status."""
+    return ERROR_KINDS.get(status, default)
 
 
 def build_response(

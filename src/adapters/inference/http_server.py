@@ -24,9 +24,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import (
     BackendError,
@@ -34,6 +34,7 @@ from ...core.errors import (
     MissingExtraError,
     ServingUnavailableError,
 )
+from ..listen import listen
 from .asgi import (
     ASGIApp,
     BodyTooLarge,
@@ -45,10 +46,13 @@ from .asgi import (
     replaying,
     send_json,
 )
-from .chat_wire import build_response, error_body, parse_request
+from .chat_wire import build_response, error_body, error_kind, parse_request
 from .engine import SamplingEngine, UnknownModelError
 
-__all__ = ["InferenceServer", "create_app"]
+if TYPE_CHECKING:
+    import uvicorn
+
+__all__ = ["InferenceServer", "create_app", "quiet_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,20 +109,12 @@ class InferenceServer:
             max_body_bytes=self.max_body_bytes,
             default_max_tokens=self.default_max_tokens,
         )
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(
-            family, socket.SOCK_STREAM, socket.IPPROTO_TCP
-        )  # lets asyncio set TCP_NODELAY
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(2048)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            raise ServingUnavailableError(
-                f"cannot listen on {self.host}:{self.port}: {exc}"
-            ) from exc
+            sock = listen(self.host, self.port, "the inference server", "port", backlog=2048)
+        except InvalidInputError as exc:
+            raise ServingUnavailableError(str(exc)) from exc
+        sock.setblocking(False)
+        family = sock.family
         config = uvicorn.Config(
             app,
             log_level="warning",
@@ -197,14 +193,15 @@ class InferenceServer:
         await self.stop()
 
 
-def quiet_server(config: Any) -> Any:
+def quiet_server(config: uvicorn.Config) -> uvicorn.Server:
+    """A uvicorn server for `config` that leaves SIGINT/SIGTERM to the host program."""
     import uvicorn
 
     class QuietServer(uvicorn.Server):
         """uvicorn would take over SIGINT/SIGTERM while serving; the host program owns them."""
 
         @contextlib.contextmanager
-        def capture_signals(self) -> Any:  # uvicorn >= 0.29
+        def capture_signals(self) -> Iterator[None]:  # uvicorn >= 0.29
             yield
 
         def install_signal_handlers(self) -> None:  # older uvicorn
@@ -235,9 +232,7 @@ def create_app(
     async def http_error(_request: Any, exc: Exception) -> JSONResponse:
         # Unknown paths and wrong methods: the OpenAI error shape, like every other error.
         assert isinstance(exc, HTTPException)
-        kind = {404: "NotFoundError", 405: "MethodNotAllowed"}.get(
-            exc.status_code, "BadRequestError"
-        )
+        kind = error_kind(exc.status_code, "BadRequestError")
         return JSONResponse(
             error_body(str(exc.detail), kind, exc.status_code),
             status_code=exc.status_code,

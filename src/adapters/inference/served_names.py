@@ -3,8 +3,8 @@ onto them, and the one tokenizer behind them all."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Generic, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from ...core.errors import BackendError, InvalidInputError
 from .chat import ChatTokenizer
@@ -49,8 +49,15 @@ class ServedNames(Generic[W]):
             raise InvalidInputError(f"{name!r} cannot be an alias of itself")
         self._aliases[name] = resolved
 
-    def render_chat(self, model: str, messages: JsonItems, tools: JsonItems | None) -> list[int]:
-        return self._chat_for(model).render(messages, tools)
+    def render_chat(
+        self,
+        model: str,
+        messages: JsonItems,
+        tools: JsonItems | None,
+        *,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        return self._chat_for(model).render(messages, tools, template_kwargs=template_kwargs)
 
     def decode(self, model: str, token_ids: Sequence[int]) -> str:
         return self._chat_for(model).decode(token_ids)

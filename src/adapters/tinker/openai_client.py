@@ -15,6 +15,7 @@ from openai._base_client import make_request_options
 from openai._resource import AsyncAPIResource
 from openai._response import async_to_streamed_response_wrapper
 from openai._types import Body, Headers, NotGiven, Query, not_given
+from openai._utils import path_template
 from openai.resources.models import (
     AsyncModels,
     AsyncModelsWithRawResponse,
@@ -111,8 +112,11 @@ class TinkerAsyncModels(AsyncModels):
             extra_body=extra_body,
             timeout=timeout,
         )
-        return await self._put(
-            f"/models/{model}", body={"target": target}, options=options, cast_to=Model
+        return await self._put(  # the alias percent-encoded, as retrieve and delete do it
+            path_template("/models/{model}", model=model),
+            body={"target": target},
+            options=options,
+            cast_to=Model,
         )
 
 

@@ -28,8 +28,8 @@ import math
 import os
 import socket
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
@@ -46,33 +46,40 @@ except ImportError as exc:
 
 from ...core.capture.samples import Built, conversation_tokens
 from ...core.errors import ArthexError, BackendError, InvalidInputError, MissingExtraError
-from ..inference.chat_wire import build_response, error_body, parse_request
+from ..inference.asgi import BodyTooLarge, read_body
+from ..inference.chat_wire import (
+    build_response,
+    error_body,
+    error_kind,
+    parse_request,
+    validation_problems,
+)
 from ..inference.engine import UnknownModelError
 from ..inference.http_server import quiet_server
-from .clients import SdkClients, ServiceClientLike
+from ..listen import listen
 from .openai_wire import (
     MessagesAndChoicesWithLogprobsArgs,
     ModelUpsert,
     as_json,
 )
-from .tenants import TinkerTenant, TokenizerCache
+from .tenants import (
+    DEFAULT_TIMEOUT_S,
+    AccessRefused,
+    ApiKeyTenant,
+    TinkerTenant,
+    TokenizerCache,
+    service_status,
+)
 
 __all__ = ["TinkerOpenAIServer", "get_free_port"]
 
 logger = logging.getLogger("arthex")
+T = TypeVar("T")
 
 API_KEY_PREFIXES = ("tml-", "eyJ")  # what the pinned SDK accepts: API keys and JWTs
 DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS = 32
-DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
-_STATUS_KINDS = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    413: "RequestTooLarge",
-    429: "RateLimitError",
-}
+CLOSE_TENANTS_S = 45.0  # stop(): finishing the tenants' sessions, all at once
 
 
 class HttpRefusal(ArthexError):
@@ -111,14 +118,40 @@ class TinkerOpenAIServer:
         default_max_tokens: int = 1024,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
-        for name, value in (
-            ("num_workers", num_workers),
-            ("max_concurrent_sampling_clients", max_concurrent_sampling_clients),
+        for name, value, optional in (
+            ("num_workers", num_workers, True),
+            ("max_concurrent_sampling_clients", max_concurrent_sampling_clients, True),
+            ("default_max_tokens", default_max_tokens, False),
+            ("max_body_bytes", max_body_bytes, False),
         ):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise InvalidInputError(f"{name} must be a positive integer or None, got {value!r}")
-        if port is not None and not 0 <= port <= 65535:
-            raise InvalidInputError(f"port must be in 0..65535 or None, got {port!r}")
+            if (value is None and not optional) or (
+                value is not None and (type(value) is not int or value < 1)
+            ):
+                either = " or None" if optional else ""
+                raise InvalidInputError(f"{name} must be a positive integer{either}, got {value!r}")
+        if port is not None and (type(port) is not int or not 0 <= port <= 65535):
+            raise InvalidInputError(f"port must be an integer in 0..65535 or None, got {port!r}")
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not 0 < timeout_s < math.inf
+        ):
+            raise InvalidInputError(
+                f"timeout_s must be a positive number or None, got {timeout_s!r}"
+            )
+        for name, text in (("host", host), ("base_url", base_url)):
+            if text is not None and (not isinstance(text, str) or not text.strip()):
+                raise InvalidInputError(f"{name} must be a non-empty string or None, got {text!r}")
+        if tokenizers is not None and (
+            not isinstance(tokenizers, Mapping)
+            or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in tokenizers.items()
+            )
+        ):
+            raise InvalidInputError(
+                "tokenizers must map each base model name to where its tokenizer is (both "
+                f"strings), got {tokenizers!r}"
+            )
         self.host = host
         self.port = port
         self.num_workers = num_workers
@@ -142,28 +175,18 @@ class TinkerOpenAIServer:
 
     @models.setter
     def models(self, models: dict[str, str]) -> None:
-        tenant = self.tenant(_environment_key())
-        tenant.models.clear()
-        tenant.model_timestamps.clear()
-        for name, target in models.items():
-            tenant.put(name, target)
+        self.tenant(_environment_key()).replace(models)
 
     def tenant(self, api_key: str) -> TinkerTenant:
         """The tenant of `api_key` (made on first use; nothing is sent to Tinker until it
         samples)."""
         found = self._tenants.get(api_key)
         if found is None:
-            clients = SdkClients(self.base_url, api_key)
-
-            def service() -> ServiceClientLike:
-                return clients.service()
-
-            found = self._tenants[api_key] = TinkerTenant(
-                service,
-                self._tokenizers,
-                max_concurrent_sampling_clients=(
-                    self.max_concurrent_sampling_clients or DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS
-                ),
+            found = self._tenants[api_key] = ApiKeyTenant(
+                api_key,
+                self.max_concurrent_sampling_clients or DEFAULT_MAX_CONCURRENT_SAMPLING_CLIENTS,
+                base_url=self.base_url,
+                tokenizers=self._tokenizers,
                 timeout_s=self.timeout_s,
             )
         return found
@@ -179,7 +202,10 @@ class TinkerOpenAIServer:
         except ImportError as exc:
             raise MissingExtraError(exc.name or "uvicorn", "tinker") from exc
         host = self.host or "0.0.0.0"
-        sock = self._socket = _listen(host, self.port or 0)
+        sock = self._socket = listen(
+            host, self.port or 0, "the Tinker server", "port", backlog=2048
+        )
+        sock.setblocking(False)
         config = uvicorn.Config(
             self.app(),
             log_level="warning",
@@ -198,41 +224,67 @@ class TinkerOpenAIServer:
 
     async def stop(self) -> None:
         """Stop serving (in-flight requests get 5 s), release the port, and finish each
-        tenant's Tinker session; the aliases stay for a later start()."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._task is not None:
-            with contextlib.suppress(BaseException):
-                await self._task
-        if self._socket is not None:
-            self._socket.close()
+        tenant's Tinker session (all at once, for at most CLOSE_TENANTS_S); the aliases stay
+        for a later start(). Cancelling stop() stops the server without waiting for the
+        requests in flight, cleans up, and the cancellation goes on to the caller."""
+        server, task, sock = self._server, self._task, self._socket
         self._server = self._task = self._socket = None
-        for tenant in self._tenants.values():
-            await tenant.close()
+        if server is not None:
+            server.should_exit = True
+        try:
+            if task is not None:
+                await asyncio.wait({task})
+                if not task.cancelled() and task.exception() is not None:
+                    logger.warning("the Tinker server ended with %r", task.exception())
+        finally:
+            if server is not None and task is not None and not task.done():
+                # stop() itself was cancelled: uvicorn closes its listeners without waiting
+                # for the requests in flight (cancelling its task would skip that)
+                server.force_exit = True
+                await asyncio.wait({task}, timeout=CLOSE_TENANTS_S)
+                if not task.done():
+                    task.cancel()
+            if sock is not None:
+                sock.close()
+            await self._close_tenants()
 
-    async def _forget_refused(self, authorization: str) -> None:
-        """Drop the tenant of a key Tinker refused, unless it made aliases: callers with keys
-        that do not work leave nothing behind."""
-        key = authorization.partition(" ")[2].strip()
-        tenant = self._tenants.get(key)
-        if tenant is not None and not tenant.models:
-            del self._tenants[key]
-            await tenant.close()
+    async def _close_tenants(self) -> None:
+        closing = [asyncio.ensure_future(tenant.close()) for tenant in self._tenants.values()]
+        if not closing:
+            return
+        _, late = await asyncio.wait(closing, timeout=CLOSE_TENANTS_S)
+        for task in late:
+            task.cancel()
+        if late:
+            logger.warning("%d Tinker sessions did not finish in %s s", len(late), CLOSE_TENANTS_S)
+
+    @contextlib.asynccontextmanager
+    async def _serving(self, key: str) -> AsyncIterator[TinkerTenant]:
+        """The tenant of `key`, counted as in use while a request samples with it. A key
+        Tinker refuses (401) leaves nothing behind: its tenant is dropped once no request uses
+        it, unless it holds aliases. A 403 (this key may not use that model) drops nothing."""
+        tenant = self.tenant(key)
+        try:
+            with tenant.in_use():
+                yield tenant
+        except Exception as exc:
+            refused = service_status(exc) == 401
+            if refused and tenant.idle and not tenant.models and self._tenants.get(key) is tenant:
+                del self._tenants[key]
+                await tenant.close()
+            raise
 
     # the app --------------------------------------------------------------------------------
 
-    def app(self) -> Any:
-        """The ASGI app (FastAPI)."""
+    def app(self) -> FastAPI:
+        """The ASGI app."""
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
         def refusal(status: int, message: str) -> JSONResponse:
-            kind = _STATUS_KINDS.get(status, "APIError")
-            return JSONResponse(error_body(message, kind, status), status_code=status)
+            return JSONResponse(error_body(message, error_kind(status), status), status_code=status)
 
         async def refused(request: Request, exc: Exception) -> JSONResponse:
             status, message = _status_and_message(exc)
-            if status in (401, 403):
-                await self._forget_refused(request.headers.get("authorization", ""))
             self.requests[f"{request.method} {_route(request)} {status}"] += 1
             if status >= 500:
                 logger.warning("Tinker server: %s %s: %s", request.method, request.url, message)
@@ -246,7 +298,7 @@ class TinkerOpenAIServer:
         app.add_exception_handler(ArthexError, refused)
         app.add_exception_handler(HTTPException, http_error)
 
-        async def tenant_of(request: Request) -> TinkerTenant:
+        def key_of(request: Request) -> str:
             auth = request.headers.get("authorization", "")
             scheme, _, key = auth.partition(" ")
             key = key.strip()
@@ -260,16 +312,23 @@ class TinkerOpenAIServer:
                     401, "the bearer token is not a Tinker API key (they start with 'tml-'); "
                     "send your own Tinker API key",
                 )  # fmt: skip
-            return self.tenant(key)
+            return key
+
+        def known(request: Request) -> TinkerTenant | None:
+            """The caller's tenant if it has one: routes that only read make none."""
+            return self._tenants.get(key_of(request))
 
         async def body_of(request: Request) -> bytes:
-            declared = request.headers.get("content-length", "")
-            too_large = f"the request body is larger than {self.max_body_bytes} bytes"
-            if declared.isascii() and declared.isdigit() and int(declared) > self.max_body_bytes:
-                raise HttpRefusal(413, too_large)
-            body = await request.body()
-            if len(body) > self.max_body_bytes:
-                raise HttpRefusal(413, too_large)
+            """The body, refused (413) as soon as its declared length or the bytes received
+            pass max_body_bytes, not after it has all been buffered."""
+            try:
+                body = await read_body(request.scope, request.receive, self.max_body_bytes)
+            except BodyTooLarge:
+                raise HttpRefusal(
+                    413, f"the request body is larger than {self.max_body_bytes} bytes"
+                ) from None
+            if body is None:
+                raise HttpRefusal(400, "the client disconnected before the end of its request")
             return body
 
         def counted(request: Request) -> None:
@@ -293,50 +352,61 @@ class TinkerOpenAIServer:
 
         @app.get("/v1/models")
         async def list_models(request: Request) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            tenant = known(request)
             counted(request)
             return {
                 "object": "list",
-                "data": [_model(name, tenant) for name in tenant.models],
+                "data": [_model(name, tenant) for name in tenant.models] if tenant else [],
             }
 
         @app.get("/v1/models/{name:path}")
         async def get_model(request: Request, name: str) -> dict[str, Any]:
-            tenant = await tenant_of(request)
-            if name not in tenant.models:
+            tenant = known(request)
+            if tenant is None or name not in tenant.models:
                 raise HttpRefusal(404, f"model not found: {name!r} is not one of your aliases")
             counted(request)
             return _model(name, tenant)
 
         @app.put("/v1/models/{name:path}")
         async def put_model(request: Request, name: str) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            key = key_of(request)
             try:
                 upsert = ModelUpsert.model_validate_json(await body_of(request))
             except ValidationError as exc:
-                raise HttpRefusal(400, f"PUT /v1/models/{name}: {_problems(exc)}") from exc
+                raise HttpRefusal(
+                    400, f"PUT /v1/models/{name}: {validation_problems(exc)}"
+                ) from exc
+            tenant = self.tenant(key)
             tenant.put(name, upsert.target)
             counted(request)
             return _model(name, tenant)
 
         @app.delete("/v1/models/{name:path}")
         async def delete_model(request: Request, name: str) -> dict[str, Any]:
-            tenant = await tenant_of(request)
-            if not tenant.delete(name):
+            key = key_of(request)
+            tenant = self._tenants.get(key)
+            if tenant is None or not tenant.delete(name):
                 raise HttpRefusal(404, f"model not found: {name!r} is not one of your aliases")
+            if not tenant.models and tenant.idle:  # nothing of the caller's is kept any more
+                del self._tenants[key]
+                await tenant.close()
             counted(request)
             return {"id": name, "deleted": True, "object": "model"}
 
         @app.post("/v1/chat/completions")
         async def chat_completions(request: Request) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            key = key_of(request)
             parsed = parse_request(await body_of(request))
-            engine, target = await tenant.open(parsed.model)
-            params = parsed.sampling_params(self.default_max_tokens)
-            messages = [message.model_dump(exclude_unset=True) for message in parsed.messages]
-            prompt = engine.render_chat(target, messages, parsed.tools)
-            async with tenant.slots(engine).hold(target):
-                samples = await engine.sample(target, prompt, parsed.n, params)
+            template_kwargs = _honoured_extras(parsed.model_extra or {})
+            async with self._serving(key) as tenant:
+                engine, target = await tenant.open(parsed.model)
+                params = parsed.sampling_params(self.default_max_tokens)
+                messages = [message.model_dump(exclude_unset=True) for message in parsed.messages]
+                prompt = engine.render_chat(
+                    target, messages, parsed.tools, template_kwargs=template_kwargs
+                )
+                async with tenant.slots(engine).hold(target):
+                    samples = await engine.sample(target, prompt, parsed.n, params)
             answer = build_response(
                 engine, parsed.model_copy(update={"model": target}), prompt, samples, params
             )
@@ -346,12 +416,12 @@ class TinkerOpenAIServer:
 
         @app.post("/v1/messages_and_choices/with_logprobs")
         async def with_logprobs(request: Request) -> dict[str, Any]:
-            tenant = await tenant_of(request)
+            key = key_of(request)
             try:
                 raw = json.loads(await body_of(request))
                 args = MessagesAndChoicesWithLogprobsArgs.model_validate(raw)
             except ValueError as exc:  # JSON's errors and pydantic's ValidationError
-                detail = _problems(exc) if isinstance(exc, ValidationError) else str(exc)
+                detail = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
                 raise HttpRefusal(400, f"with_logprobs: {detail}") from exc
             items: list[Any] = list(args.messages_and_choices)
             sequences = conversation_tokens(  # a Choice without its token ids: 400, here
@@ -361,12 +431,16 @@ class TinkerOpenAIServer:
                 isinstance(item, Choice) for item in items
             ):
                 raise HttpRefusal(400, "with_logprobs: a Choice has no tokens to score")
-            usages = await asyncio.gather(
-                *(
+            if any(len(tokens) < 2 for tokens, *_ in sequences):
+                raise HttpRefusal(
+                    400, "with_logprobs: a Choice's prompt and sampled tokens are fewer than two "
+                    "(scoring needs two: the first token has no logprob)",
+                )  # fmt: skip
+            async with self._serving(key) as tenant:
+                usages = await _together(
                     _score(tenant, model, args.model_aliases.get(model, model), items, sequences)
                     for model in args.models
                 )
-            )
             counted(request)
             return {
                 "messages_and_choices": [as_json(item) for item in items],
@@ -374,6 +448,21 @@ class TinkerOpenAIServer:
             }
 
         return app
+
+
+async def _together(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run `coroutines` at once and return their results in order; the first to fail cancels
+    the others (no more Tinker calls for an answer that is already an error) and is raised as
+    itself, not in an ExceptionGroup."""
+    failure: BaseException | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(coroutine) for coroutine in coroutines]
+    except BaseExceptionGroup as failed:
+        failure = failed.exceptions[0]
+    if failure is not None:
+        raise failure  # outside the handler: its own cause and context stay as they were
+    return [task.result() for task in tasks]
 
 
 async def _score(
@@ -385,7 +474,7 @@ async def _score(
     if not sequences:
         return CompletionUsage(completion_tokens=0, prompt_tokens=0, total_tokens=0)
     async with tenant.slots(engine).hold(target):
-        scores = await asyncio.gather(*(engine.score(target, tokens) for tokens, *_ in sequences))
+        scores = await _together(engine.score(target, tokens) for tokens, *_ in sequences)
     starts = [(s, offset) for s, (*_, offsets) in enumerate(sequences) for offset in offsets]
     choices = [item for item in items if isinstance(item, Choice)]
     for choice, (s, offset) in zip(choices, starts, strict=True):
@@ -404,6 +493,38 @@ async def _score(
     )
 
 
+def _honoured_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat template's variables a request names (`chat_template_kwargs`, as vLLM and
+    ART take them); a `top_k` other than off (0 or -1) is refused: it would change the
+    output and is not passed to Tinker here."""
+    top_k = extra.get("top_k")
+    if top_k is not None and (type(top_k) is not int or top_k not in (0, -1)):
+        raise InvalidInputError(
+            f"top_k is not supported by this server (got {top_k!r}); leave it unset, 0 or -1"
+        )
+    kwargs = extra.get("chat_template_kwargs")
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(name, str) for name in kwargs):
+        raise InvalidInputError(
+            f"chat_template_kwargs must be a JSON object of the template's variables, got "
+            f"{kwargs!r}"
+        )
+    taken = sorted(set(kwargs) & _RENDERING_ARGUMENTS)
+    if taken:
+        raise InvalidInputError(
+            f"chat_template_kwargs may not set {', '.join(taken)} (the server sets them)"
+        )
+    return kwargs
+
+
+_RENDERING_ARGUMENTS = frozenset(
+    {"conversation", "tools", "documents", "add_generation_prompt", "tokenize", "return_dict",
+     "continue_final_message", "padding", "truncation", "max_length", "return_tensors",
+     "return_assistant_tokens_mask", "tokenizer_kwargs", "chat_template"}
+)  # fmt: skip
+
+
 def _model(name: str, tenant: TinkerTenant) -> dict[str, Any]:
     created = tenant.model_timestamps.get(name, 0)
     return {"id": name, "created": created, "object": "model", "owned_by": "tinker"}
@@ -416,34 +537,18 @@ def _status_and_message(exc: BaseException) -> tuple[int, str]:
         return 404, str(exc)
     if isinstance(exc, InvalidInputError):
         return 400, str(exc)
-    status = _service_status(exc)
-    if status in (401, 403):
+    if isinstance(exc, AccessRefused):
+        return 403, str(exc)
+    status = service_status(exc)
+    if status == 401:
         return status, f"Tinker refused this API key: {exc}"
+    if status == 403:
+        return status, f"Tinker refused access: {exc}"
     if status in (404, 429):
         return status, str(exc)
     if isinstance(exc, BackendError):
         return 502, str(exc)
     return 500, f"{type(exc).__name__}: {exc}"
-
-
-def _service_status(exc: BaseException) -> int | None:
-    """The HTTP status the Tinker service answered, found on the SDK's error behind `exc`."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        status = getattr(current, "status_code", None)
-        if isinstance(status, int):
-            return status
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
-        for error in exc.errors(include_url=False)[:10]
-    )
 
 
 def _route(request: Any) -> str:
@@ -459,24 +564,6 @@ def _environment_key() -> str:
             "whose Tinker API key it holds"
         )
     return key
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except socket.gaierror as exc:
-        raise InvalidInputError(f"host {host!r} cannot be resolved: {exc}") from exc
-    sock = socket.socket(family, kind, socket.IPPROTO_TCP)  # lets asyncio set TCP_NODELAY
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(2048)
-        sock.setblocking(False)
-    except OSError as exc:
-        sock.close()
-        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    del proto
-    return sock
 
 
 def get_free_port(host: str | None = None) -> int:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from arthex.adapters.tinker.openai_wire import ModelList as ModelList
     from arthex.adapters.tinker.openai_wire import ModelUpsert as ModelUpsert
     from arthex.adapters.tinker.openai_wire import WireMessagesAndChoices as WireMessagesAndChoices
-    from arthex.adapters.tinker.tenants import TinkerTenant as OpenAICompatibleTinkerServerTenant
+    from arthex.adapters.tinker.tenants import ApiKeyTenant as OpenAICompatibleTinkerServerTenant
 
     __all__ = [
         "MessagesAndChoicesWithLogprobs",
