@@ -4,11 +4,11 @@ kept to the keys arthex writes.
 ART's catalogue describes its Megatron trainer's and vLLM's measures as well (packed-capacity
 token counts, vLLM's scheduler gauges, its autotuner's score); arthex writes none of those, so
 their definitions are not here rather than describing keys no arthex run has. Each definition
-here is a key arthex's PipelineTrainer, or the LocalBackend's and TinkerBackend's trainers,
-write to the run's history (tests/e2e/test_pipeline_backends.py reads them back), with ART's title, kind, unit,
-direction and flags, and a description of arthex's measure. `objective/score` (ART's
-autotuner's figure of merit) is not written, so the score's components below are the
-inputs arthex records, not a score.
+here is a key that arthex's PipelineTrainer, or the LocalBackend's and TinkerBackend's
+trainers, write to the run's history (tests/e2e/test_pipeline_backends.py reads them back),
+with ART's title, kind, unit, direction and flags, and a description of arthex's measure.
+`objective/score` (ART's autotuner's figure of merit) is not written, so the score's
+components below are the inputs arthex records, not a score.
 """
 
 from __future__ import annotations
