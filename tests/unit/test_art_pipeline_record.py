@@ -164,3 +164,10 @@ def test_resume_false_does_not_read_it(tmp_path: Path) -> None:
     trainer._state_store = JsonPipelineStateStore(str(tmp_path))
     asyncio.run(trainer.train())
     assert min(script.sampled) == 0
+
+
+def test_arts_evaluated_steps_are_evaluated_checkpoints_for_a_retention_strategy() -> None:
+    from arthex.core.pipeline.retention_strategy import checkpoint_infos
+
+    infos = checkpoint_infos([1, 4, 5], [], lambda step: f"agent@{step}", evaluated=(0, 4))
+    assert [(i.step, i.is_eval_step) for i in infos] == [(1, False), (4, True), (5, False)]
