@@ -146,7 +146,9 @@ REFUSED_MODULES: dict[str, str] = {
     ),
     "art.local.service": "arthex.LocalBackend trains and serves in this process; nothing to start",
     "art.pipeline_trainer.state": (
-        "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
+        "arthex.PipelineTrainer shares no state object between its tasks; its record is the run's "
+        "pipeline_state.json, and it continues the record ART's trainer left in state.json "
+        "(PIPELINE_STATE_KEY)"
     ),
     "art.pipeline_trainer.status": "arthex.PipelineTrainer prints its own progress",
     "art.pipeline_tuner.attachment": _AUTOTUNE,
@@ -334,6 +336,7 @@ _COMPACT = "arthex.utils.compact_trajectories"
 _RENDERERS = "arthex.utils.tinker_renderers"
 _TINKER_DATA = "arthex.adapters.tinker.art_data"
 _TINKER_ART_STATE = "arthex.adapters.tinker.art_state"
+_ART_PIPELINE_STATE = "arthex.adapters.run_files.art_pipeline"
 
 MODULES: dict[str, dict[str, Entry]] = {
     "art": {
@@ -644,9 +647,7 @@ MODULES: dict[str, dict[str, Entry]] = {
     ),
     "art.pipeline_trainer.checkpoint_retention": _RETENTION_NAMES,
     "art.pipeline_trainer.trainer": {
-        "PIPELINE_STATE_KEY": Refuse(
-            "arthex.PipelineTrainer keeps its own record in the run's pipeline_state.json"
-        ),
+        "PIPELINE_STATE_KEY": Use(_ART_PIPELINE_STATE, "PIPELINE_STATE_KEY"),
         "PipelineTrainer": _PIPELINE,
         "make_group_rollout_fn": _GROUP_ROLLOUT,
     },

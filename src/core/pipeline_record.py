@@ -17,6 +17,10 @@ the update it was discarded before), so the ledger and the record never disagree
 discards of the update in progress travel with it in `in_flight` and become discarded when
 its row is written, or pending again if the update never started.
 
+A record carried over from a trainer that counted its discards without listing them (see
+`discarded_unlisted`) adds those counts to the listed ones; their scenarios lie below `offset`
+and are listed nowhere, like the trained ones.
+
 Indices at or above `offset` were never taken. A resumed run replays the pending indices first
 and then reads the stream from `offset`, so a scenario lost in a crash (a rollout in flight, a
 queued group) is sampled again and no scenario is trained twice or skipped. `in_flight` is
@@ -43,6 +47,13 @@ def _indices(values: Iterable[int]) -> tuple[int, ...]:
 
 def _discards(values: Mapping[str, Iterable[int]]) -> dict[str, tuple[int, ...]]:
     return {reason: _indices(values.get(reason, ())) for reason in DISCARD_REASONS}
+
+
+def _counts(values: Mapping[str, int]) -> dict[str, int]:
+    unknown = set(values) - set(DISCARD_REASONS)
+    if unknown:
+        raise ValueError(f"unknown discard reasons {sorted(unknown)}")
+    return {reason: _int(values.get(reason, 0)) for reason in DISCARD_REASONS}
 
 
 @attrs.frozen
@@ -75,11 +86,15 @@ class PipelineRecord:
     last_eval_step: int | None = None
     best_eval: tuple[int, float] | None = None
     totals: Mapping[str, float] = attrs.field(factory=dict)
+    # discards counted by an earlier record that did not list their scenarios, per reason
+    discarded_unlisted: Mapping[str, int] = attrs.field(factory=dict, converter=_counts)
+    # steps whose evaluation finished (retention treats them as evaluated checkpoints)
+    evaluated: tuple[int, ...] = attrs.field(default=(), converter=_indices)
 
     def discarded_count(self, reason: str | None = None) -> int:
         if reason is not None:
-            return len(self.discarded[reason])
-        return sum(len(indices) for indices in self.discarded.values())
+            return len(self.discarded[reason]) + self.discarded_unlisted[reason]
+        return sum(self.discarded_count(r) for r in DISCARD_REASONS)
 
     def to_json(self) -> dict[str, Any]:
         flight = self.in_flight
@@ -105,6 +120,8 @@ class PipelineRecord:
             "last_eval_step": self.last_eval_step,
             "best_eval": None if self.best_eval is None else list(self.best_eval),
             "totals": dict(self.totals),
+            "discarded_unlisted": dict(self.discarded_unlisted),
+            "evaluated": list(self.evaluated),
         }
 
     @classmethod
@@ -142,6 +159,10 @@ class PipelineRecord:
                 last_eval_step=_optional_int(data.get("last_eval_step")),
                 best_eval=None if best is None else (_int(best[0]), float(best[1])),
                 totals={str(k): float(v) for k, v in data.get("totals", {}).items()},
+                discarded_unlisted={
+                    str(k): _int(v) for k, v in data.get("discarded_unlisted", {}).items()
+                },
+                evaluated=[_int(s) for s in data.get("evaluated", [])],
             )
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
             raise CorruptDataError(

@@ -391,7 +391,7 @@ def test_the_migration_guide_lists_every_path_and_name() -> None:
 
 # -- how much of ART's surface is refused: a number that can only fall ---------------------------
 
-REFUSED_NAMES_AT_MOST = 1335  # lower it as ART names become real; never raise it
+REFUSED_NAMES_AT_MOST = 1334  # lower it as ART names become real; never raise it
 
 
 def refused_names(modules: dict[str, list[str]]) -> dict[str, list[str]]:

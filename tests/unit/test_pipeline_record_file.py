@@ -23,7 +23,10 @@ def test_the_record_is_written_as_compact_json(tmp_path: Path) -> None:
     asyncio.run(store.save(RUN, PipelineRecord(step=2, offset=5, totals={"groups": 4.0})))
     data = (tmp_path / "proj" / "models" / "agent-001" / "pipeline_state.json").read_bytes()
     assert data.startswith(b'{"version":1,"step":2,"offset":5,"pending":[],"discarded":{')
-    assert data.endswith(b',"totals":{"groups":4.0}}')
+    assert data.endswith(
+        b',"totals":{"groups":4.0},'
+        b'"discarded_unlisted":{"stale":0,"zero_variance":0,"errored":0},"evaluated":[]}'
+    )
     assert b" " not in data
 
 

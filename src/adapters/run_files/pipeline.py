@@ -4,6 +4,10 @@ Each save writes the whole record to a temp file, fsyncs it, renames it over the
 fsyncs the directory (`_files.atomic_write_bytes`), so a crash at any moment leaves the old
 record or the new one. The record is small (index runs, not index lists), so rewriting it
 whole after each step costs a few milliseconds.
+
+A run with no `pipeline_state.json` whose `state.json` holds ART 0.5.23's pipeline record
+(ART's PipelineTrainer left it; art_pipeline.py) loads as the record arthex continues from;
+that key is only read, and the first save writes `pipeline_state.json`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from ...core.identity import RunRef
 from ...core.pipeline_record import PipelineRecord
 from ..files import atomic_write_bytes
 from ..layout import PIPELINE_STATE, RunLayout
+from .art_pipeline import art_pipeline_record
+from .state import JsonRunState
 
 if TYPE_CHECKING:
     from ...ports.trajectory_store import PipelineStateStore
@@ -40,7 +46,15 @@ class JsonPipelineStateStore:
         return RunLayout.of(self._root, run).pipeline_state
 
     async def load(self, run: RunRef) -> PipelineRecord | None:
-        return await asyncio.to_thread(self._load, self.path(run))
+        return await asyncio.to_thread(self._load_run, run)
+
+    def _load_run(self, run: RunRef) -> PipelineRecord | None:
+        record = self._load(self.path(run))
+        if record is not None:
+            return record
+        state = JsonRunState(str(self._root))
+        found = state.read(run)
+        return None if found is None else art_pipeline_record(found, state.path(run))
 
     async def save(self, run: RunRef, record: PipelineRecord) -> None:
         data = json.dumps(record.to_json(), allow_nan=False, separators=(",", ":")).encode()

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 from arthex.art._table import module_attributes
 
 if TYPE_CHECKING:
+    from arthex.adapters.run_files.art_pipeline import PIPELINE_STATE_KEY as PIPELINE_STATE_KEY
     from arthex.core.pipeline import PipelineTrainer as PipelineTrainer
     from arthex.core.pipeline import make_group_rollout_fn as make_group_rollout_fn
 
-    __all__ = ["PipelineTrainer", "make_group_rollout_fn"]
+    __all__ = ["PIPELINE_STATE_KEY", "PipelineTrainer", "make_group_rollout_fn"]
 else:
     __getattr__, __dir__, __all__ = module_attributes(__name__)

@@ -36,6 +36,7 @@ class Evaluator:
         due: tuple[int, ...],
         last_step: int | None,
         best: tuple[int, float] | None,
+        evaluated: tuple[int, ...] = (),
         on_change: Callable[[], Awaitable[None]],
     ) -> None:
         self._model = model
@@ -47,6 +48,12 @@ class Evaluator:
         self._finished = asyncio.Event()
         self.last_step = last_step
         self.best = best
+        self._evaluated = set(evaluated)
+
+    @property
+    def evaluated(self) -> tuple[int, ...]:
+        """The steps whose evaluation finished (this run's and those the record carried)."""
+        return tuple(sorted(self._evaluated))
 
     @property
     def due(self) -> tuple[int, ...]:
@@ -98,6 +105,7 @@ class Evaluator:
         except Exception as error:  # an evaluation failing does not stop training (as ART)
             logger.warning("evaluating step %d of %s failed: %s", step, self._model.run, error)
         else:
+            self._evaluated.add(step)
             rewards = [t.reward for g in splits.get("val", []) for t in g.trajectories]
             if rewards:
                 mean = sum(rewards) / len(rewards)

@@ -82,10 +82,17 @@ def keep_recent_and_top(
 
 
 def checkpoint_infos(
-    steps: Iterable[int], rows: Sequence[MetricsRow], paths: Callable[[int], str]
+    steps: Iterable[int],
+    rows: Sequence[MetricsRow],
+    paths: Callable[[int], str],
+    *,
+    evaluated: Iterable[int] = (),
 ) -> list[CheckpointInfo]:
     """The checkpoints of `steps`, oldest first, with the values of the history rows at each
-    step (a later row's value wins) and the time of the first one (or the created-at metric)."""
+    step (a later row's value wins) and the time of the first one (or the created-at metric).
+    A checkpoint is an evaluated one if `evaluated` lists its step (the pipeline record's
+    finished evaluations) or its rows hold the eval-completed metric or eval values."""
+    finished = set(evaluated)
     values: dict[int, dict[str, float]] = {}
     first_seen: dict[int, datetime] = {}
     for row in rows:
@@ -101,15 +108,17 @@ def checkpoint_infos(
             if made is not None
             else first_seen.get(step, datetime.now(UTC))
         )
-        evaluated = metrics.get(CHECKPOINT_EVAL_COMPLETED_METRIC, 0.0) > 0 or any(
-            key.startswith(_EVAL_SPLITS) for key in metrics
+        is_eval = (
+            step in finished
+            or metrics.get(CHECKPOINT_EVAL_COMPLETED_METRIC, 0.0) > 0
+            or any(key.startswith(_EVAL_SPLITS) for key in metrics)
         )
         infos.append(
             CheckpointInfo(
                 step=step,
                 path=paths(step),
                 created_at=created,
-                is_eval_step=evaluated,
+                is_eval_step=is_eval,
                 metrics=metrics,
             )
         )

@@ -227,6 +227,8 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         # which the record keeps pending until a row holds them
         self._discarded: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
         self._held: dict[str, set[int]] = {reason: set() for reason in DISCARD_REASONS}
+        self._unlisted: dict[str, int] = {}  # counted by a record that did not list them
+        self._record: PipelineRecord = PipelineRecord()  # as _start found it
         self._trained_groups = 0
         self._in_flight: InFlight | None = None
         self._stop_at: int | None = None
@@ -276,6 +278,8 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         self.backend.capabilities.require(f"loss:{self._base_config.loss_fn}", name)
         if self._base_config.kl_penalty_coef > 0:
             self.backend.capabilities.require(Capability.KL_PENALTY, name)
+        # read (and checked) before anything is written, registering included
+        saved = await self._state_store.load(model.run) if self.resume else None
         try:
             registered = model.backend
         except NotRegisteredError:
@@ -286,7 +290,6 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
                 f"model {model.run} is registered with another backend than the one given to "
                 "the PipelineTrainer; pass the backend the model was registered with"
             )
-        saved = await self._state_store.load(model.run) if self.resume else None
         if saved is None:  # a new stream, from the model's current step
             record = PipelineRecord(step=await model.get_step())
         else:
@@ -320,6 +323,8 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
         for reason in DISCARD_REASONS:
             self._discarded[reason].update(record.discarded[reason])
         self._trained_groups = record.trained_groups
+        self._unlisted = dict(record.discarded_unlisted)
+        self._record = record  # its evaluation fields are kept as they are with no eval_fn
         self._totals = dict(record.totals)
         if saved is not None and record.stop_at_step is not None:
             self._stop_at = record.stop_at_step
@@ -333,6 +338,7 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
                 self.config,
                 due=record.evaluations_due,
                 last_step=record.last_eval_step,
+                evaluated=record.evaluated,
                 best=record.best_eval,
                 on_change=self._save,
             )
@@ -382,7 +388,10 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
             if self._stop.is_set():
                 return  # this batch's groups and discards stay pending
             counts = {r: len(self._held[r]) for r in DISCARD_REASONS}
-            cum = {r: len(self._discarded[r]) + counts[r] for r in DISCARD_REASONS}
+            cum = {
+                r: len(self._discarded[r]) + self._unlisted.get(r, 0) + counts[r]
+                for r in DISCARD_REASONS
+            }
             if batch:
                 rollouts = self._workers.clock.take()
                 before = before_update(
@@ -508,7 +517,10 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
             keep |= self._evaluator.steps_in_use()
         if strategy is not None:
             shown = checkpoint_infos(
-                set(steps) - keep, await self.model.history(), self.model.get_inference_name
+                set(steps) - keep,
+                await self.model.history(),
+                self.model.get_inference_name,
+                evaluated=self._evaluator.evaluated if self._evaluator else self._record.evaluated,
             )
             context = RetentionContext(current_step=self._gate.step, checkpoints=shown)
             keep |= set(strategy(context)) & {c.step for c in shown}
@@ -528,10 +540,12 @@ class PipelineTrainer(Generic[ModelT, ScenarioT, ConfigT]):
             trained_groups=self._trained_groups,
             in_flight=self._in_flight,
             stop_at_step=self._stop_at,
-            evaluations_due=evaluator.due if evaluator else (),
-            last_eval_step=evaluator.last_step if evaluator else None,
-            best_eval=evaluator.best if evaluator else None,
+            evaluations_due=evaluator.due if evaluator else self._record.evaluations_due,
+            last_eval_step=evaluator.last_step if evaluator else self._record.last_eval_step,
+            best_eval=evaluator.best if evaluator else self._record.best_eval,
             totals=self._totals,
+            discarded_unlisted=self._unlisted,
+            evaluated=evaluator.evaluated if evaluator else self._record.evaluated,
         )
 
     async def _save(self) -> None:
