@@ -135,6 +135,27 @@ def cached_venv(
     return venv / "bin" / "python"
 
 
+def keyed_venv(
+    name: str,
+    requirements: Sequence[str],
+    check: Callable[[Path], None],
+    *,
+    given_by: str,
+    what: str,
+    timeout: float,
+) -> Path:
+    """The interpreter of the uv-built venv `{name}-{digest of requirements and Python}` under
+    the cache root (cached_venv); the environment variable `given_by` may name an interpreter
+    that already has the requirements (checked), skipping the build (for development)."""
+    given = os.environ.get(given_by)
+    if given:
+        check(Path(given))
+        return Path(given)
+    base, version = find_python()
+    digest = hashlib.sha256(json.dumps([name, requirements, version]).encode()).hexdigest()[:16]
+    return cached_venv(f"{name}-{digest}", base, requirements, check, what, timeout, installer="uv")
+
+
 def checkout_pyroot(tmp: Path) -> Path:
     """A directory under `tmp` where `import arthex` finds this checkout's src/, for a venv
     that does not install arthex (PYTHONPATH)."""

@@ -10,15 +10,12 @@ interpreter that already has them, skipping the build (for development).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from .art_env import ART_VERSION, art_environment, cached_venv, find_python
+from .art_env import ART_VERSION, art_environment, keyed_venv
 
 REQUIREMENTS = (
     f"openpipe-art[plotting]=={ART_VERSION}",
@@ -33,15 +30,13 @@ BUILD_TIMEOUT_S = 1800
 
 def art_plotting_python() -> Path:
     """The interpreter of a venv with ART, its plotting extra and IPython; built on first use."""
-    given = os.environ.get("ARTHEX_INTEROP_ART_PLOTTING_PYTHON")
-    if given:
-        _check(Path(given))
-        return Path(given)
-    base, version = find_python()
-    digest = hashlib.sha256(json.dumps(["art-plotting", REQUIREMENTS, version]).encode())
-    key = "art-plotting-" + digest.hexdigest()[:16]
-    return cached_venv(
-        key, base, REQUIREMENTS, _check, "the ART plotting venv", BUILD_TIMEOUT_S, installer="uv"
+    return keyed_venv(
+        "art-plotting",
+        REQUIREMENTS,
+        _check,
+        given_by="ARTHEX_INTEROP_ART_PLOTTING_PYTHON",
+        what="the ART plotting venv",
+        timeout=BUILD_TIMEOUT_S,
     )
 
 

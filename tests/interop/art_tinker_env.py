@@ -12,15 +12,12 @@ skipping the build (for development).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from .art_env import ART_VERSION, art_environment, cached_venv, find_python
+from .art_env import ART_VERSION, art_environment, keyed_venv
 from .cookbook_env import COOKBOOK_VERSION, TINKER_VERSION
 
 # Python 3.12 has only CUDA builds of torch on PyPI (about 5 GB with NVIDIA's libraries): take
@@ -40,15 +37,13 @@ BUILD_TIMEOUT_S = 1800
 
 def art_tinker_python() -> Path:
     """The interpreter of a venv with ART, tinker and tinker-cookbook; built on first use."""
-    given = os.environ.get("ARTHEX_INTEROP_ART_TINKER_PYTHON")
-    if given:
-        _check(Path(given))
-        return Path(given)
-    base, version = find_python()
-    digest = hashlib.sha256(json.dumps(["art-tinker", REQUIREMENTS, version]).encode())
-    key = "art-tinker-" + digest.hexdigest()[:16]
-    return cached_venv(
-        key, base, REQUIREMENTS, _check, "the ART Tinker venv", BUILD_TIMEOUT_S, installer="uv"
+    return keyed_venv(
+        "art-tinker",
+        REQUIREMENTS,
+        _check,
+        given_by="ARTHEX_INTEROP_ART_TINKER_PYTHON",
+        what="the ART Tinker venv",
+        timeout=BUILD_TIMEOUT_S,
     )
 
 

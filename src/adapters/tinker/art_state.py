@@ -23,7 +23,6 @@ written; a malformed key is a CorruptDataError naming the file and the key.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -33,7 +32,7 @@ import attrs
 
 from ...core.errors import CorruptDataError, MissingExtraError
 from ..layout import CHECKPOINTS, STATE
-from .record import Checkpoint, RunRecord
+from .record import Checkpoint, RunRecord, read_json
 
 STATE_KEY_RUN_IDS = "tinker_run_ids"  # ART's key: the run's Tinker training run ids, oldest first
 STATE_KEY_LATEST_STEP = "latest_step"  # ART's key: the step ART's run reached
@@ -60,16 +59,10 @@ def read_art_state(model_dir: Path) -> ArtTinkerState | None:
     no `tinker_run_ids`. CorruptDataError (naming the file and the key) for a file that is not
     a JSON object or a key of the wrong shape."""
     path = model_dir / STATE
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    found = read_json(path)
+    if found is None:
         return None
-    except OSError as exc:
-        raise CorruptDataError(f"cannot read {path}: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise CorruptDataError(f"{path} is not JSON: {exc}") from exc
+    data = found[0]
     if not isinstance(data, dict):
         raise CorruptDataError(f"{path} is not a JSON object (ART's model state)")
     latest = _latest_step(path, data)

@@ -130,8 +130,9 @@ class RunRecord:
             raise CorruptDataError(f"{source} is not a Tinker run record: {exc!r}") from exc
 
 
-def read_record(model_dir: Path) -> RunRecord | None:
-    path = model_dir / TINKER_RUN
+def read_json(path: Path) -> tuple[Any] | None:
+    """The JSON value in `path`, in a 1-tuple; None when there is no such file. CorruptDataError
+    (naming the file) when it cannot be read or is not JSON."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -139,10 +140,15 @@ def read_record(model_dir: Path) -> RunRecord | None:
     except OSError as exc:
         raise CorruptDataError(f"cannot read {path}: {exc}") from exc
     try:
-        data = json.loads(text)
+        return (json.loads(text),)
     except ValueError as exc:
         raise CorruptDataError(f"{path} is not JSON: {exc}") from exc
-    return RunRecord.from_json(data, str(path))
+
+
+def read_record(model_dir: Path) -> RunRecord | None:
+    path = model_dir / TINKER_RUN
+    found = read_json(path)
+    return None if found is None else RunRecord.from_json(found[0], str(path))
 
 
 def write_record(model_dir: Path, record: RunRecord) -> None:
