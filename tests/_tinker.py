@@ -25,6 +25,7 @@ from tests._serverless import ready_line
 REPO = Path(__file__).resolve().parents[1]
 
 if TYPE_CHECKING:
+    from arthex.core.trajectories import TrajectoryGroup
     from arthex.emulators.tinker import TinkerEmulator
 
 
@@ -223,3 +224,32 @@ def start_tinker_server(
     line = ready_line(process, log, timeout_s, "the Tinker server", "listening on ")
     url = line.split("listening on ", 1)[1].split()[0]
     return TinkerServer(url, state_dir, process, log)
+
+
+PREFERENCE_PROMPT = [1, 12, 13]
+PREFERENCE_GOOD, PREFERENCE_BAD = [40, 41, 42], [50, 51, 52]
+
+
+def preference_group(pairs: int) -> list[TrajectoryGroup]:
+    """One group of `pairs` (rewarded GOOD, unrewarded BAD) answer pairs to PREFERENCE_PROMPT,
+    sampled choices with their token ids and logprobs: a step on it raises GOOD's logprobs."""
+    from arthex.core.trajectories import Trajectory, TrajectoryGroup
+    from arthex.testing.builders import sampled_choice
+
+    trajectories = [
+        Trajectory(
+            messages_and_choices=[
+                {"role": "user", "content": "q"},
+                sampled_choice(
+                    "x",
+                    prompt_token_ids=PREFERENCE_PROMPT,
+                    token_ids=tokens,
+                    logprobs=[-6.5] * len(tokens),
+                ),
+            ],
+            reward=reward,
+        )
+        for _ in range(pairs)
+        for reward, tokens in ((1.0, PREFERENCE_GOOD), (0.0, PREFERENCE_BAD))
+    ]
+    return [TrajectoryGroup(trajectories)]

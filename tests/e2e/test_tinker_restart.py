@@ -21,16 +21,15 @@ pytest.importorskip("torch")
 from arthex.adapters.tinker import TinkerBackend
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.core.trajectories import Trajectory, TrajectoryGroup
+from arthex.core.trajectories import TrajectoryGroup
 from arthex.emulators.tinker import TinkerEmulator
-from arthex.testing.builders import sampled_choice
+from tests._tinker import PREFERENCE_BAD, PREFERENCE_GOOD, PREFERENCE_PROMPT, preference_group
 
 pytestmark = pytest.mark.e2e
 
 KEY = "tml-restart"
 TIMEOUT_S = 120.0
-PROMPT = [1, 12, 13]
-GOOD, BAD = [40, 41, 42], [50, 51, 52]
+PROMPT, GOOD, BAD = PREFERENCE_PROMPT, PREFERENCE_GOOD, PREFERENCE_BAD
 LEARN = TrainConfig(learning_rate=3e-3)
 
 
@@ -62,19 +61,7 @@ os._exit(0)
 
 
 def preference() -> list[TrajectoryGroup]:
-    trajectories = [
-        Trajectory(
-            messages_and_choices=[
-                {"role": "user", "content": "q"},
-                sampled_choice(
-                    "x", prompt_token_ids=PROMPT, token_ids=tokens, logprobs=[-6.5] * len(tokens)
-                ),
-            ],
-            reward=reward,
-        )
-        for reward, tokens in ((1.0, GOOD), (0.0, BAD), (1.0, GOOD), (0.0, BAD))
-    ]
-    return [TrajectoryGroup(trajectories)]
+    return preference_group(2)
 
 
 async def train_steps(backend: TinkerBackend, spec: ModelSpec, steps: int) -> int:

@@ -30,10 +30,15 @@ from arthex.adapters.tinker import TinkerBackend
 from arthex.art.tinker_native import backend as art_backend
 from arthex.core.config import TrainConfig
 from arthex.core.identity import ModelSpec, RunRef
-from arthex.core.trajectories import Trajectory, TrajectoryGroup
+from arthex.core.trajectories import TrajectoryGroup
 from arthex.emulators.tinker import TinkerEmulator
-from arthex.testing.builders import sampled_choice
-from tests._tinker import running_emulator
+from tests._tinker import (
+    PREFERENCE_BAD,
+    PREFERENCE_GOOD,
+    PREFERENCE_PROMPT,
+    preference_group,
+    running_emulator,
+)
 
 from .art_env import SCRIPTS, art_environment
 from .art_tinker_env import art_tinker_python
@@ -43,16 +48,8 @@ pytestmark = [pytest.mark.e2e]
 KEY = "tml-art-resume"
 TIMEOUT_S = 120.0
 RANK = 8
-PROMPT = [1, 12, 13]
-GOOD, BAD = [40, 41, 42], [50, 51, 52]
+PROMPT, GOOD, BAD = PREFERENCE_PROMPT, PREFERENCE_GOOD, PREFERENCE_BAD
 LEARN = TrainConfig(learning_rate=1e-3)  # a small step: step 2 stays near the step it left
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from arthex.testing.tiny_model import tiny_model
-
-    return tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
 
 
 @pytest.fixture(scope="module")
@@ -96,19 +93,7 @@ def sdk_logprobs(emulator: TinkerEmulator, path: str, tokens: list[int]) -> list
 
 
 def preference() -> list[TrajectoryGroup]:
-    trajectories = [
-        Trajectory(
-            messages_and_choices=[
-                {"role": "user", "content": "q"},
-                sampled_choice(
-                    "x", prompt_token_ids=PROMPT, token_ids=tokens, logprobs=[-6.5] * len(tokens)
-                ),
-            ],
-            reward=reward,
-        )
-        for reward, tokens in ((1.0, GOOD), (0.0, BAD))
-    ]
-    return [TrajectoryGroup(trajectories)]
+    return preference_group(1)
 
 
 def scores(emulator: TinkerEmulator, path: str) -> list[float]:

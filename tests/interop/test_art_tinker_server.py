@@ -37,13 +37,6 @@ TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from arthex.testing.tiny_model import tiny_model
-
-    return tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
-
-
-@pytest.fixture(scope="module")
 def emulator(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinkerEmulator]:
     yield from running_emulator(tiny, None, tmp_path_factory)
 
