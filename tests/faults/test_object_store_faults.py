@@ -278,7 +278,11 @@ def test_a_run_folder_sync_waits_out_slowdowns_and_fails_in_one_line_naming_the_
     message = str(failed.value)
     assert "\n" not in message
     assert message.startswith(f"copying s3://{base}/checkpoints/0002/model.safetensors to ")
-    assert "1.5 s retry budget" in message and "SLOW_DOWN" in message
+    assert "1.5 s retry budget" in message
+    # the proxy's 503 SlowDown, as the SDK names it: by its code when it parses the reply's
+    # body, by its status (SERVICE_UNAVAILABLE, empty message) for some GetObject attempts,
+    # more of them on a loaded machine
+    assert "SLOW_DOWN" in message or "SERVICE_UNAVAILABLE" in message, message
     there = tmp_path / "there" / "proj" / "models" / "agent"
     for path in there.rglob("*"):  # what did land is whole, and no half-written file is left
         if path.is_file():
