@@ -87,6 +87,8 @@ def test_a_new_key_is_a_prefixed_urlsafe_secret_and_its_line_holds_only_its_hash
         ("rate_per_s", -1, "--rate-limit must be a number from 0 to 1000000, got -1"),
         ("lease_ttl_s", 0.5, "--lease-ttl must be a number from 1 to 86400, got 0.5"),
         ("lease_ttl_s", float("nan"), "--lease-ttl must be a number from 1 to 86400, got nan"),
+        ("keep_alive_s", 0, "--keep-alive must be a whole number from 1 to 3600, got 0"),
+        ("keep_alive_s", 1.5, "--keep-alive must be a whole number from 1 to 3600, got 1.5"),
     ],
 )
 def test_a_limit_out_of_its_bound_is_refused_naming_the_option(

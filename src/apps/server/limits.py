@@ -35,6 +35,7 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
     "max_running_jobs": (0, 1_000_000, "--max-running-jobs"),
     "lease_ttl_s": (1, 86_400, "--lease-ttl"),
     "job_retention_s": (0, 365 * 86_400, "--job-retention"),
+    "keep_alive_s": (1, 3_600, "--keep-alive"),
 }
 
 
@@ -77,6 +78,11 @@ class ServerLimits:
     - `lease_ttl_s`: how long a trainer's lease on a model outlives the trainer's last call
       (see leases.py); the client renews it every third of this.
     - `job_retention_s`: how long a finished job's events are kept after their end was read.
+    - `keep_alive_s`: how long an idle kept-alive connection stays open. Longer than the
+      clients keep theirs (httpx, under the OpenAI, tinker and ART clients: 5 s; aiohttp:
+      15 s): a server that closes first races a client sending its next request on the
+      closing connection, and that request fails with no answer (ART's client does not try
+      a POST again).
     """
 
     max_body_bytes: int = attrs.field(default=64 * MIB, validator=_check)
@@ -91,3 +97,4 @@ class ServerLimits:
     max_running_jobs: int = attrs.field(default=0, validator=_check)
     lease_ttl_s: float = attrs.field(default=60.0, validator=_check)
     job_retention_s: float = attrs.field(default=DEFAULT_RETENTION_S, validator=_check)
+    keep_alive_s: int = attrs.field(default=75, validator=_check)

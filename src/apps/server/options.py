@@ -66,6 +66,7 @@ LIMIT_HELP = {
     "max_running_jobs": "jobs training at once on this server (more wait), 0 = no limit",
     "lease_ttl_s": "seconds a trainer's lease on a model outlives its last call",
     "job_retention_s": "seconds a finished job's events are kept once read",
+    "keep_alive_s": "seconds an idle connection stays open (longer than clients keep theirs)",
 }
 
 

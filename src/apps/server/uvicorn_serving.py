@@ -58,7 +58,8 @@ def uvicorn_server(
     graceful_s: int = 10,
 ) -> Any:
     """The uvicorn Server for an app of the server: h11 with the request head capped (431 in
-    the app's error shape), no access log, the app's lifespan run."""
+    the app's error shape), idle connections kept `limits.keep_alive_s`, no access log, the
+    app's lifespan run."""
     try:
         import uvicorn
     except ImportError as exc:
@@ -72,5 +73,6 @@ def uvicorn_server(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=graceful_s,
+        timeout_keep_alive=limits.keep_alive_s,
     )
     return uvicorn.Server(config)
