@@ -8,6 +8,12 @@ import socket
 
 from ..core.errors import InvalidInputError
 
+KEEP_ALIVE_S = 75
+"""Seconds arthex's HTTP servers keep an idle kept-alive connection open: longer than clients
+keep theirs (httpx, under the OpenAI, tinker and ART clients: 5 s; aiohttp: 15 s). A server
+that closes first races a client sending its next request on the closing connection, and
+that request fails with no answer (ART's serverless client does not send a POST again)."""
+
 
 def listen(
     host: str, port: int, what: str = "", option: str = "--port", *, backlog: int = 512

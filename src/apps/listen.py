@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ..adapters.listen import listen
+from ..adapters.listen import KEEP_ALIVE_S, listen
 
-__all__ = ["listen"]
+__all__ = ["KEEP_ALIVE_S", "listen"]

@@ -441,3 +441,25 @@ def test_two_clients_training_at_once_each_get_their_own_step(server: ArtServer,
         assert client.post("/_get_step", json=_model(tiny, "beside")).json() == 1
     assert checkpoints(server, "shared") == [0, 1, 2]
     assert checkpoints(server, "beside") == [0, 1]
+
+
+def test_idle_connections_stay_open_past_the_openai_clients_own_keep_alive(
+    server: ArtServer,
+) -> None:
+    """Neither of the two servers closes a kept-alive connection while ART's client (httpx)
+    may still reuse it: at uvicorn's 5 s a request sent as it closed got no answer."""
+    from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+    from tests._serverless import RawConnection
+
+    expiry = DEFAULT_CONNECTION_LIMITS.keepalive_expiry
+    assert expiry is not None
+    urls = [server.api_url, server.inference_url.removesuffix("/v1")]
+    connections = [RawConnection(url.rstrip("/")) for url in urls]
+    try:
+        first = [conn.request("GET", "/no-such-route")[0] for conn in connections]
+        time.sleep(expiry + 1.0)
+        assert [conn.request("GET", "/no-such-route")[0] for conn in connections] == first
+    finally:
+        for conn in connections:
+            conn.sock.close()

@@ -34,7 +34,7 @@ from ...core.errors import (
     MissingExtraError,
     ServingUnavailableError,
 )
-from ..listen import listen
+from ..listen import KEEP_ALIVE_S, listen
 from .asgi import (
     ASGIApp,
     BodyTooLarge,
@@ -121,6 +121,7 @@ class InferenceServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         server = quiet_server(config)
         self._socket = sock

@@ -56,7 +56,7 @@ from ..inference.chat_wire import (
 )
 from ..inference.engine import UnknownModelError
 from ..inference.http_server import quiet_server
-from ..listen import listen
+from ..listen import KEEP_ALIVE_S, listen
 from .openai_wire import (
     MessagesAndChoicesWithLogprobsArgs,
     ModelUpsert,
@@ -212,6 +212,7 @@ class TinkerOpenAIServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         server = self._server = quiet_server(config)
         self._task = asyncio.create_task(server.serve(sockets=[sock]), name="arthex-tinker-openai")

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ...core.errors import InvalidInputError
+from ..listen import KEEP_ALIVE_S
 from .jobs import DEFAULT_RETENTION_S
 
 __all__ = ["BOUNDS", "ServerLimits"]
@@ -78,11 +79,8 @@ class ServerLimits:
     - `lease_ttl_s`: how long a trainer's lease on a model outlives the trainer's last call
       (see leases.py); the client renews it every third of this.
     - `job_retention_s`: how long a finished job's events are kept after their end was read.
-    - `keep_alive_s`: how long an idle kept-alive connection stays open. Longer than the
-      clients keep theirs (httpx, under the OpenAI, tinker and ART clients: 5 s; aiohttp:
-      15 s): a server that closes first races a client sending its next request on the
-      closing connection, and that request fails with no answer (ART's client does not try
-      a POST again).
+    - `keep_alive_s`: how long an idle kept-alive connection stays open; by default
+      listen.KEEP_ALIVE_S, longer than clients keep theirs.
     """
 
     max_body_bytes: int = attrs.field(default=64 * MIB, validator=_check)
@@ -97,4 +95,4 @@ class ServerLimits:
     max_running_jobs: int = attrs.field(default=0, validator=_check)
     lease_ttl_s: float = attrs.field(default=60.0, validator=_check)
     job_retention_s: float = attrs.field(default=DEFAULT_RETENTION_S, validator=_check)
-    keep_alive_s: int = attrs.field(default=75, validator=_check)
+    keep_alive_s: int = attrs.field(default=KEEP_ALIVE_S, validator=_check)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from types import FrameType
 from urllib.parse import quote
 
-from ..listen import listen
+from ..listen import KEEP_ALIVE_S, listen
 
 
 def is_loopback(host: str) -> bool:
@@ -51,6 +51,7 @@ def serve(paths: Sequence[str], host: str, port: int, token: str | None) -> None
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=1,
+            timeout_keep_alive=KEEP_ALIVE_S,
             lifespan="off",
         )
         server = uvicorn.Server(config)

@@ -112,6 +112,7 @@ async def serve_art(
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            timeout_keep_alive=limits.keep_alive_s,
             **extra,
         )
 
