@@ -294,6 +294,32 @@ def directories(directory: Path) -> set[str]:
     return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_dir()}
 
 
+async def statuses_around_an_idle_wait(url: str, path: str, idle_s: float) -> list[bytes]:
+    """The status lines of GET `path` sent twice on one kept-alive connection to `url`
+    (http://host:port), `idle_s` apart. Async, so a server on the caller's own loop keeps
+    running (and its idle timer firing) while the connection waits. ConnectionError if the
+    server closed the connection in between."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    statuses = []
+    try:
+        for wait in (0.0, idle_s):
+            await asyncio.sleep(wait)
+            writer.write(request)
+            await writer.drain()
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as error:
+                raise ConnectionError("the server closed the connection") from error
+            statuses.append(head.split(b"\r\n", 1)[0])
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+    finally:
+        writer.close()
+    return statuses
+
+
 class RawConnection:
     """One keep-alive HTTP/1.1 connection over a plain socket, for what httpx hides: whether
     the server kept the connection after an answer, and requests no client library would

@@ -330,25 +330,16 @@ def test_an_idle_connection_stays_open_past_the_openai_clients_own_keep_alive(
     answer)."""
     from openai._constants import DEFAULT_CONNECTION_LIMITS
 
+    from tests._serverless import statuses_around_an_idle_wait
+
     expiry = DEFAULT_CONNECTION_LIMITS.keepalive_expiry
     assert expiry is not None
 
     async def body(
         engine: TorchEngine, server: InferenceServer, client: openai.AsyncOpenAI
     ) -> None:
-        host, port = server.base_url.removeprefix("http://").removesuffix("/v1").rsplit(":", 1)
-        reader, writer = await asyncio.open_connection(host, int(port))
-        request = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-        try:
-            for wait in (0.0, expiry + 1.0):
-                await asyncio.sleep(wait)
-                writer.write(request)
-                await writer.drain()
-                head = await reader.readuntil(b"\r\n\r\n")
-                assert head.startswith(b"HTTP/1.1 200"), head
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                assert json.loads(await reader.readexactly(length)) == {"status": "ok"}
-        finally:
-            writer.close()
+        url = server.base_url.removesuffix("/v1")
+        statuses = await statuses_around_an_idle_wait(url, "/health", expiry + 1.0)
+        assert statuses == [b"HTTP/1.1 200 OK"] * 2
 
     serve(model_dir, body)

@@ -361,6 +361,28 @@ def test_stop_releases_the_port_and_a_new_start_serves_the_same_aliases(
     asyncio.run(scenario())
 
 
+def test_an_idle_connection_stays_open_past_the_openai_clients_own_keep_alive(
+    emulator: TinkerEmulator,
+) -> None:
+    from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+    from tests._serverless import statuses_around_an_idle_wait
+
+    expiry = DEFAULT_CONNECTION_LIMITS.keepalive_expiry
+    assert expiry is not None
+
+    async def scenario() -> list[bytes]:
+        server, url = await serving(emulator)
+        try:
+            return await statuses_around_an_idle_wait(
+                url.removesuffix("/v1"), "/health", expiry + 1.0
+            )
+        finally:
+            await server.stop()
+
+    assert asyncio.run(scenario()) == [b"HTTP/1.1 200 OK"] * 2
+
+
 def test_arts_module_paths_are_arthexs_server_and_client() -> None:
     from arthex.adapters.tinker.openai_client import TinkerAsyncOpenAI as Client
     from arthex.adapters.tinker.openai_server import TinkerOpenAIServer

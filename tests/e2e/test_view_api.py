@@ -81,6 +81,19 @@ def test_runs_lists_every_model_with_its_step_best_and_checkpoints(
     assert runs["other/evals"]["step"] == 0 and runs["other/evals"]["checkpoints"] == 0
 
 
+def test_an_idle_connection_stays_open_past_httpxs_own_keep_alive(view: Viewer) -> None:
+    import asyncio
+
+    import httpx
+
+    from tests._serverless import statuses_around_an_idle_wait
+
+    expiry = httpx.Limits().keepalive_expiry  # how long an httpx client reuses a connection
+    assert expiry is not None
+    statuses = asyncio.run(statuses_around_an_idle_wait(view.base, "/api/runs", expiry + 1.0))
+    assert statuses == [b"HTTP/1.1 200 OK"] * 2  # the second on the same, still open, one
+
+
 def test_history_returns_the_rows_as_written_with_keys_and_since(view: Viewer, base: Path) -> None:
     expected = file_rows(base)
     answer = view.json(f"{AGENT}/history")
