@@ -294,14 +294,17 @@ def directories(directory: Path) -> set[str]:
     return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_dir()}
 
 
-async def statuses_around_an_idle_wait(url: str, path: str, idle_s: float) -> list[bytes]:
-    """The status lines of GET `path` sent twice on one kept-alive connection to `url`
-    (http://host:port), `idle_s` apart. Async, so a server on the caller's own loop keeps
-    running (and its idle timer firing) while the connection waits. ConnectionError if the
-    server closed the connection in between."""
+async def statuses_around_an_idle_wait(
+    url: str, path: str, idle_s: float, headers: Mapping[str, str] | None = None
+) -> list[bytes]:
+    """The status lines of GET `path` (with `headers`) sent twice on one kept-alive
+    connection to `url` (http://host:port), `idle_s` apart. Async, so a server on the
+    caller's own loop keeps running (and its idle timer firing) while the connection waits.
+    ConnectionError if the server closed the connection in between."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
-    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
     statuses = []
     try:
         for wait in (0.0, idle_s):

@@ -7,6 +7,7 @@ served, errors are ART's shape, and a client that goes away mid-update stops not
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import signal
@@ -450,16 +451,16 @@ def test_idle_connections_stay_open_past_the_openai_clients_own_keep_alive(
     may still reuse it: at uvicorn's 5 s a request sent as it closed got no answer."""
     from openai._constants import DEFAULT_CONNECTION_LIMITS
 
-    from tests._serverless import RawConnection
+    from tests._serverless import statuses_around_an_idle_wait
 
     expiry = DEFAULT_CONNECTION_LIMITS.keepalive_expiry
     assert expiry is not None
     urls = [server.api_url, server.inference_url.removesuffix("/v1")]
-    connections = [RawConnection(url.rstrip("/")) for url in urls]
-    try:
-        first = [conn.request("GET", "/no-such-route")[0] for conn in connections]
-        time.sleep(expiry + 1.0)
-        assert [conn.request("GET", "/no-such-route")[0] for conn in connections] == first
-    finally:
-        for conn in connections:
-            conn.sock.close()
+
+    async def both() -> list[list[bytes]]:
+        waits = [statuses_around_an_idle_wait(u.rstrip("/"), "/no-such-route", expiry + 1.0)
+                 for u in urls]  # fmt: skip
+        return list(await asyncio.gather(*waits))
+
+    for first, again in asyncio.run(both()):
+        assert again == first
